@@ -1,0 +1,3 @@
+"""Hive: a clustered MQTT broker."""
+
+__version__ = "0.1.0"
