@@ -1,0 +1,512 @@
+"""One client connection: the MQTT state machine between the codec and the broker.
+
+The I/O layer only calls :meth:`ClientConnection.feed` with bytes, :meth:`connection_lost` when the
+socket is gone, and :meth:`pause_writing` / :meth:`resume_writing` for flow control. Everything the
+protocol says about CONNECT, the QoS flows, DISCONNECT and takeover happens here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Protocol
+
+from hive_core.broker._message import Message
+from hive_core.broker._session import Outbound, Pending, Session
+from hive_core.mqtt import (
+    Auth,
+    ConnAck,
+    Connect,
+    ConnectReturnCode,
+    Disconnect,
+    MQTTError,
+    PacketDecoder,
+    PingReq,
+    PropertyId,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    ReasonCode,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+    encode_packet,
+)
+
+if TYPE_CHECKING:
+    from hive_core.broker._broker import Broker
+
+log = logging.getLogger("hive.connection")
+
+P = PropertyId
+RC = ReasonCode
+PINGRESP = b"\xd0\x00"
+_PASS_THROUGH_DROP = (P.TOPIC_ALIAS, P.MESSAGE_EXPIRY_INTERVAL)
+
+
+class Transport(Protocol):
+    """What a connection needs from the network: asyncio's transport, or a WebSocket adapter."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any: ...
+
+
+class ClientConnection:
+    """Also an asyncio protocol, so the event loop calls straight into it (no adapter per read)."""
+
+    __slots__ = (
+        "_ack_needs_commit", "_ack_task", "_acks_waiting", "_inbound_aliases", "accepted_at",
+        "broker", "client_id", "closed", "congested", "decoder", "keep_alive", "last_read",
+        "listener", "max_out_packet", "out", "out_alias_max", "problem_info", "send_window",
+        "session", "transport", "version", "will_sent_ok",
+    )
+
+    def __init__(self, broker: Broker, listener: str = "tcp") -> None:
+        self.broker = broker
+        self.transport: Transport = _NOT_CONNECTED
+        self.listener = listener
+        self.decoder = PacketDecoder(max_packet_size=broker.settings.max_packet_size)
+        self.version = 4
+        self.session: Session | None = None
+        self.client_id = ""
+        self.closed = False
+        self.congested = False
+        self.out: list[bytes] = []
+        self.keep_alive = 0
+        self.accepted_at = self.last_read = time.monotonic()
+        self.send_window = broker.settings.inflight_window
+        self.max_out_packet = 268_435_460
+        self.out_alias_max = 0
+        self.problem_info = True
+        self.will_sent_ok = False  # DISCONNECT 0x00 received: the will is discarded
+        self._inbound_aliases: dict[int, str] = {}
+        self._acks_waiting: list[bytes] = []
+        self._ack_needs_commit = False
+        self._ack_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ input
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        self.broker.accept(self)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def feed(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_read = time.monotonic()
+        try:
+            packets = self.decoder.feed(data)
+        except MQTTError as exc:
+            self._refuse(exc.reason_code, str(exc))
+            return
+        session = self.session
+        for packet in packets:
+            if self.closed:
+                return
+            kind = type(packet)
+            if kind is Publish:
+                self._on_publish(packet)  # type: ignore[arg-type]
+            elif session is None:
+                if kind is Connect:
+                    self._on_connect(packet)  # type: ignore[arg-type]
+                    session = self.session
+                else:
+                    self._refuse(RC.PROTOCOL_ERROR, "first packet must be CONNECT")
+            else:
+                handler = _HANDLERS.get(kind)
+                if handler is None:
+                    self._refuse(RC.PROTOCOL_ERROR, f"unexpected {kind.__name__}")
+                else:
+                    handler(self, packet)
+
+    def connection_lost(self, exc: BaseException | None = None) -> None:
+        self.closed = True
+        self.out = []
+        self.broker.connection_closed(self)
+
+    def pause_writing(self) -> None:
+        self.congested = True
+
+    def resume_writing(self) -> None:
+        self.congested = False
+        if self.session is not None:
+            self.broker.drain(self.session)
+
+    # ------------------------------------------------------------------ output
+
+    def send(self, data: bytes) -> None:
+        if not self.out:
+            self.broker.mark_dirty(self)
+        self.out.append(data)
+
+    def flush(self) -> None:
+        out = self.out
+        if out:
+            self.out = []
+            if not self.closed:
+                self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def send_packet(self, packet: Any) -> None:
+        self.send(encode_packet(packet, self.version))
+
+    def close(self, reason: int | None = None, reason_string: str | None = None) -> None:
+        """Close from the server side, with a DISCONNECT for MQTT 5 clients that are connected."""
+        if self.closed:
+            return
+        if reason is not None and self.version == 5 and self.session is not None:
+            props: dict[PropertyId, Any] = {}
+            if reason_string and self.problem_info:
+                props[P.REASON_STRING] = reason_string
+            self.send_packet(Disconnect(reason, props))
+        self.flush()
+        self.closed = True
+        self.transport.close()
+        self.broker.connection_closed(self)
+
+    def _refuse(self, reason: int, message: str) -> None:
+        """Bad input: the right reason code to the client, then close this one connection."""
+        log.info("closing connection of %r: %s (reason 0x%02X)", self.client_id or "?", message,
+                 reason)
+        self.broker.metrics.protocol_errors += 1
+        if self.session is None:
+            if self.decoder.protocol_version == 5:
+                self.version = 5
+                self.send_packet(ConnAck(False, reason))
+            elif reason == RC.UNSUPPORTED_PROTOCOL_VERSION:
+                self.send(b"\x20\x02\x00\x01")
+            elif reason == RC.CLIENT_IDENTIFIER_NOT_VALID:
+                self.send(b"\x20\x02\x00\x02")
+        self.close(reason, message)
+
+    # ------------------------------------------------------------------ CONNECT
+
+    def _on_connect(self, connect: Connect) -> None:
+        broker = self.broker
+        settings = broker.settings
+        version = self.version = connect.protocol_version
+        v5 = version == 5
+        props = connect.properties
+        ack: dict[PropertyId, Any] = {}
+
+        client_id = connect.client_id
+        if not client_id:
+            if v5 or (version == 4 and connect.clean_start):
+                client_id = f"hive-{uuid.uuid4().hex}"
+                if v5:
+                    ack[P.ASSIGNED_CLIENT_IDENTIFIER] = client_id
+            else:
+                self._connack_refuse(RC.CLIENT_IDENTIFIER_NOT_VALID,
+                                     ConnectReturnCode.IDENTIFIER_REJECTED)
+                return
+        if len(client_id) > settings.max_client_id_length:
+            self._connack_refuse(RC.CLIENT_IDENTIFIER_NOT_VALID,
+                                 ConnectReturnCode.IDENTIFIER_REJECTED)
+            return
+        if P.AUTHENTICATION_METHOD in props:
+            self._connack_refuse(RC.BAD_AUTHENTICATION_METHOD,
+                                 ConnectReturnCode.NOT_AUTHORIZED)
+            return
+        if settings.max_connections >= 0 and broker.connected_count >= settings.max_connections:
+            self._connack_refuse(RC.QUOTA_EXCEEDED, ConnectReturnCode.SERVER_UNAVAILABLE)
+            return
+        will = connect.will
+        if will is not None:
+            if will.qos > settings.maximum_qos:
+                self._connack_refuse(RC.QOS_NOT_SUPPORTED, ConnectReturnCode.NOT_AUTHORIZED)
+                return
+            if will.retain and not settings.retain_available:
+                self._connack_refuse(RC.RETAIN_NOT_SUPPORTED, ConnectReturnCode.NOT_AUTHORIZED)
+                return
+
+        keep_alive = connect.keep_alive
+        if keep_alive > settings.max_keep_alive or (
+                keep_alive == 0 and not settings.allow_unlimited_keep_alive):
+            keep_alive = settings.max_keep_alive
+            if v5:
+                ack[P.SERVER_KEEP_ALIVE] = keep_alive
+        self.keep_alive = keep_alive
+
+        if v5:
+            expiry = props.get(P.SESSION_EXPIRY_INTERVAL, 0)
+            if expiry > settings.max_session_expiry:
+                expiry = settings.max_session_expiry
+                ack[P.SESSION_EXPIRY_INTERVAL] = expiry
+            self.send_window = min(props.get(P.RECEIVE_MAXIMUM, 65535), settings.inflight_window)
+            self.max_out_packet = props.get(P.MAXIMUM_PACKET_SIZE, 268_435_460)
+            self.out_alias_max = min(props.get(P.TOPIC_ALIAS_MAXIMUM, 0),
+                                     settings.topic_alias_maximum if settings.topic_alias_enabled
+                                     else 0)
+            self.problem_info = props.get(P.REQUEST_PROBLEM_INFORMATION, 1) == 1
+        else:
+            expiry = 0 if connect.clean_start else min(0xFFFFFFFF, settings.max_session_expiry)
+
+        self.client_id = client_id
+        session, present = broker.attach(self, client_id, version, connect.clean_start, expiry,
+                                         will)
+        self.session = session
+        self.decoder.max_packet_size = settings.max_packet_size
+
+        if v5:
+            if settings.server_receive_maximum != 65535:
+                ack[P.RECEIVE_MAXIMUM] = settings.server_receive_maximum
+            if settings.maximum_qos < 2:
+                ack[P.MAXIMUM_QOS] = settings.maximum_qos
+            if not settings.retain_available:
+                ack[P.RETAIN_AVAILABLE] = 0
+            if settings.max_packet_size < 268_435_460:
+                ack[P.MAXIMUM_PACKET_SIZE] = settings.max_packet_size
+            if settings.topic_alias_enabled and settings.topic_alias_maximum:
+                ack[P.TOPIC_ALIAS_MAXIMUM] = settings.topic_alias_maximum
+            if not settings.wildcard_subscriptions:
+                ack[P.WILDCARD_SUBSCRIPTION_AVAILABLE] = 0
+            if not settings.subscription_identifiers:
+                ack[P.SUBSCRIPTION_IDENTIFIER_AVAILABLE] = 0
+            if not settings.shared_subscriptions:
+                ack[P.SHARED_SUBSCRIPTION_AVAILABLE] = 0
+            if props.get(P.REQUEST_RESPONSE_INFORMATION) == 1:
+                ack[P.RESPONSE_INFORMATION] = settings.response_information + client_id
+        self.send_packet(ConnAck(present, 0, ack))
+        broker.resume(session)
+
+    def _connack_refuse(self, reason: RC, v3_code: int) -> None:
+        log.info("refusing CONNECT of %r: %s", self.client_id, reason.name)
+        if self.version == 5:
+            self.send_packet(ConnAck(False, reason))
+        else:
+            self.send_packet(ConnAck(False, v3_code))
+        self.close()
+
+    # ------------------------------------------------------------------ PUBLISH in
+
+    def _on_publish(self, packet: Publish) -> None:
+        session = self.session
+        if session is None:
+            self._refuse(RC.PROTOCOL_ERROR, "PUBLISH before CONNECT")
+            return
+        broker = self.broker
+        settings = broker.settings
+        qos = packet.qos
+        topic = packet.topic
+        props = packet.properties
+        expiry_at = None
+        if props:
+            alias = props.get(P.TOPIC_ALIAS)
+            if alias is not None:
+                if not 0 < alias <= (settings.topic_alias_maximum
+                                     if settings.topic_alias_enabled else 0):
+                    self._refuse(RC.TOPIC_ALIAS_INVALID, f"topic alias {alias} out of range")
+                    return
+                if topic:
+                    self._inbound_aliases[alias] = topic
+                else:
+                    known = self._inbound_aliases.get(alias)
+                    if known is None:
+                        self._refuse(RC.PROTOCOL_ERROR, f"unknown topic alias {alias}")
+                        return
+                    topic = known
+            if P.SUBSCRIPTION_IDENTIFIER in props:
+                self._refuse(RC.PROTOCOL_ERROR, "PUBLISH from a client with a subscription id")
+                return
+            interval = props.get(P.MESSAGE_EXPIRY_INTERVAL)
+            if interval is not None:
+                expiry_at = time.time() + min(interval, settings.max_message_expiry)
+            if alias is not None or interval is not None:
+                props = {k: v for k, v in props.items() if k not in _PASS_THROUGH_DROP}
+        elif not topic:
+            self._refuse(RC.PROTOCOL_ERROR, "empty topic without a topic alias")
+            return
+        if qos > settings.maximum_qos:
+            self._refuse(RC.QOS_NOT_SUPPORTED, f"QoS {qos} above the maximum")
+            return
+        if packet.retain and not settings.retain_available:
+            self._refuse(RC.RETAIN_NOT_SUPPORTED, "retained messages are disabled")
+            return
+        if len(topic) > settings.max_topic_length:
+            self._refuse(RC.TOPIC_NAME_INVALID, "topic too long")
+            return
+        if topic.startswith("$SYS"):
+            # The broker's own namespace: clients may read it, not write it.
+            if qos:
+                self._ack_publish(packet, RC.NOT_AUTHORIZED, False)
+            return
+        if qos == 2 and packet.packet_id in session.inbound_qos2:
+            self._ack_publish(packet, RC.SUCCESS, False)  # duplicate: routed already
+            return
+        if qos and (len(session.inbound_qos2) + len(self._acks_waiting)
+                    >= settings.server_receive_maximum) and self.version == 5:
+            self._refuse(RC.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
+            return
+        message = Message(topic, packet.payload, qos, packet.retain, props, session.client_id,
+                          expiry_at)
+        matched, durable = broker.publish(message)
+        if qos:
+            if qos == 2:
+                session.inbound_qos2.add(packet.packet_id)  # type: ignore[arg-type]
+                if session.persistent:
+                    broker.save_inbound_qos2(session, packet.packet_id)  # type: ignore[arg-type]
+                    durable = True
+            self._ack_publish(packet, RC.SUCCESS if matched else RC.NO_MATCHING_SUBSCRIBERS,
+                              durable)
+
+    def _ack_publish(self, packet: Publish, reason: int, durable: bool) -> None:
+        pid = packet.packet_id or 0
+        head = 0x40 if packet.qos == 1 else 0x50
+        if self.version == 5 and reason:
+            data = bytes((head, 3, pid >> 8, pid & 0xFF, reason))
+        else:
+            data = bytes((head, 2, pid >> 8, pid & 0xFF))
+        if durable or self._acks_waiting:
+            # Acknowledge only what is on disk, and keep acknowledgements in order.
+            self._acks_waiting.append(data)
+            self._ack_needs_commit = self._ack_needs_commit or durable
+            if self._ack_task is None:
+                self._ack_task = self.broker.spawn(self._release_acks())
+        else:
+            self.send(data)
+
+    async def _release_acks(self) -> None:
+        try:
+            while self._acks_waiting and not self.closed:
+                batch, needs_commit = self._acks_waiting, self._ack_needs_commit
+                self._acks_waiting, self._ack_needs_commit = [], False
+                if needs_commit:
+                    await self.broker.store.commit()
+                for data in batch:
+                    self.send(data)
+        finally:
+            self._ack_task = None
+
+    # ------------------------------------------------------------------ QoS flows
+
+    def _on_pubrel(self, packet: PubRel) -> None:
+        session = self.session
+        assert session is not None
+        known = packet.packet_id in session.inbound_qos2
+        if known:
+            session.inbound_qos2.discard(packet.packet_id)
+            if session.persistent:
+                self.broker.store.delete_inflight(session.client_id, packet.packet_id, "in")
+        reason = RC.SUCCESS if known or self.version != 5 else RC.PACKET_IDENTIFIER_NOT_FOUND
+        pid = packet.packet_id
+        if self.version == 5 and reason:
+            self.send(bytes((0x70, 3, pid >> 8, pid & 0xFF, reason)))
+        else:
+            self.send(bytes((0x70, 2, pid >> 8, pid & 0xFF)))
+
+    def _on_puback(self, packet: PubAck) -> None:
+        self.broker.acknowledged(self, packet.packet_id, done=True)
+
+    def _on_pubrec(self, packet: PubRec) -> None:
+        session = self.session
+        assert session is not None
+        outbound = session.inflight.get(packet.packet_id)
+        if outbound is None:
+            if self.version == 5:
+                self.send_packet(PubRel(packet.packet_id, RC.PACKET_IDENTIFIER_NOT_FOUND))
+            else:
+                self.send_packet(PubRel(packet.packet_id))
+            return
+        if packet.reason_code >= 0x80:
+            self.broker.acknowledged(self, packet.packet_id, done=True)
+            return
+        self.broker.released(session, packet.packet_id, outbound)
+        self.send_packet(PubRel(packet.packet_id))
+
+    def _on_pubcomp(self, packet: PubComp) -> None:
+        self.broker.acknowledged(self, packet.packet_id, done=True)
+
+    # ------------------------------------------------------------------ subscriptions
+
+    def _on_subscribe(self, packet: Subscribe) -> None:
+        settings = self.broker.settings
+        sub_ids = packet.properties.get(P.SUBSCRIPTION_IDENTIFIER)
+        if sub_ids and not settings.subscription_identifiers:
+            self._refuse(RC.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED,
+                         "subscription identifiers are disabled")
+            return
+        sub_id = sub_ids[0] if sub_ids else None
+        codes, existed = self.broker.subscribe(self, packet.subscriptions, sub_id)
+        if self.closed:
+            return
+        wire = codes if self.version == 5 else [c if c < 0x80 else 0x80 for c in codes]
+        self.send_packet(SubAck(packet.packet_id, wire))
+        self.broker.send_retained_for(self, packet.subscriptions, codes, existed)
+
+    def _on_unsubscribe(self, packet: Unsubscribe) -> None:
+        codes = self.broker.unsubscribe(self, packet.topic_filters)
+        self.send_packet(UnsubAck(packet.packet_id, codes))
+
+    # ------------------------------------------------------------------ the rest
+
+    def _on_pingreq(self, packet: PingReq) -> None:
+        self.send(PINGRESP)
+
+    def _on_disconnect(self, packet: Disconnect) -> None:
+        session = self.session
+        assert session is not None
+        if self.version == 5:
+            expiry = packet.properties.get(P.SESSION_EXPIRY_INTERVAL)
+            if expiry is not None:
+                if session.expiry_interval == 0 and expiry != 0:
+                    self._refuse(RC.PROTOCOL_ERROR, "session expiry raised from 0 at DISCONNECT")
+                    return
+                session.expiry_interval = min(expiry, self.broker.settings.max_session_expiry)
+        self.will_sent_ok = packet.reason_code != RC.DISCONNECT_WITH_WILL_MESSAGE
+        self.flush()
+        self.closed = True
+        self.transport.close()
+        self.broker.connection_closed(self)
+
+    def _on_connect_again(self, packet: Connect) -> None:
+        self._refuse(RC.PROTOCOL_ERROR, "second CONNECT")
+
+    def _on_auth(self, packet: Auth) -> None:
+        self._refuse(RC.PROTOCOL_ERROR, "AUTH without an authentication method")
+
+
+    data_received = feed
+
+
+class _NotConnected:
+    def write(self, data: bytes) -> None:
+        raise RuntimeError("connection not made yet")
+
+    def close(self) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+
+_NOT_CONNECTED = _NotConnected()
+
+_HANDLERS: dict[type, Any] = {
+    PubAck: ClientConnection._on_puback,
+    PubRec: ClientConnection._on_pubrec,
+    PubRel: ClientConnection._on_pubrel,
+    PubComp: ClientConnection._on_pubcomp,
+    Subscribe: ClientConnection._on_subscribe,
+    Unsubscribe: ClientConnection._on_unsubscribe,
+    PingReq: ClientConnection._on_pingreq,
+    Disconnect: ClientConnection._on_disconnect,
+    Connect: ClientConnection._on_connect_again,
+    Auth: ClientConnection._on_auth,
+}
+
+__all__ = ["ClientConnection", "Outbound", "Pending", "Transport"]

@@ -1,0 +1,80 @@
+"""The ``hive`` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from hive_core import __version__
+
+DEFAULT_CONFIG = Path("conf/config.xml")
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)-5s - %(message)s",
+        stream=sys.stdout,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from hive_core.config import ConfigError, default_config, load_config
+    from hive_core.net import TLSConfigError
+    from hive_core.node import HiveNode
+
+    _configure_logging(args.log_level)
+    log = logging.getLogger("hive")
+    config_path: Path | None = args.config
+    if config_path is None and DEFAULT_CONFIG.is_file():
+        config_path = DEFAULT_CONFIG
+    try:
+        if config_path is None:
+            log.info("No configuration file given: using the built-in default")
+            config = default_config()
+        else:
+            log.info("Loading configuration from %s", config_path)
+            config = load_config(config_path)
+    except ConfigError as exc:
+        print(f"hive: {exc}", file=sys.stderr)
+        return 2
+    node = HiveNode(config, args.data_dir.resolve())
+    try:
+        import uvloop
+    except ImportError:  # uvloop is optional: plain asyncio works, only slower
+        runner = asyncio.run
+    else:
+        runner = uvloop.run
+    try:
+        runner(node.run())
+    except TLSConfigError as exc:
+        print(f"hive: TLS: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"hive: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hive", description="Hive, a clustered MQTT broker")
+    parser.add_argument("--version", action="version", version=f"hive {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="start a node")
+    run.add_argument("--config", type=Path, default=None,
+                     help=f"config.xml to use (default: {DEFAULT_CONFIG} if present, "
+                          "else one node on TCP 1883)")
+    run.add_argument("--data-dir", type=Path, default=Path("data"),
+                     help="folder for the node's persistent data (default: ./data)")
+    run.add_argument("--log-level", default="info",
+                     choices=["debug", "info", "warning", "error"])
+    run.set_defaults(handler=_run)
+    args = parser.parse_args(argv)
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

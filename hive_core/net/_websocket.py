@@ -1,0 +1,122 @@
+"""MQTT over WebSocket (subprotocol ``mqtt``): a wsproto adapter in front of a ClientConnection."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    RejectConnection,
+    Request,
+    TextMessage,
+)
+from wsproto.utilities import RemoteProtocolError
+
+from hive_core.broker import Broker, ClientConnection
+
+log = logging.getLogger("hive.websocket")
+
+
+class WebSocketProtocol(asyncio.Protocol):
+    def __init__(self, broker: Broker, path: str, subprotocols: tuple[str, ...],
+                 listener: str) -> None:
+        self._broker = broker
+        self._path = path
+        self._subprotocols = subprotocols
+        self._listener = listener
+        self._ws = WSConnection(ConnectionType.SERVER)
+        self._transport: asyncio.Transport | None = None
+        self._mqtt: ClientConnection | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._ws.receive_data(data)
+            events = list(self._ws.events())
+        except RemoteProtocolError as exc:
+            log.info("bad WebSocket input: %s", exc)
+            self._send(exc.event_hint or RejectConnection(status_code=400))
+            self._close_transport()
+            return
+        for event in events:
+            if isinstance(event, Request):
+                self._handshake(event)
+            elif isinstance(event, BytesMessage):
+                if self._mqtt is not None:
+                    self._mqtt.data_received(bytes(event.data))
+            elif isinstance(event, TextMessage):
+                # MQTT over WebSocket is binary only [MQTT-6.0.0-1].
+                self._send(CloseConnection(code=1003, reason="binary frames only"))
+                self._close_transport()
+            elif isinstance(event, Ping):
+                self._send(event.response())
+            elif isinstance(event, CloseConnection):
+                if self._ws.state.name == "REMOTE_CLOSING":
+                    self._send(event.response())
+                self._close_transport()
+
+    def _handshake(self, request: Request) -> None:
+        offered = list(request.subprotocols)
+        chosen = next((p for p in offered if p in self._subprotocols), None)
+        path = request.target.split("?", 1)[0]
+        if path != self._path or chosen is None:
+            log.info("WebSocket upgrade refused: path %r, subprotocols %r", path, offered)
+            self._send(RejectConnection(status_code=400 if chosen is None else 404))
+            self._close_transport()
+            return
+        self._send(AcceptConnection(subprotocol=chosen))
+        self._mqtt = ClientConnection(self._broker, self._listener)
+        self._mqtt.connection_made(_FrameWriter(self))
+
+    def _send(self, event: Any) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(self._ws.send(event))
+
+    def _close_transport(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._mqtt is not None:
+            self._mqtt.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self._mqtt is not None:
+            self._mqtt.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._mqtt is not None:
+            self._mqtt.resume_writing()
+
+
+class _FrameWriter:
+    """The transport a ClientConnection sees: each write becomes one binary frame."""
+
+    def __init__(self, protocol: WebSocketProtocol) -> None:
+        self._protocol = protocol
+
+    def write(self, data: bytes) -> None:
+        self._protocol._send(BytesMessage(data=data))
+
+    def close(self) -> None:
+        protocol = self._protocol
+        if protocol._ws.state.name == "OPEN":
+            protocol._send(CloseConnection(code=1000))
+        protocol._close_transport()
+
+    def is_closing(self) -> bool:
+        transport = self._protocol._transport
+        return transport is None or transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        transport = self._protocol._transport
+        return default if transport is None else transport.get_extra_info(name, default)

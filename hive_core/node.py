@@ -1,0 +1,135 @@
+"""A Hive node: the broker, its store and its listeners, run until told to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hive_core import __version__
+from hive_core.broker import Broker, BrokerSettings, ClientConnection
+from hive_core.config import HiveConfig
+from hive_core.net import WebSocketProtocol, server_context
+from hive_core.persistence import FileSessionStore, MemorySessionStore
+from hive_core.persistence._model import SessionStore
+
+log = logging.getLogger("hive")
+
+
+def settings_from(config: HiveConfig) -> BrokerSettings:
+    mqtt = config.mqtt
+    limits = config.restrictions
+    return BrokerSettings(
+        max_keep_alive=mqtt.keep_alive.max_keep_alive,
+        allow_unlimited_keep_alive=mqtt.keep_alive.allow_unlimited,
+        max_session_expiry=mqtt.session_expiry.max_interval,
+        max_message_expiry=mqtt.message_expiry.max_interval,
+        max_packet_size=mqtt.packets.max_packet_size,
+        server_receive_maximum=mqtt.receive_maximum.server_receive_maximum,
+        topic_alias_enabled=mqtt.topic_alias.enabled,
+        topic_alias_maximum=mqtt.topic_alias.max_per_client,
+        maximum_qos=mqtt.quality_of_service.max_qos,
+        max_queue_size=mqtt.queued_messages.max_queue_size,
+        queue_strategy=mqtt.queued_messages.strategy,
+        inflight_window=mqtt.inflight_window.max_messages,
+        retain_available=mqtt.retained_messages.enabled,
+        wildcard_subscriptions=mqtt.wildcard_subscriptions.enabled,
+        shared_subscriptions=mqtt.shared_subscriptions.enabled,
+        subscription_identifiers=mqtt.subscription_identifier.enabled,
+        max_connections=limits.max_connections,
+        max_client_id_length=limits.max_client_id_length,
+        max_topic_length=limits.max_topic_length,
+        connect_timeout=limits.no_connect_idle_timeout / 1000,
+    )
+
+
+@dataclass
+class BoundListener:
+    kind: str
+    name: str
+    host: str
+    port: int
+    server: asyncio.AbstractServer = field(repr=False)
+
+
+class HiveNode:
+    def __init__(self, config: HiveConfig, data_dir: Path) -> None:
+        self.config = config
+        self.data_dir = data_dir
+        self.listeners: list[BoundListener] = []
+        self.broker: Broker | None = None
+        self._stopping = asyncio.Event()
+
+    def _open_store(self) -> SessionStore:
+        persistence = self.config.persistence
+        if persistence.mode == "in-memory":
+            return MemorySessionStore()
+        return FileSessionStore(self.data_dir, commit_interval=persistence.commit_interval / 1000,
+                                sync=persistence.sync)
+
+    async def run(self) -> None:
+        started = time.monotonic()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log.info("Starting Hive %s, data folder %s", __version__, self.data_dir)
+        store = self._open_store()
+        snapshot = await store.open()
+        broker = self.broker = Broker(settings_from(self.config), store)
+        broker.start(snapshot)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stop)
+        try:
+            for listener in self.config.listeners:
+                await self._bind(listener)
+            log.info("Started Hive in %d ms", (time.monotonic() - started) * 1000)
+            await self._stopping.wait()
+            log.info("Shutting down Hive")
+        finally:
+            for bound in self.listeners:
+                bound.server.close()
+            await broker.stop()
+            await store.close()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+            log.info("Hive stopped")
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def _bind(self, listener: Any) -> None:
+        loop = asyncio.get_running_loop()
+        broker = self.broker
+        assert broker is not None
+        kind = listener.kind
+        name = listener.display_name
+        context = None
+        if kind.startswith("tls"):
+            tls = listener.tls
+            context = server_context(
+                tls.keystore.path, tls.keystore.password, tls.keystore.private_key_password,
+                tls.truststore.path if tls.truststore else None,
+                tls.truststore.password if tls.truststore else None,
+                tls.client_authentication_mode, tls.protocols, tls.cipher_suites)
+        if kind.endswith("websocket"):
+            path, subprotocols = listener.path, tuple(listener.subprotocols)
+
+            def factory() -> asyncio.Protocol:
+                return WebSocketProtocol(broker, path, subprotocols, name)
+        else:
+            def factory() -> asyncio.Protocol:
+                return ClientConnection(broker, name)  # type: ignore[return-value]
+        server = await loop.create_server(
+            factory, listener.bind_address, listener.port, ssl=context, backlog=4096,
+            reuse_address=True,
+            ssl_handshake_timeout=(listener.tls.handshake_timeout / 1000) if context else None)
+        sock = server.sockets[0]
+        host, port = sock.getsockname()[:2]
+        if sock.family == socket.AF_INET6:
+            host = f"[{host}]"
+        self.listeners.append(BoundListener(kind, name, host, port, server))
+        log.info("Started %s listener %s on address %s and on port %d", kind, name, host, port)
