@@ -112,6 +112,13 @@ class ClientConnection:
         except MQTTError as exc:
             self._refuse(exc.reason_code, str(exc))
             return
+        try:
+            self._handle(packets)
+        except Exception:  # a bug must cost one connection, never the node
+            log.exception("internal error on the connection of %r", self.client_id or "?")
+            self._refuse(RC.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+
+    def _handle(self, packets: list[Any]) -> None:
         session = self.session
         for packet in packets:
             if self.closed:

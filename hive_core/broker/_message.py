@@ -73,7 +73,7 @@ class Message:
         props = None
         if v5 and (self.properties or subscription_ids or self.expiry_at is not None):
             props = encode_properties(self.properties_for(subscription_ids))
-        raw = encode_publish(self.topic, self.payload, qos, retain, False, 0 if qos else None,
+        raw = encode_publish(self.topic, self.payload, qos, retain, False, 1 if qos else None,
                              props, version)
         if qos:
             at = _packet_id_offset(raw, self.topic)
@@ -91,7 +91,7 @@ class Message:
         props = self.properties_for(subscription_ids)
         props[_ALIAS] = alias
         topic = self.topic if send_topic else ""
-        raw = encode_publish(topic, self.payload, qos, retain, False, 0 if qos else None,
+        raw = encode_publish(topic, self.payload, qos, retain, False, 1 if qos else None,
                              encode_properties(props), version)
         if qos:
             at = _packet_id_offset(raw, topic)

@@ -1,0 +1,151 @@
+"""Fixtures shared by the whole suite: real `hive run` processes on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+STARTED = re.compile(r"Started Hive in (\d+) ms")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class HiveProcess:
+    """One `hive run` child process, its config and its log; stopped by PID at teardown."""
+
+    def __init__(self, folder: Path, config_xml: str, port: int, extra_ports: dict[str, int]):
+        self.folder = folder
+        self.config = folder / "config.xml"
+        self.config.write_text(config_xml)
+        self.data_dir = folder / "data"
+        self.port = port
+        self.ports = extra_ports
+        self.log_path = folder / "hive.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._lines: list[str] = []
+        self._reader: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def log(self) -> str:
+        return "".join(self._lines)
+
+    def start(self, timeout: float = 20.0) -> HiveProcess:
+        self._lines = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hive_core.cli", "run", "--config", str(self.config),
+             "--data-dir", str(self.data_dir)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=self.folder,
+        )
+        started = threading.Event()
+        proc = self.proc
+
+        def read() -> None:
+            assert proc.stdout is not None
+            with self.log_path.open("a") as out:
+                for raw in proc.stdout:
+                    line = raw.decode(errors="replace")
+                    self._lines.append(line)
+                    out.write(line)
+                    out.flush()
+                    if STARTED.search(line):
+                        started.set()
+            started.set()
+
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
+        if not started.wait(timeout) or proc.poll() is not None:
+            self.stop()
+            raise RuntimeError(f"hive did not start:\n{self.log}")
+        return self
+
+    def wait_for_log(self, pattern: str, timeout: float = 10.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        while time.monotonic() < deadline:
+            found = regex.search(self.log)
+            if found:
+                return found
+            time.sleep(0.05)
+        raise AssertionError(f"{pattern!r} not in log:\n{self.log}")
+
+    def kill(self) -> None:
+        """kill -9: no flush, no goodbye."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self._reader is not None:
+                self._reader.join(5)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                self.terminate(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self._reader is not None:
+            self._reader.join(5)
+
+    def restart(self) -> HiveProcess:
+        self.stop()
+        return self.start()
+
+
+def render_config(port: int, body: str = "", listeners: str | None = None) -> str:
+    if listeners is None:
+        listeners = (f"<tcp-listener><port>{port}</port>"
+                     "<bind-address>127.0.0.1</bind-address></tcp-listener>")
+    return f"<hivemq><listeners>{listeners}</listeners>{body}</hivemq>"
+
+
+@pytest.fixture
+def hive_factory(tmp_path: Path) -> Iterator[object]:
+    """Start nodes: ``hive_factory(body="<mqtt>...</mqtt>")`` returns a started HiveProcess."""
+    nodes: list[HiveProcess] = []
+
+    def start(body: str = "", listeners: str | None = None, port: int | None = None,
+              start: bool = True, **extra_ports: int) -> HiveProcess:
+        port = port or free_port()
+        folder = tmp_path / f"node{len(nodes)}"
+        folder.mkdir()
+        node = HiveProcess(folder, render_config(port, body, listeners), port, extra_ports)
+        nodes.append(node)
+        return node.start() if start else node
+
+    yield start
+    for node in nodes:
+        node.stop()
+
+
+@pytest.fixture
+def hive(hive_factory) -> HiveProcess:  # type: ignore[no-untyped-def]
+    """One node on the defaults, TCP on a free loopback port."""
+    return hive_factory()  # type: ignore[no-any-return]
