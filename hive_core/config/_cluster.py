@@ -1,0 +1,360 @@
+"""<cluster>: transport, discovery, failure detection and replication, as HiveMQ 4 spells them.
+
+Defaults follow HiveMQ's cluster documentation. What is absent is resolved by the
+``effective_*`` methods of :class:`Cluster`, not stored, so a config round-trips as written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import model_validator
+from pydantic_xml import attr, element, wrapped
+
+from ._base import (
+    BindPort,
+    ClientAuthenticationMode,
+    ConfigModel,
+    Milliseconds,
+    Port,
+    PositiveInt,
+    TlsProtocol,
+    XmlBool,
+    misplaced,
+)
+from ._listeners import Keystore, Truststore
+
+__all__ = [
+    "BroadcastDiscovery",
+    "Cluster",
+    "ClusterTls",
+    "Discovery",
+    "DiscoveryKind",
+    "EffectiveHeartbeat",
+    "ExtensionDiscovery",
+    "FailureDetection",
+    "Heartbeat",
+    "MulticastDiscovery",
+    "Replication",
+    "StaticDiscovery",
+    "StaticNode",
+    "TcpHealthCheck",
+    "TcpTransport",
+    "Transport",
+    "TransportKind",
+    "UdpTransport",
+]
+
+TransportKind = Literal["tcp", "udp"]
+DiscoveryKind = Literal["static", "multicast", "broadcast", "extension"]
+
+
+class ClusterTls(ConfigModel, tag="tls"):
+    """<tls> inside <transport><tcp>: encrypts node-to-node traffic (discovery stays plain).
+
+    Key and trust store paths are PEM or PKCS#12 files, as for listeners (see Keystore).
+    """
+
+    enabled: XmlBool = element(tag="enabled", default=False)
+    protocols: tuple[TlsProtocol, ...] = wrapped("protocols", element(tag="protocol"), default=())
+    """Empty means the TLS library's defaults."""
+    cipher_suites: tuple[str, ...] = wrapped(
+        "cipher-suites", element(tag="cipher-suite"), default=()
+    )
+    server_keystore: Keystore | None = element(tag="server-keystore", default=None)
+    server_certificate_truststore: Truststore | None = element(
+        tag="server-certificate-truststore", default=None
+    )
+    client_authentication_mode: ClientAuthenticationMode = element(
+        tag="client-authentication-mode", default="NONE"
+    )
+    client_authentication_keystore: Keystore | None = element(
+        tag="client-authentication-keystore", default=None
+    )
+    client_certificate_truststore: Truststore | None = element(
+        tag="client-certificate-truststore", default=None
+    )
+
+    @model_validator(mode="after")
+    def _enabled_needs_keystore(self) -> ClusterTls:
+        if self.enabled and self.server_keystore is None:
+            raise misplaced("enabled", "cluster TLS is enabled but has no <server-keystore>")
+        return self
+
+
+class TcpTransport(ConfigModel, tag="tcp"):
+    bind_address: str | None = element(tag="bind-address", default=None)
+    bind_port: BindPort = element(tag="bind-port", default=8000)
+    external_address: str | None = element(tag="external-address", default=None)
+    """The address other nodes should use, when this node is behind NAT."""
+    external_port: Port = element(tag="external-port", default=0)
+    """0: same as bind-port."""
+    tls: ClusterTls | None = element(tag="tls", default=None)
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls is not None and self.tls.enabled
+
+
+class UdpTransport(ConfigModel, tag="udp"):
+    bind_address: str | None = element(tag="bind-address", default=None)
+    bind_port: BindPort = element(tag="bind-port", default=8000)
+    external_address: str | None = element(tag="external-address", default=None)
+    external_port: Port = element(tag="external-port", default=0)
+    multicast_enabled: XmlBool = element(tag="multicast-enabled", default=True)
+    multicast_address: str = element(tag="multicast-address", default="228.8.8.8")
+    multicast_port: Port = element(tag="multicast-port", default=45588)
+
+
+class Transport(ConfigModel, tag="transport"):
+    """<transport> holds <tcp> or <udp>; neither means the default (see Cluster)."""
+
+    tcp: TcpTransport | None = element(tag="tcp", default=None)
+    udp: UdpTransport | None = element(tag="udp", default=None)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Transport:
+        if self.tcp is not None and self.udp is not None:
+            raise misplaced("udp", "<transport> takes either <tcp> or <udp>, not both")
+        return self
+
+
+class StaticNode(ConfigModel, tag="node"):
+    """One <node> of static discovery, in either shape the docs show.
+
+    ``<node><host>10.0.0.2</host><port>7800</port></node>`` or ``<node ip="10.0.0.2"/>``
+    (the attribute form may carry ``port="7800"`` too). After validation ``host`` is set
+    either way; ``port`` is None when not given, meaning "the transport's bind-port".
+    """
+
+    ip: str | None = attr(name="ip", default=None)
+    port_attribute: Port | None = attr(name="port", default=None)
+    host: str = element(tag="host", default="")
+    port: Port | None = element(tag="port", default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_shapes(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        ip, host = data.get("ip"), data.get("host")
+        if ip and host:
+            raise misplaced("host", "a <node> takes an ip attribute or a <host> element, not both")
+        if not ip and not host:
+            raise misplaced("host", "a <node> needs a <host> element or an ip attribute")
+        if ip and not host:
+            data["host"] = ip
+        port_attribute, port = data.get("port_attribute"), data.get("port")
+        if port_attribute is not None and port is not None:
+            raise misplaced("port", "a <node> takes a port attribute or a <port> element, not both")
+        if port is None and port_attribute is not None:
+            data["port"] = port_attribute
+        return data
+
+    def address(self, default_port: int) -> tuple[str, int]:
+        """(host, port), taking ``default_port`` (the transport's bind-port) when none given."""
+        return self.host, self.port if self.port is not None else default_port
+
+
+class StaticDiscovery(ConfigModel, tag="static"):
+    """A fixed list of nodes; listing this node itself is allowed and recommended."""
+
+    nodes: tuple[StaticNode, ...] = element(tag="node", default=())
+
+
+class MulticastDiscovery(ConfigModel, tag="multicast"):
+    """Finds nodes on the UDP transport's multicast address and port (UDP transport only)."""
+
+
+class BroadcastDiscovery(ConfigModel, tag="broadcast"):
+    broadcast_address: str = element(tag="broadcast-address", default="255.255.255.255")
+    port: Port = element(tag="port", default=8555)
+    port_range: PositiveInt | Literal[0] = element(tag="port-range", default=5)
+    """Also try port+1 .. port+port_range on other nodes."""
+
+
+class ExtensionDiscovery(ConfigModel, tag="extension"):
+    """Nodes come from an installed discovery extension (a plugin)."""
+
+    reload_interval: PositiveInt = element(tag="reload-interval", default=60)
+    """Seconds between two asks of the extension for the current node list."""
+
+
+class Discovery(ConfigModel, tag="discovery"):
+    """<discovery> holds exactly one mechanism; none means the default (see Cluster)."""
+
+    static: StaticDiscovery | None = element(tag="static", default=None)
+    multicast: MulticastDiscovery | None = element(tag="multicast", default=None)
+    broadcast: BroadcastDiscovery | None = element(tag="broadcast", default=None)
+    extension: ExtensionDiscovery | None = element(tag="extension", default=None)
+
+    @property
+    def chosen(
+        self,
+    ) -> StaticDiscovery | MulticastDiscovery | BroadcastDiscovery | ExtensionDiscovery | None:
+        return self.static or self.multicast or self.broadcast or self.extension
+
+    @model_validator(mode="after")
+    def _one_mechanism(self) -> Discovery:
+        given = [
+            kind
+            for kind in ("static", "multicast", "broadcast", "extension")
+            if getattr(self, kind) is not None
+        ]
+        if len(given) > 1:
+            raise misplaced(given[1], f"<discovery> takes one mechanism, got {' and '.join(given)}")
+        return self
+
+
+class Heartbeat(ConfigModel, tag="heartbeat"):
+    """Interval and timeout default per transport; see Cluster.effective_heartbeat()."""
+
+    enabled: XmlBool = element(tag="enabled", default=True)
+    interval: Milliseconds | None = element(tag="interval", default=None)
+    timeout: Milliseconds | None = element(tag="timeout", default=None)
+
+
+class TcpHealthCheck(ConfigModel, tag="tcp-health-check"):
+    """A held-open TCP connection per peer, to notice a node leaving sooner than heartbeats."""
+
+    enabled: XmlBool = element(tag="enabled", default=True)
+    bind_address: str | None = element(tag="bind-address", default=None)
+    bind_port: BindPort = element(tag="bind-port", default=0)
+    """0: an ephemeral port."""
+    external_address: str | None = element(tag="external-address", default=None)
+    external_port: Port = element(tag="external-port", default=0)
+    port_range: PositiveInt | Literal[0] = element(tag="port-range", default=50)
+
+
+class FailureDetection(ConfigModel, tag="failure-detection"):
+    heartbeat: Heartbeat = element(default_factory=Heartbeat)
+    tcp_health_check: TcpHealthCheck = element(default_factory=TcpHealthCheck)
+
+
+class Replication(ConfigModel, tag="replication"):
+    replica_count: PositiveInt = element(tag="replica-count", default=2)
+    """Copies of each piece of persistent data, original included; capped at the member count."""
+
+
+@dataclass(frozen=True, slots=True)
+class EffectiveHeartbeat:
+    enabled: bool
+    interval_ms: int
+    timeout_ms: int
+
+
+# Heartbeat defaults differ per transport (HiveMQ cluster docs, "Heartbeat" table).
+_HEARTBEAT_DEFAULTS: dict[TransportKind, tuple[int, int]] = {
+    "tcp": (3000, 9000),
+    "udp": (8000, 40000),
+}
+
+
+class Cluster(ConfigModel, tag="cluster"):
+    """<cluster>.
+
+    Transport and discovery must fit: UDP works only with multicast discovery, and multicast
+    discovery only with UDP transport whose multicast is enabled. When one is left out it is
+    chosen to fit the other; when both are, UDP with multicast (HiveMQ's default, meant for
+    local testing). So a config with only static discovery (seed 000) runs over TCP, and one
+    with only a TCP transport (the TLS example) uses static discovery with no nodes listed:
+    the node waits for others to find it.
+    """
+
+    enabled: XmlBool = element(tag="enabled", default=False)
+    node_name: str | None = element(tag="node-name", default=None)
+    """Hive addition: a stable name for this node; None means one is generated at start."""
+    host_discovery_address: str | None = element(tag="host-discovery-address", default=None)
+    """The address other nodes use to reach this one during discovery (seed 000)."""
+    transport: Transport | None = element(tag="transport", default=None)
+    discovery: Discovery | None = element(tag="discovery", default=None)
+    failure_detection: FailureDetection = element(default_factory=FailureDetection)
+    replication: Replication = element(default_factory=Replication)
+
+    def _explicit_transport(self) -> TcpTransport | UdpTransport | None:
+        if self.transport is None:
+            return None
+        return self.transport.tcp or self.transport.udp
+
+    def _explicit_discovery(
+        self,
+    ) -> StaticDiscovery | MulticastDiscovery | BroadcastDiscovery | ExtensionDiscovery | None:
+        return None if self.discovery is None else self.discovery.chosen
+
+    def effective_transport(self) -> TcpTransport | UdpTransport:
+        """The transport in use: the one configured, else the one fitting the discovery."""
+        explicit = self._explicit_transport()
+        if explicit is not None:
+            return explicit
+        discovery = self._explicit_discovery()
+        if discovery is None or isinstance(discovery, MulticastDiscovery):
+            return UdpTransport()
+        return TcpTransport()
+
+    def effective_discovery(
+        self,
+    ) -> StaticDiscovery | MulticastDiscovery | BroadcastDiscovery | ExtensionDiscovery:
+        """The discovery in use: the one configured, else the one fitting the transport."""
+        explicit = self._explicit_discovery()
+        if explicit is not None:
+            return explicit
+        if isinstance(self.effective_transport(), TcpTransport):
+            return StaticDiscovery()
+        return MulticastDiscovery()
+
+    @property
+    def transport_kind(self) -> TransportKind:
+        return "tcp" if isinstance(self.effective_transport(), TcpTransport) else "udp"
+
+    @property
+    def discovery_kind(self) -> DiscoveryKind:
+        tag = type(self.effective_discovery()).__xml_tag__
+        assert tag in ("static", "multicast", "broadcast", "extension")
+        return tag  # type: ignore[return-value]
+
+    def effective_heartbeat(self) -> EffectiveHeartbeat:
+        """Heartbeat settings with the transport's defaults filled in (TCP 3000/9000 ms,
+        UDP 8000/40000 ms)."""
+        interval, timeout = _HEARTBEAT_DEFAULTS[self.transport_kind]
+        heartbeat = self.failure_detection.heartbeat
+        return EffectiveHeartbeat(
+            enabled=heartbeat.enabled,
+            interval_ms=heartbeat.interval if heartbeat.interval is not None else interval,
+            timeout_ms=heartbeat.timeout if heartbeat.timeout is not None else timeout,
+        )
+
+    @model_validator(mode="after")
+    def _transport_fits_discovery(self) -> Cluster:
+        transport = self.effective_transport()
+        discovery = self.effective_discovery()
+        discovery_tag = type(discovery).__xml_tag__
+        if isinstance(transport, UdpTransport) and not isinstance(discovery, MulticastDiscovery):
+            raise misplaced(
+                f"discovery/{discovery_tag}",
+                f"{discovery_tag} discovery does not work with UDP transport; UDP transport "
+                "works only with multicast discovery (use <transport><tcp>)",
+            )
+        if isinstance(discovery, MulticastDiscovery):
+            if isinstance(transport, TcpTransport):
+                raise misplaced(
+                    "discovery/multicast",
+                    "multicast discovery does not work with TCP transport; it uses the "
+                    "multicast address of the UDP transport (use <transport><udp>, or "
+                    "static, broadcast or extension discovery)",
+                )
+            if not transport.multicast_enabled:
+                raise misplaced(
+                    "transport/udp/multicast-enabled",
+                    "multicast discovery needs <multicast-enabled>true</multicast-enabled> "
+                    "on the UDP transport",
+                )
+        heartbeat = self.effective_heartbeat()
+        if heartbeat.enabled and heartbeat.timeout_ms <= heartbeat.interval_ms:
+            raise misplaced(
+                "failure-detection/heartbeat",
+                f"heartbeat timeout ({heartbeat.timeout_ms} ms) must be longer than its "
+                f"interval ({heartbeat.interval_ms} ms)",
+            )
+        return self

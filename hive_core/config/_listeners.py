@@ -1,0 +1,174 @@
+"""<listeners>: where MQTT clients connect (TCP, TLS, WebSocket, secure WebSocket)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import ClassVar, Literal
+
+from pydantic import model_validator
+from pydantic_xml import element, wrapped
+
+from ._base import (
+    ClientAuthenticationMode,
+    ConfigModel,
+    Milliseconds,
+    Port,
+    TlsProtocol,
+    XmlBool,
+    misplaced,
+)
+
+__all__ = [
+    "AnyListener",
+    "Keystore",
+    "LegacyTcpListener",
+    "ListenerKind",
+    "ListenerTls",
+    "Listeners",
+    "TcpListener",
+    "TlsTcpListener",
+    "TlsWebsocketListener",
+    "Truststore",
+    "WebsocketListener",
+]
+
+ListenerKind = Literal["tcp", "tls-tcp", "websocket", "tls-websocket"]
+
+
+class Keystore(ConfigModel, tag="keystore"):
+    """The certificate chain and private key a TLS endpoint presents.
+
+    ``path`` may name a PEM file (certificate chain and key, or chain only when the key is in
+    the same file) or a PKCS#12 bundle (``.p12``/``.pfx``); Java ``.jks`` files are not read.
+    Loading the file is the job of whoever builds the ``ssl.SSLContext``, not of this model.
+    """
+
+    path: str = element(tag="path")
+    password: str | None = element(tag="password", default=None)
+    private_key_password: str | None = element(tag="private-key-password", default=None)
+
+
+class Truststore(ConfigModel, tag="truststore"):
+    """The certificates a TLS endpoint trusts (PEM bundle or PKCS#12, like :class:`Keystore`)."""
+
+    path: str = element(tag="path")
+    password: str | None = element(tag="password", default=None)
+
+
+class ListenerTls(ConfigModel, tag="tls"):
+    """<tls> of a secure listener."""
+
+    protocols: tuple[TlsProtocol, ...] = wrapped(
+        "protocols", element(tag="protocol"), default=("TLSv1.3", "TLSv1.2")
+    )
+    cipher_suites: tuple[str, ...] = wrapped(
+        "cipher-suites", element(tag="cipher-suite"), default=()
+    )
+    """Empty means the TLS library's defaults."""
+    keystore: Keystore = element(tag="keystore")
+    truststore: Truststore | None = element(tag="truststore", default=None)
+    client_authentication_mode: ClientAuthenticationMode = element(
+        tag="client-authentication-mode", default="NONE"
+    )
+    handshake_timeout: Milliseconds = element(tag="handshake-timeout", default=10000)
+
+    @model_validator(mode="after")
+    def _client_auth_needs_trust(self) -> ListenerTls:
+        if self.client_authentication_mode != "NONE" and self.truststore is None:
+            raise misplaced(
+                "client-authentication-mode",
+                f"client-authentication-mode {self.client_authentication_mode} needs a "
+                "<truststore> to check client certificates against",
+            )
+        return self
+
+
+class _Listener(ConfigModel):
+    kind: ClassVar[ListenerKind]
+    port: Port
+    bind_address: str = element(tag="bind-address", default="0.0.0.0")
+    name: str | None = element(tag="name", default=None)
+
+    @property
+    def display_name(self) -> str:
+        """``name``, or ``<kind>-listener-<port>`` as HiveMQ names an unnamed listener."""
+        return self.name or f"{self.kind}-listener-{self.port}"
+
+
+class TcpListener(_Listener, tag="tcp-listener"):
+    kind: ClassVar[ListenerKind] = "tcp"
+    port: Port = element(tag="port", default=1883)
+
+
+class LegacyTcpListener(TcpListener, tag="tcp"):
+    """``<tcp>``, an older spelling of ``<tcp-listener>`` (seen in seed 000); same meaning."""
+
+
+class TlsTcpListener(_Listener, tag="tls-tcp-listener"):
+    kind: ClassVar[ListenerKind] = "tls-tcp"
+    port: Port = element(tag="port", default=8883)
+    tls: ListenerTls = element(tag="tls")
+
+
+class WebsocketListener(_Listener, tag="websocket-listener"):
+    kind: ClassVar[ListenerKind] = "websocket"
+    port: Port = element(tag="port", default=8000)
+    path: str = element(tag="path", default="/mqtt")
+    subprotocols: tuple[str, ...] = wrapped(
+        "subprotocols", element(tag="subprotocol"), default=("mqtt", "mqttv3.1")
+    )
+    allow_extensions: XmlBool = element(tag="allow-extensions", default=False)
+
+
+class TlsWebsocketListener(WebsocketListener, tag="tls-websocket-listener"):
+    kind: ClassVar[ListenerKind] = "tls-websocket"
+    port: Port = element(tag="port", default=8001)
+    tls: ListenerTls = element(tag="tls")
+
+
+AnyListener = (
+    TcpListener | LegacyTcpListener | TlsTcpListener | WebsocketListener | TlsWebsocketListener
+)
+
+
+class Listeners(ConfigModel, tag="listeners", search_mode="strict"):
+    """<listeners>: the listeners in document order; iterate it, index it, take its len().
+
+    ``search_mode="strict"`` keeps mixed listener kinds in document order (pydantic-xml's
+    unordered mode would group them by kind).
+    """
+
+    items: tuple[AnyListener, ...] = element(default=())
+
+    def __iter__(self) -> Iterator[AnyListener]:  # type: ignore[override]
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> AnyListener:
+        return self.items[index]
+
+    @model_validator(mode="after")
+    def _ports_are_distinct(self) -> Listeners:
+        taken: dict[tuple[str, int], int] = {}
+        seen_per_tag: dict[str, int] = {}
+        for position, listener in enumerate(self.items, start=1):
+            tag = type(listener).__xml_tag__ or ""
+            seen_per_tag[tag] = seen_per_tag.get(tag, 0) + 1
+            key = (listener.bind_address, listener.port)
+            if listener.port == 0:
+                continue
+            if key in taken:
+                raise misplaced(
+                    f"{tag}[{seen_per_tag[tag]}]/port",
+                    f"port {listener.port} on {listener.bind_address} is already used by "
+                    f"listener {taken[key]}",
+                )
+            taken[key] = position
+        return self
+
+
+def default_listeners() -> Listeners:
+    """What a config without <listeners> gets: one TCP listener on 0.0.0.0:1883."""
+    return Listeners(items=(TcpListener(),))

@@ -1,0 +1,136 @@
+"""<mqtt> (protocol limits and features) and <restrictions> (connection limits)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_xml import element
+
+from ._base import ConfigModel, Milliseconds, NonNegativeInt, PositiveInt, XmlBool
+
+__all__ = [
+    "FeatureSwitch",
+    "InflightWindow",
+    "KeepAlive",
+    "MessageExpiry",
+    "Mqtt",
+    "Packets",
+    "QualityOfService",
+    "QueuedMessages",
+    "ReceiveMaximum",
+    "Restrictions",
+    "SessionExpiry",
+    "TopicAlias",
+]
+
+UInt16 = Annotated[int, Field(ge=1, le=65535)]
+
+
+class QueuedMessages(ConfigModel, tag="queued-messages"):
+    """Messages kept for an offline or slow client."""
+
+    max_queue_size: PositiveInt = element(tag="max-queue-size", default=1000)
+    strategy: Literal["discard", "discard-oldest"] = element(tag="strategy", default="discard")
+    """When the queue is full: drop the new message, or drop the oldest queued one."""
+
+
+class TopicAlias(ConfigModel, tag="topic-alias"):
+    enabled: XmlBool = element(tag="enabled", default=True)
+    max_per_client: UInt16 = element(tag="max-per-client", default=5)
+
+
+class MessageExpiry(ConfigModel, tag="message-expiry"):
+    max_interval: PositiveInt = element(tag="max-interval", default=4294967296)
+    """Seconds; the default (2**32) is beyond what MQTT can express, i.e. no expiry."""
+
+
+class SessionExpiry(ConfigModel, tag="session-expiry"):
+    max_interval: Annotated[int, Field(ge=0, le=4294967295)] = element(
+        tag="max-interval", default=4294967295
+    )
+    """Seconds; 4294967295 means a session never expires."""
+
+
+class Packets(ConfigModel, tag="packets"):
+    max_packet_size: Annotated[int, Field(ge=1, le=268435460)] = element(
+        tag="max-packet-size", default=268435460
+    )
+
+
+class ReceiveMaximum(ConfigModel, tag="receive-maximum"):
+    server_receive_maximum: UInt16 = element(tag="server-receive-maximum", default=10)
+
+
+class KeepAlive(ConfigModel, tag="keep-alive"):
+    allow_unlimited: XmlBool = element(tag="allow-unlimited", default=True)
+    """Whether a client may ask for keep-alive 0 (never time out)."""
+    max_keep_alive: UInt16 = element(tag="max-keep-alive", default=65535)
+
+
+class FeatureSwitch(ConfigModel):
+    """An element holding only <enabled>, such as <shared-subscriptions>."""
+
+    enabled: XmlBool = element(tag="enabled", default=True)
+
+
+class QualityOfService(ConfigModel, tag="quality-of-service"):
+    max_qos: Annotated[int, Field(ge=0, le=2)] = element(tag="max-qos", default=2)
+
+
+class InflightWindow(ConfigModel, tag="inflight-window"):
+    """Hive addition: outbound QoS 1/2 messages in flight per client.
+
+    A v5 client's receive maximum lowers it for that client.
+    """
+
+    max_messages: UInt16 = element(tag="max-messages", default=32)
+
+
+class Mqtt(ConfigModel, tag="mqtt"):
+    queued_messages: QueuedMessages = element(default_factory=QueuedMessages)
+    topic_alias: TopicAlias = element(default_factory=TopicAlias)
+    message_expiry: MessageExpiry = element(default_factory=MessageExpiry)
+    session_expiry: SessionExpiry = element(default_factory=SessionExpiry)
+    packets: Packets = element(default_factory=Packets)
+    receive_maximum: ReceiveMaximum = element(default_factory=ReceiveMaximum)
+    keep_alive: KeepAlive = element(default_factory=KeepAlive)
+    subscription_identifier: FeatureSwitch = element(
+        tag="subscription-identifier", default_factory=FeatureSwitch
+    )
+    wildcard_subscriptions: FeatureSwitch = element(
+        tag="wildcard-subscriptions", default_factory=FeatureSwitch
+    )
+    shared_subscriptions: FeatureSwitch = element(
+        tag="shared-subscriptions", default_factory=FeatureSwitch
+    )
+    quality_of_service: QualityOfService = element(default_factory=QualityOfService)
+    retained_messages: FeatureSwitch = element(
+        tag="retained-messages", default_factory=FeatureSwitch
+    )
+    inflight_window: InflightWindow = element(default_factory=InflightWindow)
+
+
+class Restrictions(ConfigModel, tag="restrictions"):
+    max_connections: int = element(tag="max-connections", default=-1)
+    """-1: unlimited."""
+    max_client_id_length: UInt16 = element(tag="max-client-id-length", default=65535)
+    max_topic_length: UInt16 = element(tag="max-topic-length", default=65535)
+    no_connect_idle_timeout: Milliseconds = element(tag="no-connect-idle-timeout", default=10000)
+    """Milliseconds a new connection may take to send CONNECT before it is closed."""
+    incoming_bandwidth_throttling: NonNegativeInt = element(
+        tag="incoming-bandwidth-throttling", default=0
+    )
+    """Bytes per second per client; 0: no throttling."""
+
+    @field_validator("max_connections")
+    @classmethod
+    def _unlimited_or_positive(cls, value: int) -> int:
+        if value != -1 and value < 1:
+            raise ValueError("expected -1 (unlimited) or a positive integer")
+        return value
+
+    @property
+    def connection_limit(self) -> int | None:
+        """max_connections, or None when unlimited."""
+        return None if self.max_connections == -1 else self.max_connections

@@ -1,0 +1,33 @@
+"""<hivemq>, the root of config.xml."""
+
+from __future__ import annotations
+
+from pydantic_xml import element
+
+from ._base import ConfigModel
+from ._cluster import Cluster
+from ._listeners import Listeners, default_listeners
+from ._mqtt import Mqtt, Restrictions
+from ._node import Extensions, Persistence
+
+__all__ = ["HiveConfig", "default_config"]
+
+
+class HiveConfig(ConfigModel, tag="hivemq"):
+    """The whole of config.xml; every section has its defaults when absent.
+
+    Without <listeners> a node listens on 0.0.0.0:1883 (TCP); an empty <listeners/> means
+    no MQTT listener at all.
+    """
+
+    listeners: Listeners = element(default_factory=default_listeners)
+    mqtt: Mqtt = element(default_factory=Mqtt)
+    restrictions: Restrictions = element(default_factory=Restrictions)
+    cluster: Cluster = element(default_factory=Cluster)
+    persistence: Persistence = element(default_factory=Persistence)
+    extensions: Extensions = element(default_factory=Extensions)
+
+
+def default_config() -> HiveConfig:
+    """One node: a TCP listener on 0.0.0.0:1883, cluster disabled, all else at defaults."""
+    return HiveConfig()
