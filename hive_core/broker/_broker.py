@@ -133,6 +133,7 @@ class Broker:
             old = session.connection
             log.info("client %r taken over by a new connection", client_id)
             old.close(RC.SESSION_TAKEN_OVER, "another connection took the session over")
+            session = self.sessions.get(client_id)  # closing ends a session with expiry 0
         if session is not None and clean_start:
             self._end_session(session)
             session = None

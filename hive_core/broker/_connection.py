@@ -125,10 +125,10 @@ class ClientConnection:
                 return
             kind = type(packet)
             if kind is Publish:
-                self._on_publish(packet)  # type: ignore[arg-type]
+                self._on_publish(packet)
             elif session is None:
                 if kind is Connect:
-                    self._on_connect(packet)  # type: ignore[arg-type]
+                    self._on_connect(packet)
                     session = self.session
                 else:
                     self._refuse(RC.PROTOCOL_ERROR, "first packet must be CONNECT")

@@ -1,1 +1,30 @@
+"""Persistence: the records the broker keeps across restarts, and the stores that keep them."""
 
+from ._errors import PersistenceError
+from ._file_store import FileSessionStore, StoreStats
+from ._memory_store import MemorySessionStore
+from ._model import (
+    NEVER_EXPIRES,
+    Direction,
+    SessionStore,
+    Snapshot,
+    StoredInflight,
+    StoredMessage,
+    StoredSession,
+    StoredSubscription,
+)
+
+__all__ = [
+    "NEVER_EXPIRES",
+    "Direction",
+    "FileSessionStore",
+    "MemorySessionStore",
+    "PersistenceError",
+    "SessionStore",
+    "Snapshot",
+    "StoreStats",
+    "StoredInflight",
+    "StoredMessage",
+    "StoredSession",
+    "StoredSubscription",
+]

@@ -14,7 +14,7 @@ NEVER_EXPIRES = 0xFFFFFFFF
 
 @dataclass(slots=True)
 class StoredMessage:
-    """One application message as a session queue, an in-flight slot or the retained store holds it."""
+    """An application message as a session queue, an in-flight slot or the retained store has it."""
 
     topic: str
     payload: bytes

@@ -1,0 +1,587 @@
+"""Run the Hive benchmark: Hive and Mosquitto side by side, in one run, reporting ratios.
+
+    .venv/bin/python bench/run.py                      # everything, both brokers, 1 round
+    .venv/bin/python bench/run.py --quick              # smoke run (short, 2,000 connections)
+    .venv/bin/python bench/run.py --brokers mosquitto --scenarios qos0,latency --rounds 3
+
+Each measurement starts a fresh broker process pinned to core 0 (the generator runs on
+core 1), runs one scenario, and stops the broker by PID.  Brokers alternate within each
+scenario (hive, mosquitto, hive, mosquitto, ... for --rounds N); the median per broker
+and the ratio hive/mosquitto are reported on stdout and appended as markdown to --out.
+See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import os
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import loadgen  # noqa: E402
+
+REPO = HERE.parent
+DEFAULT_HIVE = f"{REPO / '.venv' / 'bin' / 'hive'} run --config {{config}} --data-dir {{data_dir}}"
+HIVE_READY = "Started Hive in"
+QUEUE_SIZE = 100_000
+
+HIVE_CONFIG = """<hivemq>
+  <listeners>
+    <tcp-listener><port>{port}</port><bind-address>127.0.0.1</bind-address></tcp-listener>
+  </listeners>
+  <mqtt><queued-messages><max-queue-size>{queue}</max-queue-size></queued-messages></mqtt>
+</hivemq>
+"""
+
+# Mosquitto 2.0 drops an outgoing QoS 0 message when the client's outgoing packet count
+# reaches max_queued_messages (db__ready_for_flight); with max_inflight_messages 0 QoS 0 is
+# never dropped and QoS 1 has no per-client in-flight cap (Hive's MQTT 3 sessions have none
+# either). The generator's window keeps every queue far below 100,000 anyway.
+MOSQUITTO_CONFIG = """listener {port} 127.0.0.1
+allow_anonymous true
+persistence false
+max_queued_messages {queue}
+max_queued_bytes 0
+max_inflight_messages 0
+set_tcp_nodelay {nodelay}
+log_dest stderr
+log_type error
+log_type warning
+"""
+
+
+# --------------------------------------------------------------------------------------
+# brokers
+# --------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                st = f.read()
+            ppid = int(st[st.rindex(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of ``pid`` and all its descendants, in KiB."""
+    total = 0
+    for p in _descendants(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+                        break
+        except OSError:
+            pass
+    return total
+
+
+def _pin_broker() -> None:
+    loadgen.pin_to_core(loadgen.BROKER_CORE)
+    loadgen.raise_nofile()
+
+
+@dataclass
+class BrokerDef:
+    name: str
+    kind: str  # "hive" | "mosquitto"
+    cmd: str = ""
+    config_template: Path | None = None  # hive: a full config file whose listener we rewrite
+
+
+@dataclass
+class Broker:
+    d: BrokerDef
+    args: argparse.Namespace
+    port: int = 0
+    proc: subprocess.Popen | None = None
+    workdir: Path | None = None
+    log_path: Path | None = None
+    started_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def _hive_config(self, path: Path) -> None:
+        if self.d.config_template is None:
+            path.write_text(HIVE_CONFIG.format(port=self.port, queue=QUEUE_SIZE))
+            return
+        tree = ET.parse(self.d.config_template)
+        root = tree.getroot()
+        listeners = root.find("listeners")
+        if listeners is None:
+            listeners = ET.SubElement(root, "listeners")
+        tcp = listeners.find("tcp-listener")
+        if tcp is None:
+            tcp = ET.SubElement(listeners, "tcp-listener")
+        for tag, val in (("port", str(self.port)), ("bind-address", "127.0.0.1")):
+            el = tcp.find(tag)
+            if el is None:
+                el = ET.SubElement(tcp, tag)
+            el.text = val
+        mqtt = root.find("mqtt")
+        if mqtt is None:
+            mqtt = ET.SubElement(root, "mqtt")
+        qm = mqtt.find("queued-messages")
+        if qm is None:
+            qm = ET.SubElement(mqtt, "queued-messages")
+        if qm.find("max-queue-size") is None:
+            ET.SubElement(qm, "max-queue-size").text = str(QUEUE_SIZE)
+        tree.write(path, encoding="unicode")
+
+    def start(self) -> None:
+        self.port = free_port()
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"bench-{self.d.name}-"))
+        logs = Path(self.args.out).parent / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self.log_path = logs / f"{self.d.name}.log"
+        if self.d.kind == "mosquitto":
+            conf = self.workdir / "mosquitto.conf"
+            conf.write_text(MOSQUITTO_CONFIG.format(
+                port=self.port, queue=QUEUE_SIZE,
+                nodelay="true" if self.args.mosquitto_nodelay else "false"))
+            argv = [self.args.mosquitto_bin, "-c", str(conf)]
+            ready_line = None
+        else:
+            conf = self.workdir / "hive.xml"
+            self._hive_config(conf)
+            data_dir = self.workdir / "data"
+            data_dir.mkdir()
+            cmd = self.d.cmd
+            if "{config}" not in cmd:
+                cmd += " --config {config} --data-dir {data_dir}"
+            argv = [a.format(config=conf, data_dir=data_dir, port=self.port)
+                    for a in shlex.split(cmd)]
+            ready_line = HIVE_READY
+        log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.extra["log"] = log
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=self.workdir, preexec_fn=_pin_broker, start_new_session=True,
+        )
+        deadline = t0 + self.args.start_timeout
+        seen_line = ready_line is None
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.d.name} exited with {self.proc.returncode} during "
+                                   f"start-up; log tail:\n{self._log_tail()}")
+            if not seen_line:
+                with contextlib.suppress(OSError):
+                    seen_line = ready_line in self.log_path.read_text(errors="replace")
+            if seen_line and _port_open(self.port):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.d.name} not ready after {self.args.start_timeout}s "
+                                   f"(waiting for {'port' if seen_line else repr(ready_line)}); "
+                                   f"log tail:\n{self._log_tail()}")
+            time.sleep(0.05)
+        self.started_s = time.monotonic() - t0
+        time.sleep(0.3)  # let start-up work settle before measuring
+
+    def _log_tail(self, n: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])  # type: ignore[union-attr]
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        p = self.proc
+        if p is not None:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        p.kill()
+                    p.wait(timeout=10)
+            # anything the broker left in its own session (pgid == its pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            self.proc = None
+        log = self.extra.pop("log", None)
+        if log is not None:
+            log.close()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+
+# --------------------------------------------------------------------------------------
+# scenarios
+# --------------------------------------------------------------------------------------
+
+# name -> (title, metric key, unit, higher is better)
+SCENARIOS: dict[str, tuple[str, str, str, bool]] = {
+    "qos0": ("QoS 0 throughput 1 -> 1", "rate", "msg/s", True),
+    "qos1": ("QoS 1 throughput 1 -> 1", "rate", "msg/s", True),
+    "fanout": ("Fan-out 1 -> 50 (one topic)", "rate", "deliveries/s", True),
+    "fanin": ("Fan-in 50 -> 1 (bench/x/+)", "rate", "deliveries/s", True),
+    "latency": ("Latency QoS 0 1 -> 1 at 2,000 msg/s", "p50_ms", "ms p50", False),
+    "conns": ("Idle connections", "kib_per_conn", "KiB/conn", False),
+}
+
+# targets for Hive as ratios to Mosquitto (ratio >= for throughput, <= for latency/memory)
+TARGETS: dict[str, tuple[str, float]] = {
+    "qos0": (">=", 0.5),
+    "qos1": (">=", 0.4),
+    "fanout": (">=", 0.5),
+    "fanin": (">=", 0.4),
+    "latency": ("<=", 2.0),
+}
+CONN_KIB_TARGET = 10.0
+CONN_TIME_TARGET = 10.0
+
+
+def run_scenario(name: str, broker: Broker, a: argparse.Namespace) -> dict[str, Any]:
+    if name == "conns":
+        before = rss_kib(broker.pid)
+
+        def measure() -> int:
+            time.sleep(a.settle)
+            return rss_kib(broker.pid)
+
+        r = loadgen.run_connections("127.0.0.1", broker.port, a.connections, a.conn_procs,
+                                    a.conn_concurrency, on_connected=measure)
+        after = int(r.pop("measure"))
+        n = r["connections"]
+        r.update(rss_before_kib=before, rss_after_kib=after,
+                 kib_per_conn=(after - before) / n if n else float("nan"))
+        if broker.proc is not None and broker.proc.poll() is not None:
+            r["error"] = f"broker exited with {broker.proc.returncode}"
+        return r
+    kw = dict(loadgen.SCENARIO_SPECS[name])
+    spec = loadgen.LoadSpec(
+        port=broker.port, duration=a.duration, warmup=a.warmup, payload=a.payload,
+        window=a.window, inflight=a.inflight, **kw,
+    )
+    if name == "fanout":
+        spec.subscribers = a.fan
+    if name == "fanin":
+        spec.publishers = a.fan
+    if name == "latency":
+        spec.rate = a.latency_rate
+        spec.duration = max(a.duration, a.latency_duration)
+    r = loadgen.run_load(spec)
+    r["rate"] = r["delivered_per_s"]
+    r["rss_kib"] = rss_kib(broker.pid)
+    return r
+
+
+def metric(name: str, r: dict[str, Any]) -> float:
+    return float(r[SCENARIOS[name][1]])
+
+
+# --------------------------------------------------------------------------------------
+# reporting
+# --------------------------------------------------------------------------------------
+
+
+def _fmt(v: float | None, unit: str) -> str:
+    if v is None or v != v:
+        return "-"
+    if unit.startswith("ms "):
+        return f"{v:.3f}"
+    if unit.startswith("KiB"):
+        return f"{v:.2f}"
+    if v >= 1000:
+        return f"{v / 1000:.1f}k"
+    return f"{v:.1f}"
+
+
+def _median(vals: list[float]) -> float | None:
+    return statistics.median(vals) if vals else None
+
+
+def build_report(
+    a: argparse.Namespace, brokers: list[str], scen: list[str], res: dict, errors: dict
+) -> tuple[str, str]:
+    ref = "mosquitto" if "mosquitto" in brokers else None
+    others = [b for b in brokers if b != ref]
+    headers = ["scenario", "unit", *brokers]
+    if ref:
+        headers += [f"{b}/{ref}" for b in others]
+    if "hive" in brokers and "hive-extra" in brokers:
+        headers.append("hive-extra/hive")
+    headers.append("target")
+    rows: list[list[str]] = []
+    notes: list[str] = []
+    for s in scen:
+        title, _, unit, _hib = SCENARIOS[s]
+        med: dict[str, float | None] = {}
+        for b in brokers:
+            runs = res.get((s, b), [])
+            med[b] = _median([metric(s, r) for r in runs])
+        row = [title, unit]
+        for b in brokers:
+            cell = _fmt(med[b], unit)
+            if errors.get((s, b)):
+                cell += " (err)" if med[b] is not None else "error"
+            row.append(cell)
+        ratios: dict[str, float | None] = {}
+        if ref:
+            for b in others:
+                ratios[b] = (med[b] / med[ref]) if med[b] is not None and med[ref] else None
+                row.append("-" if ratios[b] is None else f"{ratios[b]:.2f}")
+        if "hive" in brokers and "hive-extra" in brokers:
+            h, x = med["hive"], med["hive-extra"]
+            row.append(f"{x / h:.2f}" if h and x is not None else "-")
+        tgt = ""
+        if s in TARGETS:
+            op, val = TARGETS[s]
+            tgt = f"hive/mosq {op} {val:g}"
+            r = ratios.get("hive")
+            if r is not None:
+                ok = r >= val if op == ">=" else r <= val
+                tgt += " ok" if ok else " MISS"
+        elif s == "conns":
+            tgt = f"<= {CONN_KIB_TARGET:g} KiB, < {CONN_TIME_TARGET:g} s"
+            hr = res.get((s, "hive"), [])
+            if hr:
+                kib = _median([r["kib_per_conn"] for r in hr])
+                secs = _median([r["connect_s"] for r in hr])
+                ok = (kib is not None and kib <= CONN_KIB_TARGET
+                      and secs is not None and secs < CONN_TIME_TARGET)
+                tgt += " ok" if ok else " MISS"
+        row.append(tgt)
+        rows.append(row)
+        # secondary figures
+        for b in brokers:
+            runs = res.get((s, b), [])
+            if not runs:
+                continue
+            if s == "latency":
+                notes.append(f"{s} {b}: p99 " + ", ".join(f"{r['p99_ms']:.3f}" for r in runs)
+                             + " ms; p50 " + ", ".join(f"{r['p50_ms']:.3f}" for r in runs)
+                             + f" ms; samples {runs[-1]['latency_samples']}")
+            elif s == "conns":
+                notes.append(
+                    f"{s} {b}: " + "; ".join(
+                        f"{r['connections']} CONNACKs in {r['connect_s']:.2f} s "
+                        f"({r['connects_per_s']:.0f}/s), failed {r['failed']}, RSS "
+                        f"{r['rss_before_kib'] / 1024:.1f} -> {r['rss_after_kib'] / 1024:.1f} MiB"
+                        for r in runs))
+            else:
+                vals = ", ".join(_fmt(metric(s, r), unit) for r in runs)
+                loss = sum(r["lost"] for r in runs)
+                dups = sum(r["duplicates"] for r in runs)
+                extra = f"; LOST {loss}" if loss else "; no loss"
+                if dups:
+                    extra += f"; duplicates {dups}"
+                rss = max(r["rss_kib"] for r in runs) / 1024
+                notes.append(f"{s} {b}: runs {vals}{extra}; broker RSS {rss:.1f} MiB")
+        for b in brokers:
+            for e in errors.get((s, b), []):
+                notes.append(f"{s} {b}: ERROR {e}")
+
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    text = "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
+
+    stamp = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    rev = "?"
+    with contextlib.suppress(Exception):
+        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=5).stdout.strip() or "?"
+    md = [f"## Bench run {stamp} (commit {rev})", ""]
+    md.append(f"`{' '.join(shlex.quote(x) for x in sys.argv)}`  ")
+    md.append(f"duration {a.duration:g} s after {a.warmup:g} s warm-up, rounds {a.rounds}, "
+              f"payload {a.payload} B, window {a.window}, connections {a.connections}; "
+              "values are medians over rounds; broker on core 0, generator on core 1.")
+    md.append("")
+    md.append("| " + " | ".join(headers) + " |")
+    md.append("|" + "|".join("---" for _ in headers) + "|")
+    for r in rows:
+        md.append("| " + " | ".join(r) + " |")
+    md.append("")
+    md.extend(f"- {n}" for n in notes)
+    md.append("")
+    return text, "\n".join(md) + "\n"
+
+
+# --------------------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--brokers", default="hive,mosquitto",
+                    help="comma list of hive, mosquitto, hive-extra (default: hive,mosquitto; "
+                         "hive-extra is added automatically with --extra-hive-config)")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS),
+                    help=f"comma list of {', '.join(SCENARIOS)} (default: all)")
+    ap.add_argument("--rounds", type=int, default=1, help="measurements per broker and scenario")
+    ap.add_argument("--duration", type=float, default=5.0, help="measured seconds per run")
+    ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds before measuring")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 1 s runs, 0.5 s warm-up, 2,000 connections")
+    ap.add_argument("--out", default=str(HERE / "out" / "results.md"),
+                    help="markdown file the results section is appended to")
+    ap.add_argument("--hive-cmd", default=DEFAULT_HIVE,
+                    help="command that starts Hive; {config}, {data_dir}, {port} are substituted "
+                         "(if {config} is absent, --config/--data-dir are appended)")
+    ap.add_argument("--extra-hive-config", type=Path,
+                    help="a Hive config file (e.g. with a no-op interceptor extension) measured as "
+                         "broker 'hive-extra'; its tcp-listener port/bind-address are rewritten")
+    ap.add_argument("--extra-hive-cmd", help="command for hive-extra (default: --hive-cmd)")
+    ap.add_argument("--mosquitto-bin", default=shutil.which("mosquitto") or "/usr/sbin/mosquitto")
+    ap.add_argument("--mosquitto-nodelay", action="store_true",
+                    help="set_tcp_nodelay true for Mosquitto (default: its default, false)")
+    ap.add_argument("--payload", type=int, default=32, help="payload bytes")
+    ap.add_argument("--window", type=int, default=10_000,
+                    help="max messages sent but not yet delivered to every subscriber")
+    ap.add_argument("--inflight", type=int, default=1_000,
+                    help="QoS 1: max un-acked PUBLISHes per publisher connection")
+    ap.add_argument("--fan", type=int, default=50, help="subscribers (fan-out) / publishers (fan-in)")
+    ap.add_argument("--latency-rate", type=float, default=2000.0)
+    ap.add_argument("--latency-duration", type=float, default=5.0)
+    ap.add_argument("--connections", type=int, default=19_000)
+    ap.add_argument("--conn-procs", type=int, default=4)
+    ap.add_argument("--conn-concurrency", type=int, default=24,
+                    help="CONNECTs in progress per client process")
+    ap.add_argument("--settle", type=float, default=1.0,
+                    help="seconds between the last CONNACK and the RSS sample")
+    ap.add_argument("--start-timeout", type=float, default=60.0)
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.duration, a.warmup, a.latency_duration = 1.0, 0.5, 2.0
+        if a.connections == 19_000:
+            a.connections = 2_000
+        a.settle = 0.5
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    brokers = [b.strip() for b in a.brokers.split(",") if b.strip()]
+    if a.extra_hive_config and "hive-extra" not in brokers:
+        brokers.append("hive-extra")
+    scen = [s.strip() for s in a.scenarios.split(",") if s.strip()]
+    bad = [s for s in scen if s not in SCENARIOS] + [
+        b for b in brokers if b not in ("hive", "mosquitto", "hive-extra")]
+    if bad:
+        print(f"unknown scenario/broker: {', '.join(bad)}", file=sys.stderr)
+        return 2
+    if "hive-extra" in brokers and not a.extra_hive_config:
+        print("hive-extra needs --extra-hive-config", file=sys.stderr)
+        return 2
+    defs = {
+        "hive": BrokerDef("hive", "hive", a.hive_cmd),
+        "mosquitto": BrokerDef("mosquitto", "mosquitto"),
+        "hive-extra": BrokerDef("hive-extra", "hive", a.extra_hive_cmd or a.hive_cmd,
+                                a.extra_hive_config),
+    }
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+
+    def on_term(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    loadgen.pin_to_core(loadgen.GEN_CORE)
+    loadgen.raise_nofile()
+
+    results: dict[tuple[str, str], list[dict]] = {}
+    errors: dict[tuple[str, str], list[str]] = {}
+    failed_start: dict[str, int] = {}
+    interrupted = False
+    try:
+        for s in scen:
+            for rnd in range(a.rounds):
+                for b in brokers:
+                    if failed_start.get(b, 0) >= 2:
+                        continue  # this broker doesn't start: don't waste time on it
+                    broker = Broker(defs[b], a)
+                    label = f"[{s} {rnd + 1}/{a.rounds}] {b}"
+                    print(f"{label}: starting", file=sys.stderr, flush=True)
+                    try:
+                        try:
+                            broker.start()
+                        except RuntimeError as exc:
+                            failed_start[b] = failed_start.get(b, 0) + 1
+                            raise exc
+                        r = run_scenario(s, broker, a)
+                        results.setdefault((s, b), []).append(r)
+                        if r.get("error"):
+                            errors.setdefault((s, b), []).append(r["error"])
+                        print(f"{label}: {_summary(s, r)}", file=sys.stderr, flush=True)
+                    except (RuntimeError, loadgen.LoadError, OSError) as exc:
+                        msg = str(exc).strip()
+                        errors.setdefault((s, b), []).append(msg.splitlines()[0][:300])
+                        print(f"{label}: ERROR {msg}", file=sys.stderr, flush=True)
+                    finally:
+                        broker.stop()
+    except KeyboardInterrupt:
+        interrupted = True
+        print("interrupted: reporting what was measured", file=sys.stderr)
+    text, md = build_report(a, brokers, scen, results, errors)
+    print(text)
+    with open(a.out, "a") as f:
+        f.write(md + ("\n(interrupted)\n" if interrupted else "") + "\n")
+    print(f"appended to {a.out}", file=sys.stderr)
+    return 130 if interrupted else 0
+
+
+def _summary(s: str, r: dict[str, Any]) -> str:
+    if s == "conns":
+        return (f"{r['connections']} conns in {r['connect_s']:.2f} s, "
+                f"{r['kib_per_conn']:.2f} KiB/conn, failed {r['failed']}")
+    if s == "latency":
+        return f"p50 {r['p50_ms']:.3f} ms p99 {r['p99_ms']:.3f} ms ({r['latency_samples']} samples)"
+    return f"{r['rate']:.0f}/s lost {r['lost']} dup {r['duplicates']}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""The writes waiting for the next transaction, coalesced per key.
+
+Each key (session, queued message, in-flight exchange, retained topic) holds only the last write
+made to it since the batch began, so a batch costs at most one row per key however busy the key is.
+A batch is touched only under the store's lock; it never copies a payload, it keeps a reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ._model import Direction, StoredInflight, StoredMessage, StoredSession
+
+InflightKey = tuple[int, Direction]  # (packet_id, direction)
+
+
+@dataclass(slots=True)
+class QueueWrite:
+    message: StoredMessage | None  # None: delete the row
+    fresh: bool = False  # the row cannot be on disk yet, so a dequeue may simply forget the write
+
+
+@dataclass(slots=True)
+class InflightWrite:
+    inflight: StoredInflight | None  # None: delete the row
+    # Delete any stored row first, so the new one goes last: rows keep the order exchanges started.
+    replace: bool = False
+
+
+def copy_session(session: StoredSession) -> StoredSession:
+    """Freeze what the caller handed over; subscriptions is the only mutable part worth copying."""
+    return replace(session, subscriptions=dict(session.subscriptions))
+
+
+@dataclass(slots=True)
+class PendingBatch:
+    sessions: dict[str, StoredSession | None] = field(default_factory=dict)
+    # Clients whose stored queue and in-flight rows go before anything else in the batch is written.
+    purged: set[str] = field(default_factory=set)
+    queues: dict[str, dict[int, QueueWrite]] = field(default_factory=dict)
+    inflight: dict[str, dict[InflightKey, InflightWrite]] = field(default_factory=dict)
+    retained: dict[str, StoredMessage | None] = field(default_factory=dict)
+
+    def is_empty(self) -> bool:
+        return not (self.sessions or self.purged or self.queues or self.inflight or self.retained)
+
+    def save_session(self, session: StoredSession) -> None:
+        self.sessions[session.client_id] = copy_session(session)
+
+    def delete_session(self, client_id: str) -> None:
+        self.sessions[client_id] = None
+        self.purged.add(client_id)
+        self.queues.pop(client_id, None)
+        self.inflight.pop(client_id, None)
+
+    def enqueue(self, client_id: str, seq: int, message: StoredMessage, *, fresh: bool) -> None:
+        queue = self.queues.setdefault(client_id, {})
+        earlier = queue.get(seq)
+        if earlier is not None and earlier.message is not None:
+            fresh = earlier.fresh
+        queue[seq] = QueueWrite(message, fresh or client_id in self.purged)
+
+    def dequeue(self, client_id: str, seq: int) -> None:
+        queue = self.queues.setdefault(client_id, {})
+        earlier = queue.get(seq)
+        if earlier is not None and earlier.fresh:
+            # Enqueued and dequeued in one batch: nothing reaches the disk, the payload is freed.
+            del queue[seq]
+            if not queue:
+                del self.queues[client_id]
+        else:
+            queue[seq] = QueueWrite(None)
+
+    def save_inflight(self, inflight: StoredInflight) -> None:
+        exchanges = self.inflight.setdefault(inflight.client_id, {})
+        key = (inflight.packet_id, inflight.direction)
+        earlier = exchanges.get(key)
+        if earlier is None:
+            exchanges[key] = InflightWrite(inflight)
+        elif earlier.inflight is None:
+            del exchanges[key]  # deleted, then started again: it moves to the end
+            exchanges[key] = InflightWrite(inflight, replace=True)
+        else:
+            exchanges[key] = InflightWrite(inflight, earlier.replace)
+
+    def delete_inflight(self, client_id: str, packet_id: int, direction: Direction) -> None:
+        exchanges = self.inflight.setdefault(client_id, {})
+        key = (packet_id, direction)
+        exchanges.pop(key, None)
+        exchanges[key] = InflightWrite(None)
+
+    def save_retained(self, message: StoredMessage) -> None:
+        self.retained[message.topic] = message
+
+    def delete_retained(self, topic: str) -> None:
+        self.retained[topic] = None
+
+    def absorb(self, later: PendingBatch) -> None:
+        """Apply ``later`` on top of this batch, as if its writes had been made here.
+
+        Used when this batch failed to commit: the writes made meanwhile go into the same retry.
+        """
+        for client_id in later.purged:
+            self.purged.add(client_id)
+            self.queues.pop(client_id, None)
+            self.inflight.pop(client_id, None)
+        self.sessions.update(later.sessions)
+        for client_id, writes in later.queues.items():
+            self.queues.setdefault(client_id, {})
+        for client_id, inflight_writes in later.inflight.items():
+            exchanges = self.inflight.setdefault(client_id, {})
+            for key, write in inflight_writes.items():
+                earlier = exchanges.get(key)
+                if earlier is None or earlier.inflight is None or write.replace:
+                    exchanges.pop(key, None)
+                    replace_row = write.replace or earlier is not None
+                    exchanges[key] = InflightWrite(write.inflight, replace_row)
+                else:
+                    exchanges[key] = InflightWrite(write.inflight, earlier.replace)
+        self.retained.update(later.retained)

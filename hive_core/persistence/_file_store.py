@@ -1,0 +1,301 @@
+"""The embedded default store: SQLite in WAL mode, written by one thread with group commit.
+
+The event loop never touches the disk. A write method appends to the pending batch under a lock
+held for microseconds; the writer thread swaps the batch out, writes it in one transaction (one
+sync), and then settles every ``commit()`` made before the swap through the loop's thread-safe
+call. Writes that nobody commits are flushed anyway ``commit_interval`` seconds after the first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import _sqlite_schema as schema
+from ._batch import PendingBatch
+from ._errors import PersistenceError
+from ._model import Direction, Snapshot, StoredInflight, StoredMessage, StoredSession
+
+log = logging.getLogger(__name__)
+
+RETRY_DELAY = 1.0  # seconds before a failed batch is retried when no commit() asks for it sooner
+
+
+@dataclass(slots=True)
+class StoreStats:
+    """Counters the writer thread keeps; read them from anywhere."""
+
+    transactions: int = 0  # batches committed
+    rows: int = 0  # rows inserted, replaced or deleted by those batches
+    failures: int = 0  # batches that failed and were put back for a retry
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    OPENING = "opening"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class FileSessionStore:
+    """A ``SessionStore`` in ``<data_dir>/persistence/sessions.db``."""
+
+    def __init__(
+        self, data_dir: Path, *, commit_interval: float = 0.002, sync: bool = True
+    ) -> None:
+        self.path = Path(data_dir) / "persistence" / "sessions.db"
+        self.stats = StoreStats()
+        self._commit_interval = commit_interval
+        self._sync = sync
+        self._state = _State.NEW
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        # Everything below is guarded by self._lock.
+        self._pending = PendingBatch()
+        self._pending_since: float | None = None  # monotonic time of the first pending write
+        self._pending_waiters: list[asyncio.Future[None]] = []
+        self._writing = False
+        self._writing_waiters: list[asyncio.Future[None]] = []
+        self._retry_at = 0.0
+        self._stopping = False
+        self._high_seq: dict[str, int] = {}  # per client, the highest seq that may be on disk
+        self._close_error: BaseException | None = None
+        self._stopped: asyncio.Future[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> Snapshot:
+        if self._state is not _State.NEW:
+            raise PersistenceError(f"store is {self._state.value}; a store opens once")
+        loop = asyncio.get_running_loop()
+        opened: asyncio.Future[Snapshot] = loop.create_future()
+        self._stopped = loop.create_future()
+        self._state = _State.OPENING
+        threading.Thread(
+            target=self._run, args=(loop, opened), name="hive-persistence-writer", daemon=True
+        ).start()
+        try:
+            snapshot = await opened
+        except BaseException:
+            self._state = _State.CLOSED
+            raise
+        self._state = _State.OPEN
+        return snapshot
+
+    async def close(self) -> None:
+        """Write everything pending, stop the writer thread and close the database."""
+        with self._lock:
+            if self._state is not _State.OPEN:
+                return
+            self._state = _State.CLOSING
+            self._stopping = True
+            self._wake.notify()
+        assert self._stopped is not None
+        await self._stopped
+        self._state = _State.CLOSED
+        if self._close_error is not None:
+            raise PersistenceError(
+                f"{self.path}: could not write the last batch before closing"
+            ) from self._close_error
+
+    # -- writes: called on the event loop, no I/O --------------------------------------------
+
+    def save_session(self, session: StoredSession) -> None:
+        with self._lock:
+            self._check_open()
+            self._pending.save_session(session)
+            self._touch()
+
+    def delete_session(self, client_id: str) -> None:
+        with self._lock:
+            self._check_open()
+            self._pending.delete_session(client_id)
+            # After this batch, only rows enqueued from now on can be on disk for this client.
+            self._high_seq.pop(client_id, None)
+            self._touch()
+
+    def enqueue(self, client_id: str, seq: int, message: StoredMessage) -> None:
+        with self._lock:
+            self._check_open()
+            high = self._high_seq.get(client_id, -1)
+            self._pending.enqueue(client_id, seq, message, fresh=seq > high)
+            if seq > high:
+                self._high_seq[client_id] = seq
+            self._touch()
+
+    def dequeue(self, client_id: str, seq: int) -> None:
+        with self._lock:
+            self._check_open()
+            self._pending.dequeue(client_id, seq)
+            self._touch()
+
+    def save_inflight(self, inflight: StoredInflight) -> None:
+        with self._lock:
+            self._check_open()
+            self._pending.save_inflight(inflight)
+            self._touch()
+
+    def delete_inflight(self, client_id: str, packet_id: int, direction: Direction) -> None:
+        with self._lock:
+            self._check_open()
+            self._pending.delete_inflight(client_id, packet_id, direction)
+            self._touch()
+
+    def save_retained(self, message: StoredMessage) -> None:
+        with self._lock:
+            self._check_open()
+            self._pending.save_retained(message)
+            self._touch()
+
+    def delete_retained(self, topic: str) -> None:
+        with self._lock:
+            self._check_open()
+            self._pending.delete_retained(topic)
+            self._touch()
+
+    async def commit(self) -> None:
+        """Return once every write made before this call is on disk.
+
+        Raises PersistenceError when the batch holding them failed; those writes stay pending
+        and the next commit() tries them again.
+        """
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            self._check_open()
+            if not self._pending.is_empty():
+                waiters = self._pending_waiters
+                self._wake.notify()
+            elif self._writing:
+                waiters = self._writing_waiters
+            else:
+                return
+            done: asyncio.Future[None] = loop.create_future()
+            waiters.append(done)
+        await done
+
+    def _check_open(self) -> None:
+        if self._state is not _State.OPEN:
+            raise PersistenceError(f"store is {self._state.value}")
+
+    def _touch(self) -> None:
+        if self._pending_since is None:
+            self._pending_since = time.monotonic()
+            self._wake.notify()
+
+    # -- the writer thread -------------------------------------------------------------------
+
+    def _run(self, loop: asyncio.AbstractEventLoop, opened: asyncio.Future[Snapshot]) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = schema.connect(str(self.path), sync=self._sync)
+        except BaseException as exc:
+            log.exception("cannot open the sessions database %s", self.path)
+            _settle_threadsafe(opened, PersistenceError(f"cannot open {self.path}: {exc}"), exc)
+            return
+        try:
+            try:
+                snapshot = schema.load(db, time.time())
+            except BaseException as exc:
+                log.exception("cannot read the sessions database %s", self.path)
+                _settle_threadsafe(opened, PersistenceError(f"cannot read {self.path}: {exc}"), exc)
+                return
+            self._high_seq = {c: queue[-1][0] for c, queue in snapshot.queues.items() if queue}
+            _call_threadsafe(loop, _set_result, opened, snapshot)
+            del snapshot  # the loop owns the payloads now
+            self._commit_until_stopped(db)
+        except BaseException as exc:
+            log.exception("the persistence writer thread stopped unexpectedly")
+            self._close_error = exc
+        finally:
+            db.close()
+            with self._lock:
+                if self._state is _State.OPEN:  # died on its own: writes must fail, not hang
+                    self._state = _State.CLOSED
+                orphans = self._pending_waiters + self._writing_waiters
+                self._pending_waiters, self._writing_waiters = [], []
+            for waiter in orphans:
+                _settle_threadsafe(waiter, PersistenceError("the writer thread stopped"), None)
+            if self._stopped is not None:
+                _call_threadsafe(loop, _set_result, self._stopped, None)
+
+    def _commit_until_stopped(self, db: sqlite3.Connection) -> None:
+        while True:
+            with self._lock:
+                while not (self._pending_waiters or self._stopping):
+                    if self._pending_since is None:
+                        self._wake.wait()
+                        continue
+                    due = max(self._pending_since + self._commit_interval, self._retry_at)
+                    delay = due - time.monotonic()
+                    if delay <= 0:
+                        break
+                    self._wake.wait(delay)
+                batch, self._pending = self._pending, PendingBatch()
+                self._writing_waiters, self._pending_waiters = self._pending_waiters, []
+                self._pending_since = None
+                self._writing = True
+                stopping = self._stopping
+            error: BaseException | None = None
+            if not batch.is_empty():
+                try:
+                    rows = schema.write(db, batch)
+                except Exception as exc:
+                    error = exc
+                    self.stats.failures += 1
+                    log.exception("could not commit a batch to %s; it stays pending", self.path)
+                else:
+                    self.stats.transactions += 1
+                    self.stats.rows += rows
+            with self._lock:
+                self._writing = False
+                waiters, self._writing_waiters = self._writing_waiters, []
+                if error is not None:
+                    batch.absorb(self._pending)
+                    self._pending = batch
+                    self._pending_since = time.monotonic()
+                    self._retry_at = self._pending_since + RETRY_DELAY
+            del batch  # drop the payload references before waiting for the next batch
+            for waiter in waiters:
+                if error is None:
+                    _call_threadsafe(waiter.get_loop(), _set_result, waiter, None)
+                else:
+                    failure = PersistenceError(f"{self.path}: commit failed: {error}")
+                    _settle_threadsafe(waiter, failure, error)
+            if stopping:
+                self._close_error = error
+                return
+
+
+def _settle_threadsafe(
+    future: asyncio.Future[Any], error: PersistenceError, cause: BaseException | None
+) -> None:
+    error.__cause__ = cause
+    _call_threadsafe(future.get_loop(), _set_exception, future, error)
+
+
+def _call_threadsafe(
+    loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any
+) -> None:
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        log.debug("event loop closed; nobody waits for this commit any more")
+
+
+def _set_result(future: asyncio.Future[Any], result: object) -> None:
+    if not future.done():  # the waiting task may have been cancelled
+        future.set_result(result)
+
+
+def _set_exception(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)

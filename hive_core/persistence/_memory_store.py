@@ -1,0 +1,87 @@
+"""The store behind ``<persistence><mode>in-memory``: the file store's semantics, in dicts.
+
+Nothing survives the process, so ``open`` always finds an empty store and ``commit`` has nothing
+to wait for.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from ._batch import InflightKey, copy_session
+from ._model import Direction, Snapshot, StoredInflight, StoredMessage, StoredSession
+
+
+class MemorySessionStore:
+    def __init__(self) -> None:
+        self._sessions: dict[str, StoredSession] = {}
+        self._queues: dict[str, dict[int, StoredMessage]] = {}
+        # Dicts keep insertion order: the order exchanges started, as the file store's rowid does.
+        self._inflight: dict[str, dict[InflightKey, StoredInflight]] = {}
+        self._retained: dict[str, StoredMessage] = {}
+
+    async def open(self) -> Snapshot:
+        return Snapshot()
+
+    async def close(self) -> None:
+        pass
+
+    def save_session(self, session: StoredSession) -> None:
+        self._sessions[session.client_id] = copy_session(session)
+
+    def delete_session(self, client_id: str) -> None:
+        self._sessions.pop(client_id, None)
+        self._queues.pop(client_id, None)
+        self._inflight.pop(client_id, None)
+
+    def enqueue(self, client_id: str, seq: int, message: StoredMessage) -> None:
+        self._queues.setdefault(client_id, {})[seq] = message
+
+    def dequeue(self, client_id: str, seq: int) -> None:
+        queue = self._queues.get(client_id)
+        if queue is not None:
+            queue.pop(seq, None)
+            if not queue:
+                del self._queues[client_id]
+
+    def save_inflight(self, inflight: StoredInflight) -> None:
+        exchanges = self._inflight.setdefault(inflight.client_id, {})
+        exchanges[(inflight.packet_id, inflight.direction)] = inflight
+
+    def delete_inflight(self, client_id: str, packet_id: int, direction: Direction) -> None:
+        exchanges = self._inflight.get(client_id)
+        if exchanges is not None:
+            exchanges.pop((packet_id, direction), None)
+            if not exchanges:
+                del self._inflight[client_id]
+
+    def save_retained(self, message: StoredMessage) -> None:
+        self._retained[message.topic] = message
+
+    def delete_retained(self, topic: str) -> None:
+        self._retained.pop(topic, None)
+
+    async def commit(self) -> None:
+        pass
+
+    def contents(self, now: float | None = None) -> Snapshot:
+        """What a file store holding the same writes would load at ``now`` (default: the clock).
+
+        Like a load, it leaves out queued and retained messages that expired before ``now``.
+        """
+        now = time.time() if now is None else now
+
+        def live(message: StoredMessage) -> bool:
+            return message.expiry_at is None or message.expiry_at >= now
+
+        snapshot = Snapshot()
+        snapshot.sessions = {c: copy_session(s) for c, s in self._sessions.items()}
+        for client_id, queue in self._queues.items():
+            messages = [(seq, replace(m)) for seq, m in sorted(queue.items()) if live(m)]
+            if messages:
+                snapshot.queues[client_id] = messages
+        for client_id, exchanges in self._inflight.items():
+            snapshot.inflight[client_id] = [replace(i) for i in exchanges.values()]
+        snapshot.retained = {t: replace(m) for t, m in self._retained.items() if live(m)}
+        return snapshot

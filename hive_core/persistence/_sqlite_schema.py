@@ -1,0 +1,236 @@
+"""The SQLite layout of the embedded store, and the mapping between its rows and the records."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator
+from dataclasses import astuple
+from typing import Any, cast
+
+from ._batch import PendingBatch
+from ._errors import PersistenceError
+from ._model import (
+    Direction,
+    Snapshot,
+    StoredInflight,
+    StoredMessage,
+    StoredSession,
+    StoredSubscription,
+)
+
+SCHEMA_VERSION = 1
+
+_MESSAGE_COLUMNS = "topic, payload, qos, retain, properties, expiry_at, publisher_id"
+
+# Known trade-off: a message queued for N offline sessions is stored N times, once per queue row.
+# One row per (client, seq) keeps a dequeue a single-row delete, with no reference counting.
+_CREATE = (
+    "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+    """CREATE TABLE session (
+        client_id TEXT PRIMARY KEY, protocol_version INTEGER NOT NULL,
+        expiry_interval INTEGER NOT NULL, disconnected_at REAL, subscriptions TEXT NOT NULL)""",
+    """CREATE TABLE queued_message (
+        client_id TEXT NOT NULL, seq INTEGER NOT NULL,
+        topic TEXT NOT NULL, payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL,
+        properties BLOB NOT NULL, expiry_at REAL, publisher_id TEXT NOT NULL,
+        PRIMARY KEY (client_id, seq))""",
+    # A rowid table on purpose: rowid order is the order the exchanges started, which is the
+    # order MQTT requires for re-sending PUBLISH and PUBREL packets after a reconnect.
+    """CREATE TABLE inflight (
+        client_id TEXT NOT NULL, packet_id INTEGER NOT NULL, direction TEXT NOT NULL,
+        state TEXT NOT NULL, topic TEXT, payload BLOB, qos INTEGER, retain INTEGER,
+        properties BLOB, expiry_at REAL, publisher_id TEXT,
+        UNIQUE (client_id, packet_id, direction))""",
+    """CREATE TABLE retained_message (
+        topic TEXT PRIMARY KEY, payload BLOB NOT NULL, qos INTEGER NOT NULL,
+        retain INTEGER NOT NULL, properties BLOB NOT NULL, expiry_at REAL,
+        publisher_id TEXT NOT NULL)""",
+)
+
+
+def connect(path: str, *, sync: bool) -> sqlite3.Connection:
+    """Open (creating if needed) the database, in WAL mode and with the schema in place."""
+    db = sqlite3.connect(path, isolation_level=None)  # autocommit: transactions are explicit
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        # FULL syncs the WAL at every commit (survives power loss); NORMAL survives a killed
+        # process but may lose the last commits on power loss.
+        db.execute(f"PRAGMA synchronous={'FULL' if sync else 'NORMAL'}")
+        db.execute("PRAGMA busy_timeout=5000")
+        _ensure_schema(db)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _ensure_schema(db: sqlite3.Connection) -> None:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        exists = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+        ).fetchone()
+        if not exists:
+            for statement in _CREATE:
+                db.execute(statement)
+            db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+        else:
+            row = db.execute("SELECT max(version) FROM schema_version").fetchone()
+            if row is None or row[0] != SCHEMA_VERSION:
+                raise PersistenceError(
+                    f"sessions database has schema version {row and row[0]}, "
+                    f"this Hive reads version {SCHEMA_VERSION}"
+                )
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def load(db: sqlite3.Connection, now: float) -> Snapshot:
+    """Read everything, after deleting queued and retained messages that expired before ``now``.
+
+    In-flight messages are kept even when expired: their delivery has started and must finish.
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for table in ("queued_message", "retained_message"):
+            db.execute(f"DELETE FROM {table} WHERE expiry_at < ?", (now,))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    snapshot = Snapshot()
+    for client_id, version, expiry, disconnected_at, subscriptions in db.execute(
+        "SELECT client_id, protocol_version, expiry_interval, disconnected_at, subscriptions"
+        " FROM session"
+    ):
+        snapshot.sessions[client_id] = StoredSession(
+            client_id, version, expiry, disconnected_at, _decode_subscriptions(subscriptions)
+        )
+    for client_id, seq, *message in db.execute(
+        f"SELECT client_id, seq, {_MESSAGE_COLUMNS} FROM queued_message ORDER BY client_id, seq"
+    ):
+        snapshot.queues.setdefault(client_id, []).append((seq, _message(message)))
+    for client_id, packet_id, direction, state, *message in db.execute(
+        f"SELECT client_id, packet_id, direction, state, {_MESSAGE_COLUMNS}"
+        " FROM inflight ORDER BY rowid"
+    ):
+        snapshot.inflight.setdefault(client_id, []).append(
+            StoredInflight(
+                client_id,
+                packet_id,
+                cast(Direction, direction),
+                state,
+                None if message[0] is None else _message(message),
+            )
+        )
+    for message in db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM retained_message"):
+        stored = _message(message)
+        snapshot.retained[stored.topic] = stored
+    return snapshot
+
+
+def write(db: sqlite3.Connection, batch: PendingBatch) -> int:
+    """Write one batch in one transaction; return the number of rows written or deleted."""
+    rows = 0
+
+    def run(sql: str, params: Iterable[tuple[Any, ...]]) -> None:
+        nonlocal rows
+        rows += db.executemany(sql, params).rowcount
+
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        purged = [(client_id,) for client_id in batch.purged]
+        run("DELETE FROM queued_message WHERE client_id = ?", purged)
+        run("DELETE FROM inflight WHERE client_id = ?", purged)
+        run(
+            "DELETE FROM session WHERE client_id = ?",
+            ((c,) for c, s in batch.sessions.items() if s is None),
+        )
+        run(
+            "INSERT OR REPLACE INTO session VALUES (?, ?, ?, ?, ?)",
+            (_session_row(s) for s in batch.sessions.values() if s is not None),
+        )
+        run(
+            "DELETE FROM queued_message WHERE client_id = ? AND seq = ?",
+            ((c, seq) for c, seq, w in _queue_writes(batch) if w.message is None),
+        )
+        run(
+            "INSERT OR REPLACE INTO queued_message VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                (c, seq, *_message_row(w.message))
+                for c, seq, w in _queue_writes(batch)
+                if w.message is not None
+            ),
+        )
+        run(
+            "DELETE FROM inflight WHERE client_id = ? AND packet_id = ? AND direction = ?",
+            (
+                (c, packet_id, direction)
+                for c, exchanges in batch.inflight.items()
+                for (packet_id, direction), w in exchanges.items()
+                if w.inflight is None or w.replace
+            ),
+        )
+        run(
+            "INSERT INTO inflight VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (client_id, packet_id, direction) DO UPDATE SET"
+            " state = excluded.state, topic = excluded.topic, payload = excluded.payload,"
+            " qos = excluded.qos, retain = excluded.retain, properties = excluded.properties,"
+            " expiry_at = excluded.expiry_at, publisher_id = excluded.publisher_id",
+            (
+                _inflight_row(w.inflight)
+                for exchanges in batch.inflight.values()
+                for w in exchanges.values()
+                if w.inflight is not None
+            ),
+        )
+        run(
+            "DELETE FROM retained_message WHERE topic = ?",
+            ((t,) for t, m in batch.retained.items() if m is None),
+        )
+        run(
+            "INSERT OR REPLACE INTO retained_message VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (_message_row(m) for m in batch.retained.values() if m is not None),
+        )
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    return rows
+
+
+def _queue_writes(batch: PendingBatch) -> Iterator[tuple[str, int, Any]]:
+    for client_id, writes in batch.queues.items():
+        for seq, write in writes.items():
+            yield client_id, seq, write
+
+
+def _message_row(m: StoredMessage) -> tuple[Any, ...]:
+    return (m.topic, m.payload, m.qos, int(m.retain), m.properties, m.expiry_at, m.publisher_id)
+
+
+def _message(row: Any) -> StoredMessage:
+    topic, payload, qos, retain, properties, expiry_at, publisher_id = row
+    return StoredMessage(topic, payload, qos, bool(retain), properties, expiry_at, publisher_id)
+
+
+def _inflight_row(i: StoredInflight) -> tuple[Any, ...]:
+    message = (None,) * 7 if i.message is None else _message_row(i.message)
+    return (i.client_id, i.packet_id, i.direction, i.state, *message)
+
+
+def _session_row(s: StoredSession) -> tuple[Any, ...]:
+    subscriptions = json.dumps(
+        [[key, *astuple(sub)] for key, sub in s.subscriptions.items()],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return (s.client_id, s.protocol_version, s.expiry_interval, s.disconnected_at, subscriptions)
+
+
+def _decode_subscriptions(text: str) -> dict[str, StoredSubscription]:
+    return {key: StoredSubscription(*fields) for key, *fields in json.loads(text)}

@@ -1,0 +1,168 @@
+"""A small raw-socket MQTT client for tests that must see (or shape) the wire.
+
+Built on hive_core.mqtt's codec. Import it as ``from e2e.rawclient import RawClient`` (``tests/`` is
+on sys.path through tests/conftest.py)::
+
+    client = RawClient(hive.port)
+    connack = client.connect(5, client_id="c1", RECEIVE_MAXIMUM=2)
+    client.send(Subscribe(1, [SubscriptionRequest("t", qos=1)]))
+    client.expect(SubAck)
+    publish = client.expect(Publish, timeout=5)
+
+Property keyword arguments are PropertyId names. Every wait has a deadline; nothing retries.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any, TypeVar
+
+from hive_core.mqtt import (
+    ConnAck,
+    Connect,
+    Disconnect,
+    Packet,
+    PacketDecoder,
+    PropertyId,
+    Publish,
+    SubAck,
+    Subscribe,
+    SubscriptionRequest,
+    Will,
+    encode_packet,
+)
+
+__all__ = ["ConnectionClosed", "RawClient"]
+
+T = TypeVar("T")
+
+
+class ConnectionClosed(AssertionError):
+    """The broker closed the connection while a packet was expected."""
+
+
+class RawClient:
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.timeout = timeout
+        self.version = 4
+        self.decoder = PacketDecoder(protocol_version=4, server=False)
+        self.received: list[Packet] = []  # decoded but not yet returned
+        self.closed = False
+        self._next_id = 0
+
+    # ------------------------------------------------------------------ sending
+
+    def connect(self, version: int = 5, client_id: str = "", clean_start: bool = True,
+                keep_alive: int = 60, will: Will | None = None, username: str | None = None,
+                password: bytes | None = None, timeout: float | None = None,
+                **props: Any) -> ConnAck:
+        """Send CONNECT and return the CONNACK; ``props`` are PropertyId names (MQTT 5)."""
+        self.version = version
+        self.decoder = PacketDecoder(protocol_version=version, server=False)
+        properties = {PropertyId[name]: value for name, value in props.items()}
+        self.send(Connect(client_id, version, clean_start, keep_alive, username, password, will,
+                          properties))
+        return self.expect(ConnAck, timeout)
+
+    def send(self, packet: Packet) -> None:
+        self.send_raw(encode_packet(packet, self.version))
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def packet_id(self) -> int:
+        self._next_id = self._next_id % 65535 + 1
+        return self._next_id
+
+    def subscribe(self, topic_filter: str, qos: int = 0, **props: Any) -> SubAck:
+        """SUBSCRIBE to one filter and return the SUBACK."""
+        properties = {PropertyId[name]: value for name, value in props.items()}
+        self.send(Subscribe(self.packet_id(), [SubscriptionRequest(topic_filter, qos)],
+                            properties))
+        return self.expect(SubAck)
+
+    def publish(self, topic: str, payload: bytes = b"", qos: int = 0, retain: bool = False,
+                packet_id: int | None = None, **props: Any) -> int | None:
+        """Send a PUBLISH (acks are the caller's business); return its packet id."""
+        if qos and packet_id is None:
+            packet_id = self.packet_id()
+        properties = {PropertyId[name]: value for name, value in props.items()}
+        self.send(Publish(topic, payload, qos, retain, False, packet_id, properties))
+        return packet_id
+
+    def disconnect(self, reason_code: int = 0, **props: Any) -> None:
+        properties = {PropertyId[name]: value for name, value in props.items()}
+        self.send(Disconnect(reason_code, properties))
+        self.close()
+
+    def close(self) -> None:
+        self.closed = True
+        self.sock.close()
+
+    # ------------------------------------------------------------------ receiving
+
+    def receive(self, timeout: float | None = None) -> Packet | None:
+        """The next packet, or None if none arrives in time; ConnectionClosed at end of stream."""
+        if self.received:
+            return self.received.pop(0)
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while not self.received:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                return None
+            except ConnectionError as exc:
+                raise ConnectionClosed(f"connection reset: {exc}") from exc
+            if not data:
+                raise ConnectionClosed("the broker closed the connection")
+            self.received.extend(self.decoder.feed(data))
+        return self.received.pop(0)
+
+    def expect(self, kind: type[T], timeout: float | None = None) -> T:
+        """The next packet, which must be of type ``kind``."""
+        packet = self.receive(timeout)
+        if packet is None:
+            raise AssertionError(f"no {kind.__name__} within {timeout or self.timeout} s")
+        if not isinstance(packet, kind):
+            raise AssertionError(f"expected {kind.__name__}, got {packet!r}")
+        return packet
+
+    def expect_nothing(self, timeout: float = 0.5) -> None:
+        """No packet arrives within ``timeout`` seconds."""
+        packet = self.receive(timeout)
+        assert packet is None, f"unexpected {packet!r}"
+
+    def expect_closed(self, timeout: float | None = None) -> list[Packet]:
+        """The broker closes the connection in time; return the packets it sent before."""
+        seen: list[Packet] = []
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"connection still open; received {seen!r}")
+            try:
+                packet = self.receive(left)
+            except ConnectionClosed:
+                return seen
+            if packet is not None:
+                seen.append(packet)
+
+    def expect_disconnect(self, reason_code: int, timeout: float | None = None) -> Disconnect:
+        """A DISCONNECT with ``reason_code`` (other packets before it are skipped), then close."""
+        seen = self.expect_closed(timeout)
+        disconnects = [p for p in seen if isinstance(p, Disconnect)]
+        assert disconnects, f"closed without DISCONNECT; received {seen!r}"
+        assert disconnects[-1].reason_code == reason_code, disconnects[-1]
+        return disconnects[-1]
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

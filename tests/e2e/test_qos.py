@@ -1,0 +1,390 @@
+"""QoS 0, 1 and 2 end to end: flows, packet identifiers, redelivery, windows and limits."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import uuid
+
+import paho.mqtt.client as mqtt
+import pytest
+from e2e.rawclient import RawClient
+from paho.mqtt.reasoncodes import ReasonCode as PahoReasonCode
+
+from hive_core.mqtt import (
+    ConnAck,
+    PropertyId,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    ReasonCode,
+    SubAck,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+P = PropertyId
+RC = ReasonCode
+WAIT = 5.0
+
+
+class Paho:
+    """A paho client on a background loop: messages in a queue, acks as events."""
+
+    def __init__(self, port: int, version: int = 5, client_id: str | None = None,
+                 clean: bool = True) -> None:
+        protocol = mqtt.MQTTv5 if version == 5 else mqtt.MQTTv311
+        self.client_id = client_id or f"paho-{uuid.uuid4().hex[:8]}"
+        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id,
+                                  protocol=protocol,
+                                  clean_session=None if version == 5 else clean)
+        self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
+        self.subacks: queue.Queue[list[int]] = queue.Queue()
+        self.connected = threading.Event()
+        self.client.on_message = lambda c, u, m: self.messages.put(m)
+        self.client.on_connect = lambda c, u, f, rc, p: self.connected.set()
+        self.client.on_subscribe = lambda c, u, mid, codes, p: self.subacks.put(
+            [code.value if isinstance(code, PahoReasonCode) else code for code in codes])
+        kwargs = {"clean_start": clean} if version == 5 else {}
+        self.client.connect("127.0.0.1", port, keepalive=30, **kwargs)
+        self.client.loop_start()
+        assert self.connected.wait(WAIT), "paho did not connect"
+
+    def subscribe(self, topic: str, qos: int) -> list[int]:
+        self.client.subscribe(topic, qos)
+        return self.subacks.get(timeout=WAIT)
+
+    def publish(self, topic: str, payload: bytes, qos: int) -> None:
+        info = self.client.publish(topic, payload, qos)
+        info.wait_for_publish(WAIT)
+        assert info.is_published()
+
+    def get(self, timeout: float = WAIT) -> mqtt.MQTTMessage:
+        return self.messages.get(timeout=timeout)
+
+    def nothing(self, timeout: float = 0.5) -> None:
+        with pytest.raises(queue.Empty):
+            self.messages.get(timeout=timeout)
+
+    def stop(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+@pytest.fixture
+def paho_clients():
+    made: list[Paho] = []
+
+    def make(port: int, version: int = 5, **kwargs) -> Paho:
+        client = Paho(port, version, **kwargs)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.stop()
+
+
+# ---------------------------------------------------------------------- QoS levels
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_granted_qos_is_min_of_publish_and_subscription(hive, paho_clients, version):
+    publisher = paho_clients(hive.port, version)
+    for sub_qos in (0, 1, 2):
+        subscriber = paho_clients(hive.port, version)
+        assert subscriber.subscribe(f"levels/{sub_qos}", sub_qos) == [sub_qos]
+        for pub_qos in (0, 1, 2):
+            payload = f"{pub_qos}->{sub_qos}".encode()
+            publisher.publish(f"levels/{sub_qos}", payload, pub_qos)
+            message = subscriber.get()
+            assert message.payload == payload
+            assert message.qos == min(pub_qos, sub_qos)
+        subscriber.nothing(0.2)
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_qos1_flow_on_the_wire(hive, version):
+    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
+        sub.connect(version, "sub1")
+        assert sub.subscribe("q1", 1).reason_codes == [1]
+        pub.connect(version, "pub1")
+        pub.publish("q1", b"one", 1, packet_id=0x1234)
+        ack = pub.expect(PubAck)
+        assert ack.packet_id == 0x1234 and ack.reason_code == 0
+        first = sub.expect(Publish)
+        assert (first.topic, first.payload, first.qos, first.dup) == ("q1", b"one", 1, False)
+        assert first.packet_id
+        pub.publish("q1", b"two", 1, packet_id=0x1235)
+        pub.expect(PubAck)
+        second = sub.expect(Publish)
+        assert second.packet_id and second.packet_id != first.packet_id  # both in flight
+        sub.send(PubAck(first.packet_id))
+        sub.send(PubAck(second.packet_id))
+        sub.expect_nothing(0.3)
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_qos2_flow_on_the_wire(hive, version):
+    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
+        sub.connect(version, "sub2")
+        assert sub.subscribe("q2", 2).reason_codes == [2]
+        pub.connect(version, "pub2")
+        pub.publish("q2", b"exactly", 2, packet_id=77)
+        rec = pub.expect(PubRec)
+        assert rec.packet_id == 77 and rec.reason_code == 0
+        pub.send(PubRel(77))
+        assert pub.expect(PubComp).packet_id == 77
+        delivered = sub.expect(Publish)
+        assert (delivered.payload, delivered.qos) == (b"exactly", 2)
+        sub.send(PubRec(delivered.packet_id))
+        assert sub.expect(PubRel).packet_id == delivered.packet_id
+        sub.send(PubComp(delivered.packet_id))
+        sub.expect_nothing(0.3)
+
+
+@pytest.mark.parametrize("qos, ack", [(1, PubAck), (2, PubRec)])
+def test_no_matching_subscribers_reason_v5(hive, qos, ack):
+    with RawClient(hive.port) as pub:
+        pub.connect(5, "lonely")
+        pub.publish("nobody/listens", b"x", qos, packet_id=9)
+        reply = pub.expect(ack)
+        assert reply.packet_id == 9
+        assert reply.reason_code == RC.NO_MATCHING_SUBSCRIBERS
+
+
+def test_no_matching_subscribers_v311_plain_ack(hive):
+    with RawClient(hive.port) as pub:
+        pub.connect(4, "lonely311")
+        pub.publish("nobody/listens", b"x", 1, packet_id=9)
+        reply = pub.expect(PubAck)
+        assert (reply.packet_id, reply.reason_code) == (9, 0)
+
+
+# ---------------------------------------------------------------------- redelivery
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_unacked_messages_redelivered_with_dup_after_reconnect(hive, version):
+    persistent = {"SESSION_EXPIRY_INTERVAL": 300} if version == 5 else {}
+    sub = RawClient(hive.port)
+    sub.connect(version, "redeliver", clean_start=version == 5, **persistent)
+    sub.subscribe("re/#", 2)
+    with RawClient(hive.port) as pub:
+        pub.connect(version, "re-pub")
+        pub.publish("re/1", b"q1", 1)
+        pub.expect(PubAck)
+        pub.publish("re/2", b"q2", 2, packet_id=50)
+        pub.expect(PubRec)
+        pub.send(PubRel(50))
+        pub.expect(PubComp)
+    first = {p.payload: p for p in (sub.expect(Publish), sub.expect(Publish))}
+    assert not any(p.dup for p in first.values())
+    sub.close()  # no acks at all
+
+    sub = RawClient(hive.port)
+    connack = sub.connect(version, "redeliver", clean_start=False, **persistent)
+    assert connack.session_present
+    again = {p.payload: p for p in (sub.expect(Publish), sub.expect(Publish))}
+    assert set(again) == {b"q1", b"q2"}
+    for payload, packet in again.items():
+        assert packet.dup, packet
+        assert packet.packet_id == first[payload].packet_id
+        assert packet.qos == first[payload].qos
+    # Finish QoS 1, and take QoS 2 as far as PUBREC, then go away again.
+    sub.send(PubAck(again[b"q1"].packet_id))
+    qos2_id = again[b"q2"].packet_id
+    sub.send(PubRec(qos2_id))
+    assert sub.expect(PubRel).packet_id == qos2_id
+    sub.close()
+
+    sub = RawClient(hive.port)
+    sub.connect(version, "redeliver", clean_start=False, **persistent)
+    assert sub.expect(PubRel).packet_id == qos2_id  # the release is resent, not the PUBLISH
+    sub.send(PubComp(qos2_id))
+    sub.expect_nothing(0.5)
+    sub.close()
+
+
+def test_inbound_qos2_duplicate_routed_once(hive, paho_clients):
+    subscriber = paho_clients(hive.port, 5)
+    subscriber.subscribe("once", 2)
+    with RawClient(hive.port) as pub:
+        pub.connect(5, "dup-pub")
+        pub.publish("once", b"only once", 2, packet_id=7)
+        assert pub.expect(PubRec).packet_id == 7
+        pub.send(Publish("once", b"only once", 2, False, True, 7))  # DUP resend before PUBREL
+        assert pub.expect(PubRec).packet_id == 7
+        pub.send(PubRel(7))
+        assert pub.expect(PubComp).packet_id == 7
+        # The id is free again: a new message with it is a new message.
+        pub.publish("once", b"next", 2, packet_id=7)
+        pub.expect(PubRec)
+        pub.send(PubRel(7))
+        pub.expect(PubComp)
+    assert subscriber.get().payload == b"only once"
+    assert subscriber.get().payload == b"next"
+    subscriber.nothing(0.5)
+
+
+# ---------------------------------------------------------------------- windows
+
+
+def test_client_receive_maximum_limits_unacked_deliveries(hive):
+    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
+        sub.connect(5, "rm-sub", RECEIVE_MAXIMUM=2)
+        sub.subscribe("rm", 1)
+        pub.connect(5, "rm-pub")
+        for i in range(5):
+            pub.publish("rm", str(i).encode(), 1)
+            pub.expect(PubAck)
+        got = [sub.expect(Publish), sub.expect(Publish)]
+        sub.expect_nothing(0.5)
+        assert [p.payload for p in got] == [b"0", b"1"]
+        sub.send(PubAck(got[0].packet_id))
+        third = sub.expect(Publish)
+        assert third.payload == b"2"
+        sub.expect_nothing(0.3)
+        sub.send(PubAck(got[1].packet_id))
+        sub.send(PubAck(third.packet_id))
+        rest = [sub.expect(Publish), sub.expect(Publish)]
+        assert [p.payload for p in rest] == [b"3", b"4"]
+
+
+def test_exceeding_server_receive_maximum_disconnects_0x93(hive_factory):
+    node = hive_factory(body="<mqtt><receive-maximum><server-receive-maximum>2"
+                             "</server-receive-maximum></receive-maximum></mqtt>")
+    with RawClient(node.port) as pub:
+        connack = pub.connect(5, "greedy")
+        assert connack.properties[P.RECEIVE_MAXIMUM] == 2
+        pub.publish("rx", b"1", 2)
+        pub.expect(PubRec)
+        pub.publish("rx", b"2", 2)
+        pub.expect(PubRec)
+        pub.publish("rx", b"3", 2)
+        pub.expect_disconnect(RC.RECEIVE_MAXIMUM_EXCEEDED)
+
+
+def test_server_receive_maximum_frees_slots_on_pubrel(hive_factory):
+    node = hive_factory(body="<mqtt><receive-maximum><server-receive-maximum>2"
+                             "</server-receive-maximum></receive-maximum></mqtt>")
+    with RawClient(node.port) as pub:
+        pub.connect(5, "polite")
+        for i in range(6):
+            pid = pub.publish("rx", str(i).encode(), 2)
+            pub.expect(PubRec)
+            pub.send(PubRel(pid))
+            pub.expect(PubComp)
+
+
+def test_inflight_window_v311(hive_factory):
+    node = hive_factory(body="<mqtt><inflight-window><max-messages>2</max-messages>"
+                             "</inflight-window></mqtt>")
+    with RawClient(node.port) as sub, RawClient(node.port) as pub:
+        sub.connect(4, "window-sub")
+        sub.subscribe("win", 1)
+        pub.connect(4, "window-pub")
+        for i in range(4):
+            pub.publish("win", str(i).encode(), 1)
+            pub.expect(PubAck)
+        got = [sub.expect(Publish), sub.expect(Publish)]
+        sub.expect_nothing(0.5)
+        sub.send(PubAck(got[0].packet_id))
+        sub.send(PubAck(got[1].packet_id))
+        rest = [sub.expect(Publish), sub.expect(Publish)]
+        assert [p.payload for p in got + rest] == [b"0", b"1", b"2", b"3"]
+
+
+# ---------------------------------------------------------------------- maximum QoS
+
+MAX_QOS_1 = "<mqtt><quality-of-service><max-qos>1</max-qos></quality-of-service></mqtt>"
+
+
+def test_max_qos_caps_suback_and_connack(hive_factory):
+    node = hive_factory(body=MAX_QOS_1)
+    with RawClient(node.port) as v5, RawClient(node.port) as v4:
+        connack = v5.connect(5, "mq5")
+        assert connack.properties[P.MAXIMUM_QOS] == 1
+        assert v5.subscribe("mq/#", 2).reason_codes == [1]
+        v4.connect(4, "mq4")
+        assert v4.subscribe("mq/#", 2).reason_codes == [1]
+        assert v4.subscribe("mq0", 0).reason_codes == [0]
+
+
+def test_max_qos_v5_publish_qos2_disconnects_0x9b(hive_factory):
+    node = hive_factory(body=MAX_QOS_1)
+    with RawClient(node.port) as pub:
+        pub.connect(5, "too-high")
+        pub.publish("mq", b"x", 2)
+        pub.expect_disconnect(RC.QOS_NOT_SUPPORTED)
+
+
+def test_max_qos_qos1_publish_still_accepted(hive_factory):
+    node = hive_factory(body=MAX_QOS_1)
+    with RawClient(node.port) as sub, RawClient(node.port) as pub:
+        sub.connect(5, "mq-sub")
+        sub.subscribe("mq", 2)
+        pub.connect(5, "mq-pub")
+        pub.publish("mq", b"x", 1, packet_id=3)
+        assert pub.expect(PubAck).packet_id == 3
+        assert sub.expect(Publish).qos == 1
+
+
+# ---------------------------------------------------------------------- queued messages
+
+
+def _queue_body(strategy: str) -> str:
+    return ("<mqtt><queued-messages><max-queue-size>3</max-queue-size>"
+            f"<strategy>{strategy}</strategy></queued-messages></mqtt>")
+
+
+@pytest.mark.parametrize("strategy, expected", [
+    ("discard", [b"0", b"1", b"2"]),
+    ("discard-oldest", [b"3", b"4", b"5"]),
+])
+def test_queue_limit_for_offline_session(hive_factory, strategy, expected):
+    node = hive_factory(body=_queue_body(strategy))
+    sub = RawClient(node.port)
+    sub.connect(5, "queued", SESSION_EXPIRY_INTERVAL=300)
+    sub.subscribe("qq", 1)
+    sub.disconnect()
+    with RawClient(node.port) as pub:
+        pub.connect(5, "queue-pub")
+        for i in range(6):
+            pub.publish("qq", str(i).encode(), 1)
+            pub.expect(PubAck)
+    with RawClient(node.port) as sub:
+        assert sub.connect(5, "queued", clean_start=False,
+                           SESSION_EXPIRY_INTERVAL=300).session_present
+        got = []
+        for _ in expected:
+            packet = sub.expect(Publish)
+            got.append(packet.payload)
+            sub.send(PubAck(packet.packet_id))
+        sub.expect_nothing(0.5)
+        assert got == expected
+
+
+def test_connack_is_first(hive):
+    """Queued deliveries never overtake the CONNACK."""
+    sub = RawClient(hive.port)
+    sub.connect(4, "first", clean_start=False)
+    sub.subscribe("f", 1)
+    sub.close()
+    with RawClient(hive.port) as pub:
+        pub.connect(4, "first-pub")
+        pub.publish("f", b"queued", 1)
+        pub.expect(PubAck)
+    with RawClient(hive.port) as sub:
+        assert isinstance(sub.connect(4, "first", clean_start=False), ConnAck)
+        assert sub.expect(Publish).payload == b"queued"
+
+
+def test_suback_packet_id_echoed(hive):
+    with RawClient(hive.port) as sub:
+        sub.connect(5, "sid")
+        sub._next_id = 4999
+        ack = sub.subscribe("x", 1)
+        assert isinstance(ack, SubAck) and ack.packet_id == 5000

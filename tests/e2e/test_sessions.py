@@ -1,0 +1,570 @@
+"""Sessions end to end: clean start, expiry, client ids, takeover, keep alive, wills, DISCONNECT,
+connection limits, persistence across kill -9, and shutdown; against real `hive run` processes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from e2e._session_helpers import WAIT, PahoClient, mosquitto_pub, mosquitto_sub
+from e2e.rawclient import RawClient
+
+from hive_core.mqtt import (
+    Connect,
+    Disconnect,
+    PingReq,
+    PropertyId,
+    PubAck,
+    Publish,
+    ReasonCode,
+    Will,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+P = PropertyId
+RC = ReasonCode
+Clients = Callable[..., PahoClient]
+
+
+@pytest.fixture
+def clients() -> Iterator[Clients]:
+    """Make PahoClients that are all stopped at teardown."""
+    made: list[PahoClient] = []
+
+    def make(*args: Any, **kwargs: Any) -> PahoClient:
+        client = PahoClient(*args, **kwargs)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()
+
+
+def node_with(hive_factory: Any, mqtt: str = "", restrictions: str = "") -> Any:
+    body = (f"<mqtt>{mqtt}</mqtt>" if mqtt else "") + (
+        f"<restrictions>{restrictions}</restrictions>" if restrictions else "")
+    return hive_factory(body=body)
+
+
+# ---------------------------------------------------------------------- clean start, present flag
+
+
+def test_v311_clean_session_false_resumes_with_session_present(hive, clients):
+    first = clients(hive.port, "keeper", version=4, clean=False).connect()
+    assert first.session_present is False
+    first.subscribe("sessions/v3", qos=1)
+    first.disconnect()
+
+    again = clients(hive.port, "keeper", version=4, clean=False).connect()
+    assert again.session_present is True
+    clients(hive.port, "pub", version=4).connect().publish("sessions/v3", b"kept", qos=1)
+    assert again.next_message().payload == b"kept"  # the subscription came back with the session
+
+
+def test_v311_clean_session_true_discards_the_session(hive, clients):
+    first = clients(hive.port, "keeper", version=4, clean=False).connect()
+    first.subscribe("sessions/v3", qos=1)
+    first.disconnect()
+
+    clean = clients(hive.port, "keeper", version=4, clean=True).connect()
+    assert clean.session_present is False
+    clients(hive.port, "pub", version=4).connect().publish("sessions/v3", b"x", qos=1)
+    clean.no_message(0.5)
+    clean.disconnect()
+
+    after = clients(hive.port, "keeper", version=4, clean=False).connect()
+    assert after.session_present is False
+
+
+def test_v5_clean_start_false_resumes_with_session_present(hive, clients):
+    first = clients(hive.port, "keeper5", expiry=60, clean=False).connect()
+    assert first.session_present is False
+    first.subscribe("sessions/v5", qos=1)
+    first.disconnect()
+
+    again = clients(hive.port, "keeper5", expiry=60, clean=False).connect()
+    assert again.session_present is True
+    clients(hive.port, "pub").connect().publish("sessions/v5", b"kept", qos=1)
+    assert again.next_message().payload == b"kept"
+
+
+def test_v5_clean_start_true_discards_the_session(hive, clients):
+    first = clients(hive.port, "keeper5", expiry=60, clean=False).connect()
+    first.subscribe("sessions/v5", qos=1)
+    first.disconnect()
+
+    clean = clients(hive.port, "keeper5", expiry=60, clean=True).connect()
+    assert clean.session_present is False
+    clients(hive.port, "pub").connect().publish("sessions/v5", b"x", qos=1)
+    clean.no_message(0.5)
+
+
+def test_v5_session_without_expiry_ends_with_the_connection(hive, clients):
+    first = clients(hive.port, "brief", clean=False).connect()
+    first.subscribe("sessions/v5", qos=1)
+    first.disconnect()
+
+    again = clients(hive.port, "brief", clean=False).connect()
+    assert again.session_present is False
+
+
+# ---------------------------------------------------------------------- session expiry
+
+
+def test_session_expires_after_its_interval(hive, clients):
+    first = clients(hive.port, "short", expiry=2, clean=False).connect()
+    first.disconnect()
+
+    soon = clients(hive.port, "short", expiry=2, clean=False).connect()
+    assert soon.session_present is True  # still there before the interval ran out
+    soon.disconnect()
+
+    time.sleep(3.0)  # the behaviour under test is the passing of time
+    late = clients(hive.port, "short", expiry=2, clean=False).connect()
+    assert late.session_present is False
+
+
+def test_session_expiry_capped_by_max_interval(hive_factory, clients):
+    node = node_with(hive_factory,
+                     mqtt="<session-expiry><max-interval>1</max-interval></session-expiry>")
+    first = clients(node.port, "greedy", expiry=3600, clean=False).connect()
+    assert first.connack_props is not None
+    assert first.connack_props.SessionExpiryInterval == 1
+    first.disconnect()
+
+    time.sleep(2.5)
+    again = clients(node.port, "greedy", expiry=3600, clean=False).connect()
+    assert again.session_present is False  # the cap, not the request, decided
+
+
+def test_session_expiry_within_max_interval_is_not_echoed(hive_factory, clients):
+    node = node_with(hive_factory,
+                     mqtt="<session-expiry><max-interval>100</max-interval></session-expiry>")
+    client = clients(node.port, "modest", expiry=50, clean=False).connect()
+    assert not hasattr(client.connack_props, "SessionExpiryInterval")
+
+
+def test_disconnect_with_session_expiry_zero_ends_the_session(hive, clients):
+    first = clients(hive.port, "leaving", expiry=60, clean=False).connect()
+    first.subscribe("sessions/x", qos=1)
+    first.disconnect(reason=0, SessionExpiryInterval=0)
+
+    again = clients(hive.port, "leaving", expiry=60, clean=False).connect()
+    assert again.session_present is False
+
+
+def test_disconnect_can_lengthen_session_expiry(hive, clients):
+    first = clients(hive.port, "staying", expiry=1, clean=False).connect()
+    first.disconnect(reason=0, SessionExpiryInterval=30)
+
+    time.sleep(2.0)  # past the interval of the CONNECT, inside the one of the DISCONNECT
+    again = clients(hive.port, "staying", expiry=1, clean=False).connect()
+    assert again.session_present is True
+
+
+def test_disconnect_raising_expiry_from_zero_is_a_protocol_error(hive):
+    with RawClient(hive.port) as raw:
+        assert raw.connect(5, "zero").reason_code == 0
+        raw.send(Disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 30}))
+        raw.expect_disconnect(RC.PROTOCOL_ERROR)
+
+
+# ---------------------------------------------------------------------- client identifiers
+
+
+def test_v5_empty_client_id_gets_an_assigned_identifier(hive, clients):
+    first = clients(hive.port, "", expiry=60, clean=False).connect()
+    assert first.connack_props is not None
+    assigned = first.connack_props.AssignedClientIdentifier
+    assert assigned
+    first.subscribe("ids/t", qos=1)
+    first.disconnect()
+
+    again = clients(hive.port, assigned, expiry=60, clean=False).connect()
+    assert again.session_present is True  # the assigned id names a real session
+
+
+def test_v311_empty_client_id_with_clean_session_is_accepted(hive):
+    with RawClient(hive.port) as raw:
+        connack = raw.connect(4, "", clean_start=True)
+        assert connack.reason_code == 0
+        assert connack.session_present is False
+
+
+def test_v311_empty_client_id_without_clean_session_is_refused(hive):
+    with RawClient(hive.port) as raw:
+        connack = raw.connect(4, "", clean_start=False)
+        assert connack.reason_code == 2  # identifier rejected
+        raw.expect_closed()
+
+
+def test_mosquitto_clients_with_generated_ids_connect(hive):
+    mosquitto_pub(hive.port, "ids/mosquitto", "hello", qos=1, version="mqttv5")
+    mosquitto_pub(hive.port, "ids/mosquitto", "hello", qos=1, version="mqttv311")
+
+
+# ---------------------------------------------------------------------- takeover
+
+
+def test_v311_takeover_closes_the_first_connection(hive, clients):
+    first = clients(hive.port, "twin", version=4).connect()
+    second = clients(hive.port, "twin", version=4).connect()
+    first.wait_disconnected()
+    second.subscribe("takeover/t", qos=1)
+    clients(hive.port, "pub", version=4).connect().publish("takeover/t", b"still here")
+    assert second.next_message().payload == b"still here"
+
+
+def test_v5_takeover_sends_session_taken_over(hive, clients):
+    first = clients(hive.port, "twin5").connect()
+    clients(hive.port, "twin5").connect()
+    assert first.wait_disconnected() == RC.SESSION_TAKEN_OVER
+
+
+def test_takeover_keeps_the_persistent_session(hive, clients):
+    first = clients(hive.port, "twin5", expiry=60, clean=False).connect()
+    first.subscribe("takeover/kept", qos=1)
+    second = clients(hive.port, "twin5", expiry=60, clean=False).connect()
+    assert second.session_present is True
+    assert first.wait_disconnected() == RC.SESSION_TAKEN_OVER
+    clients(hive.port, "pub").connect().publish("takeover/kept", b"m")
+    assert second.next_message().payload == b"m"
+
+
+# ---------------------------------------------------------------------- keep alive
+
+
+def test_v311_silent_client_is_closed_after_one_and_a_half_keep_alive(hive):
+    with RawClient(hive.port) as raw:
+        assert raw.connect(4, "silent", keep_alive=1).reason_code == 0
+        started = time.monotonic()
+        raw.expect_closed(timeout=5)
+        elapsed = time.monotonic() - started
+    assert 1.2 <= elapsed <= 3.0, elapsed
+
+
+def test_v5_silent_client_gets_keep_alive_timeout(hive):
+    with RawClient(hive.port) as raw:
+        assert raw.connect(5, "silent5", keep_alive=1).reason_code == 0
+        started = time.monotonic()
+        raw.expect_disconnect(RC.KEEP_ALIVE_TIMEOUT, timeout=5)
+        elapsed = time.monotonic() - started
+    assert 1.2 <= elapsed <= 3.0, elapsed
+
+
+def test_pings_keep_a_client_alive(hive):
+    with RawClient(hive.port) as raw:
+        assert raw.connect(4, "pinger", keep_alive=1).reason_code == 0
+        for _ in range(6):
+            time.sleep(0.5)
+            raw.send(PingReq())
+            assert raw.receive(2.0) is not None  # PINGRESP, and still connected
+
+
+def test_server_keep_alive_caps_the_client_request(hive_factory, clients):
+    node = node_with(hive_factory, mqtt="<keep-alive><max-keep-alive>10</max-keep-alive>"
+                                        "</keep-alive>")
+    client = clients(node.port, "lazy", keepalive=60).connect()
+    assert client.connack_props is not None
+    assert client.connack_props.ServerKeepAlive == 10
+    modest = clients(node.port, "modest", keepalive=5).connect()
+    assert not hasattr(modest.connack_props, "ServerKeepAlive")
+
+
+# ---------------------------------------------------------------------- wills
+
+
+def will_watcher(clients: Clients, port: int, topic: str = "wills/#") -> PahoClient:
+    watcher = clients(port, "watcher").connect()
+    watcher.subscribe(topic, qos=1)
+    return watcher
+
+
+def test_will_published_on_abnormal_close(hive, clients):
+    watcher = will_watcher(clients, hive.port)
+    raw = RawClient(hive.port)
+    raw.connect(4, "doomed", will=Will("wills/doomed", b"gone", 1))
+    raw.close()  # no DISCONNECT
+    message = watcher.next_message()
+    assert (message.topic, message.payload) == ("wills/doomed", b"gone")
+
+
+def test_will_published_on_keep_alive_timeout(hive, clients):
+    watcher = will_watcher(clients, hive.port)
+    with RawClient(hive.port) as raw:
+        raw.connect(4, "mute", keep_alive=1, will=Will("wills/mute", b"timed out", 1))
+        assert watcher.next_message(timeout=5).payload == b"timed out"
+
+
+def test_no_will_on_normal_disconnect(hive, clients):
+    watcher = will_watcher(clients, hive.port)
+    polite = clients(hive.port, "polite", version=4, will=("wills/polite", b"no", 1, False))
+    polite.connect().disconnect()
+    with RawClient(hive.port) as raw:
+        raw.connect(5, "polite5", will=Will("wills/polite5", b"no", 1))
+        raw.disconnect(0)
+    watcher.no_message(1.0)
+
+
+def test_v5_disconnect_with_will_message_publishes_the_will(hive, clients):
+    watcher = will_watcher(clients, hive.port)
+    leaver = clients(hive.port, "leaver", will=("wills/leaver", b"bye", 1, False)).connect()
+    leaver.disconnect(reason=RC.DISCONNECT_WITH_WILL_MESSAGE)
+    assert watcher.next_message().payload == b"bye"
+
+
+def test_will_delay_interval_holds_the_will_back(hive, clients):
+    watcher = will_watcher(clients, hive.port)
+    raw = RawClient(hive.port)
+    raw.connect(5, "delayed", clean_start=False, SESSION_EXPIRY_INTERVAL=60,
+                will=Will("wills/delayed", b"late", 1, False, {P.WILL_DELAY_INTERVAL: 2}))
+    raw.close()
+    started = time.monotonic()
+    watcher.no_message(1.3)
+    assert watcher.next_message(timeout=3).payload == b"late"
+    assert time.monotonic() - started >= 1.8
+
+
+def test_will_delay_cancelled_when_the_session_resumes(hive, clients):
+    watcher = will_watcher(clients, hive.port)
+    will = Will("wills/back", b"should not", 1, False, {P.WILL_DELAY_INTERVAL: 2})
+    raw = RawClient(hive.port)
+    raw.connect(5, "back", clean_start=False, SESSION_EXPIRY_INTERVAL=60, will=will)
+    raw.close()
+    with RawClient(hive.port) as again:
+        assert again.connect(5, "back", clean_start=False,
+                             SESSION_EXPIRY_INTERVAL=60).session_present is True
+        watcher.no_message(3.0)
+
+
+def test_will_published_when_the_session_expires_before_the_delay(hive, clients):
+    watcher = will_watcher(clients, hive.port)
+    raw = RawClient(hive.port)
+    raw.connect(5, "expiring", clean_start=False, SESSION_EXPIRY_INTERVAL=1,
+                will=Will("wills/expiring", b"ended", 1, False, {P.WILL_DELAY_INTERVAL: 30}))
+    raw.close()
+    assert watcher.next_message(timeout=4).payload == b"ended"
+
+
+def test_will_with_retain_is_retained(hive, clients):
+    raw = RawClient(hive.port)
+    raw.connect(4, "retainer", will=Will("wills/retained", b"last words", 1, True))
+    raw.close()
+    # A watcher that subscribes after the fact still gets it, as a retained message.
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        result = mosquitto_sub(hive.port, "wills/retained", "-C", "1", "-W", "1", "-F", "%r %p")
+        if result.stdout.strip():
+            break
+    assert result.stdout.strip() == "1 last words"
+
+
+# ---------------------------------------------------------------------- DISCONNECT reason codes
+
+
+def test_client_disconnect_reason_code_is_accepted(hive, clients):
+    client = clients(hive.port, "unhappy").connect()
+    client.disconnect(reason=RC.UNSPECIFIED_ERROR, ReasonString="client side trouble")
+    # The broker took it as a normal close: no error, and the id can connect again.
+    clients(hive.port, "unhappy").connect()
+    assert "Traceback" not in hive.log and "internal error" not in hive.log
+
+
+def test_second_connect_gets_disconnect_protocol_error(hive):
+    with RawClient(hive.port) as raw:
+        assert raw.connect(5, "twice").reason_code == 0
+        raw.send(Connect("twice", 5))
+        raw.expect_disconnect(RC.PROTOCOL_ERROR)
+
+
+def test_v311_second_connect_closes_the_connection(hive):
+    with RawClient(hive.port) as raw:
+        assert raw.connect(4, "twice3").reason_code == 0
+        raw.send(Connect("twice3", 4))
+        assert raw.expect_closed() == []
+
+
+def test_packet_before_connect_closes_the_connection(hive):
+    with RawClient(hive.port) as raw:
+        raw.send(PingReq())
+        assert raw.expect_closed() == []
+
+
+def test_protocol_error_publishes_the_will(hive, clients):
+    watcher = will_watcher(clients, hive.port)
+    with RawClient(hive.port) as raw:
+        raw.connect(5, "clumsy", will=Will("wills/clumsy", b"broke it", 1))
+        raw.send(Connect("clumsy", 5))
+        raw.expect_disconnect(RC.PROTOCOL_ERROR)
+    assert watcher.next_message().payload == b"broke it"
+
+
+# ---------------------------------------------------------------------- connection limits
+
+
+def test_connection_without_connect_is_closed_at_the_deadline(hive_factory):
+    node = node_with(hive_factory,
+                     restrictions="<no-connect-idle-timeout>500</no-connect-idle-timeout>")
+    with RawClient(node.port) as raw:
+        started = time.monotonic()
+        assert raw.expect_closed(timeout=5) == []
+        elapsed = time.monotonic() - started
+    assert 0.4 <= elapsed <= 1.5, elapsed
+
+
+def test_max_connections_refuses_v5_with_quota_exceeded(hive_factory, clients):
+    node = node_with(hive_factory, restrictions="<max-connections>2</max-connections>")
+    clients(node.port, "one").connect()
+    clients(node.port, "two", version=4).connect()
+    third = clients(node.port, "three").connect(expect_success=False)
+    assert third.reason_code == RC.QUOTA_EXCEEDED
+
+
+def test_max_connections_refuses_v311_with_server_unavailable(hive_factory, clients):
+    node = node_with(hive_factory, restrictions="<max-connections>2</max-connections>")
+    clients(node.port, "one").connect()
+    second = clients(node.port, "two", version=4).connect()
+    with RawClient(node.port) as raw:
+        assert raw.connect(4, "three").reason_code == 3
+        raw.expect_closed()
+    second.disconnect()
+    with RawClient(node.port) as raw:  # a slot is free again
+        assert raw.connect(4, "four").reason_code == 0
+
+
+# ---------------------------------------------------------------------- persistence across kill -9
+
+
+def test_queued_qos1_messages_survive_kill9_mosquitto(hive):
+    subscribed = mosquitto_sub(hive.port, "persist/q", "-c", "-i", "durable", "-E")
+    assert subscribed.returncode == 0, subscribed.stderr
+    sent = [f"m{i}" for i in range(20)]
+    for payload in sent:
+        mosquitto_pub(hive.port, "persist/q", payload, qos=1)  # exits after PUBACK
+
+    hive.kill()
+    hive.start()
+    got = mosquitto_sub(hive.port, "persist/q", "-c", "-i", "durable", "-C", str(len(sent)),
+                        "-W", "8")
+    assert got.stdout.split() == sent, got.stderr
+
+
+def test_queued_qos1_messages_survive_kill9_v5(hive, clients):
+    subscriber = clients(hive.port, "durable5", expiry=3600, clean=False).connect()
+    subscriber.subscribe("persist/v5", qos=1)
+    subscriber.disconnect()
+    publisher = clients(hive.port, "pub5").connect()
+    sent = [f"v5-{i}".encode() for i in range(20)]
+    for payload in sent:
+        publisher.publish("persist/v5", payload, qos=1)
+    publisher.close()
+
+    hive.kill()
+    hive.start()
+    back = clients(hive.port, "durable5", expiry=3600, clean=False).connect()
+    assert back.session_present is True
+    got = [back.next_message().payload for _ in sent]
+    assert got == sent
+    back.no_message(0.3)
+
+
+def test_retained_message_survives_kill9(hive, clients):
+    mosquitto_pub(hive.port, "persist/retained", "kept", qos=1, retain=True)
+    hive.kill()
+    hive.start()
+    got = mosquitto_sub(hive.port, "persist/retained", "-C", "1", "-W", "5")
+    assert got.stdout.strip() == "kept", got.stderr
+    reader = clients(hive.port, "reader").connect()
+    reader.subscribe("persist/retained", qos=1)
+    message = reader.next_message()
+    assert (message.payload, message.retain) == (b"kept", True)
+
+
+def test_retained_message_cleared_before_kill9_stays_cleared(hive, clients):
+    mosquitto_pub(hive.port, "persist/cleared", "old", qos=1, retain=True)
+    mosquitto_pub(hive.port, "persist/cleared", "", qos=1, retain=True)
+    hive.kill()
+    hive.start()
+    reader = clients(hive.port, "reader").connect()
+    reader.subscribe("persist/cleared", qos=1)
+    reader.no_message(0.5)
+
+
+def unacked_delivery(port: int, client_id: str, topic: str) -> tuple[RawClient, Publish]:
+    """A persistent v3.1.1 subscriber that received one QoS 1 message and did not ack it."""
+    raw = RawClient(port)
+    raw.connect(4, client_id, clean_start=False)
+    raw.subscribe(topic, qos=1)
+    with RawClient(port) as publisher:
+        publisher.connect(4, "pub")
+        pid = publisher.publish(topic, b"in flight", qos=1)
+        assert publisher.expect(PubAck).packet_id == pid
+    first = raw.expect(Publish)
+    assert (first.payload, first.dup, first.qos) == (b"in flight", False, 1)
+    return raw, first
+
+
+def test_unacked_qos1_is_redelivered_with_dup_on_reconnect(hive):
+    raw, first = unacked_delivery(hive.port, "forgetful", "persist/inflight")
+    raw.close()
+    with RawClient(hive.port) as again:
+        assert again.connect(4, "forgetful", clean_start=False).session_present is True
+        redelivered = again.expect(Publish)
+        assert redelivered.dup is True
+        assert (redelivered.packet_id, redelivered.payload) == (first.packet_id, b"in flight")
+        again.send(PubAck(redelivered.packet_id))
+        again.expect_nothing(0.5)
+    with RawClient(hive.port) as third:  # acknowledged now: never again
+        assert third.connect(4, "forgetful", clean_start=False).session_present is True
+        third.expect_nothing(0.5)
+
+
+def test_unacked_qos1_is_redelivered_with_dup_after_kill9(hive):
+    raw, first = unacked_delivery(hive.port, "forgetful", "persist/inflight9")
+    hive.kill()
+    raw.close()
+    hive.start()
+    with RawClient(hive.port) as again:
+        assert again.connect(4, "forgetful", clean_start=False).session_present is True
+        redelivered = again.expect(Publish)
+        assert redelivered.dup is True
+        assert (redelivered.packet_id, redelivered.payload) == (first.packet_id, b"in flight")
+        again.send(PubAck(redelivered.packet_id))
+        again.expect_nothing(0.5)
+
+
+def test_session_expiry_keeps_counting_across_restart(hive, clients):
+    client = clients(hive.port, "mortal", expiry=2, clean=False).connect()
+    client.disconnect()
+    hive.kill()
+    time.sleep(2.5)
+    hive.start()
+    again = clients(hive.port, "mortal", expiry=2, clean=False).connect()
+    assert again.session_present is False
+
+
+# ---------------------------------------------------------------------- shutdown
+
+
+def test_sigterm_disconnects_v5_clients_with_server_shutting_down(hive, clients):
+    client = clients(hive.port, "bystander").connect()
+    old = clients(hive.port, "bystander3", version=4).connect()
+    assert hive.terminate() == 0
+    assert "Hive stopped" in hive.log
+    assert client.wait_disconnected() == RC.SERVER_SHUTTING_DOWN
+    old.wait_disconnected()
+
+
+def test_sigterm_keeps_persistent_sessions(hive, clients):
+    client = clients(hive.port, "survivor", expiry=3600, clean=False).connect()
+    client.subscribe("shutdown/t", qos=1)
+    assert hive.terminate() == 0
+    client.wait_disconnected()
+    hive.start()
+    again = clients(hive.port, "survivor", expiry=3600, clean=False).connect()
+    assert again.session_present is True
+

@@ -1,0 +1,332 @@
+"""FileSessionStore: what goes in comes back after a restart, in as few transactions as possible."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hive_core.persistence import (
+    FileSessionStore,
+    PersistenceError,
+    Snapshot,
+    StoredInflight,
+    StoredMessage,
+    StoredSession,
+    StoredSubscription,
+)
+from hive_core.persistence import _sqlite_schema
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(20)]
+
+
+def message(topic: str = "t", payload: bytes = b"p", **kwargs: object) -> StoredMessage:
+    return StoredMessage(topic, payload, 1, **kwargs)  # type: ignore[arg-type]
+
+
+def session(client_id: str = "c1", **kwargs: object) -> StoredSession:
+    return StoredSession(client_id, 5, 3600, **kwargs)  # type: ignore[arg-type]
+
+
+async def reopen(store: FileSessionStore) -> tuple[FileSessionStore, Snapshot]:
+    await store.close()
+    again = FileSessionStore(store.path.parent.parent, sync=False)
+    return again, await again.open()
+
+
+async def test_every_record_kind_round_trips(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    assert await store.open() == Snapshot()
+    subscriptions = {
+        "a/+": StoredSubscription("a/+", 1),
+        "$share/g/b/#": StoredSubscription("$share/g/b/#", 2, True, True, 2, 7),
+    }
+    alice = session("alice", disconnected_at=1234.5, subscriptions=subscriptions)
+    bob = StoredSession("bob", 4, 0xFFFFFFFF)
+    full = StoredMessage("a/ü", b"\x00\xff" * 50, 2, True, b"\x01\x02", 4e9, "pub")
+    publish = StoredInflight("alice", 1, "out", "publish", full)
+    pubrel = StoredInflight("alice", 2, "out", "pubrel", None)
+    pubrec = StoredInflight("alice", 2, "in", "pubrec")
+    store.save_session(alice)
+    store.save_session(bob)
+    store.enqueue("alice", 2, message("q2"))
+    store.enqueue("alice", 1, full)
+    store.enqueue("bob", 1, message("q1", b""))
+    for inflight in (publish, pubrel, pubrec):
+        store.save_inflight(inflight)
+    store.save_retained(StoredMessage("r/1", b"kept", 1, True))
+    await store.commit()
+
+    store, loaded = await reopen(store)
+    assert loaded == Snapshot(
+        sessions={"alice": alice, "bob": bob},
+        queues={"alice": [(1, full), (2, message("q2"))], "bob": [(1, message("q1", b""))]},
+        inflight={"alice": [publish, pubrel, pubrec]},
+        retained={"r/1": StoredMessage("r/1", b"kept", 1, True)},
+    )
+    await store.close()
+
+
+async def test_deletes_survive_a_restart(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    await store.open()
+    store.save_session(session("c1"))
+    store.save_session(session("c2"))
+    for seq in range(3):
+        store.enqueue("c1", seq, message(f"q{seq}"))
+        store.enqueue("c2", seq, message(f"q{seq}"))
+    store.save_inflight(StoredInflight("c1", 1, "out", "publish", message()))
+    store.save_inflight(StoredInflight("c1", 1, "in", "pubrec"))
+    store.save_inflight(StoredInflight("c2", 1, "out", "publish", message()))
+    store.save_retained(message("r/1"))
+    store.save_retained(message("r/2"))
+    await store.commit()
+
+    store.dequeue("c1", 1)
+    store.delete_inflight("c1", 1, "in")
+    store.delete_retained("r/1")
+    store.delete_session("c2")  # also its queue and in-flight exchanges
+    store, loaded = await reopen(store)  # close() flushes without an explicit commit
+
+    assert loaded.sessions == {"c1": session("c1")}
+    assert loaded.queues == {"c1": [(0, message("q0")), (2, message("q2"))]}
+    assert loaded.inflight == {"c1": [StoredInflight("c1", 1, "out", "publish", message())]}
+    assert loaded.retained == {"r/2": message("r/2")}
+    await store.close()
+
+
+async def test_writes_after_delete_session_in_the_same_batch_survive(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    await store.open()
+    store.save_session(session("c1"))
+    store.enqueue("c1", 1, message("old"))
+    await store.commit()
+    store.enqueue("c1", 2, message("old too"))
+    store.delete_session("c1")
+    store.save_session(session("c1", disconnected_at=9.0))
+    store.enqueue("c1", 1, message("new"))
+    store.save_inflight(StoredInflight("c1", 5, "in", "pubrec"))
+    store, loaded = await reopen(store)
+    assert loaded.sessions == {"c1": session("c1", disconnected_at=9.0)}
+    assert loaded.queues == {"c1": [(1, message("new"))]}
+    assert loaded.inflight == {"c1": [StoredInflight("c1", 5, "in", "pubrec")]}
+    await store.close()
+
+
+async def test_retained_overwrite_keeps_the_last(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    await store.open()
+    store.save_retained(message("r", b"1"))
+    await store.commit()
+    store.save_retained(message("r", b"2"))
+    store.save_retained(message("r", b"3"))
+    store.save_retained(message("gone", b"x"))
+    store.delete_retained("gone")
+    store, loaded = await reopen(store)
+    assert loaded.retained == {"r": message("r", b"3")}
+    await store.close()
+
+
+async def test_expired_messages_are_dropped_on_load(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    await store.open()
+    past, future = time.time() - 60, time.time() + 3600
+    store.enqueue("c1", 1, message("stale", expiry_at=past))
+    store.enqueue("c1", 2, message("fresh", expiry_at=future))
+    store.enqueue("c1", 3, message("forever"))
+    store.save_retained(message("r/stale", expiry_at=past))
+    store.save_retained(message("r/fresh", expiry_at=future))
+    # Delivery already started: an expired in-flight message must still be re-sent.
+    store.save_inflight(StoredInflight("c1", 1, "out", "publish", message(expiry_at=past)))
+    store, loaded = await reopen(store)
+    assert [seq for seq, _ in loaded.queues["c1"]] == [2, 3]
+    assert list(loaded.retained) == ["r/fresh"]
+    assert len(loaded.inflight["c1"]) == 1
+    await store.close()
+    with sqlite3.connect(store.path) as db:  # dropped from disk too, not just from the snapshot
+        assert db.execute("SELECT count(*) FROM queued_message").fetchone() == (2,)
+
+
+async def test_inflight_keeps_the_order_exchanges_started(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    await store.open()
+    for packet_id in (7, 3, 5):
+        store.save_inflight(StoredInflight("c1", packet_id, "out", "publish", message()))
+    await store.commit()
+    store.save_inflight(StoredInflight("c1", 7, "out", "pubrel"))  # same exchange: keeps its place
+    store.delete_inflight("c1", 3, "out")
+    store.save_inflight(StoredInflight("c1", 3, "out", "publish", message()))  # a new one: last
+    store.save_inflight(StoredInflight("c1", 1, "out", "publish", message()))
+    store, loaded = await reopen(store)
+    assert [(i.packet_id, i.state) for i in loaded.inflight["c1"]] == [
+        (7, "pubrel"),
+        (5, "publish"),
+        (3, "publish"),
+        (1, "publish"),
+    ]
+    await store.close()
+
+
+async def test_group_commit_writes_a_thousand_enqueues_in_one_transaction(tmp_path: Path) -> None:
+    # A long interval, so the background flush cannot split the batch on a slow machine.
+    store = FileSessionStore(tmp_path, commit_interval=30)
+    await store.open()
+    started = time.perf_counter()
+    for seq in range(1000):
+        store.enqueue("c1", seq, message(payload=b"x" * 100))
+    await store.commit()
+    elapsed = time.perf_counter() - started
+    assert store.stats.transactions == 1
+    assert store.stats.rows == 1000
+    assert elapsed < 2.0
+    await store.commit()  # nothing pending: returns at once, no transaction
+    assert store.stats.transactions == 1
+    await store.close()
+
+
+async def test_concurrent_commits_share_transactions(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    await store.open()
+
+    async def publish(seq: int) -> None:
+        store.enqueue("c1", seq, message())
+        await store.commit()
+
+    async with anyio.create_task_group() as tg:
+        for seq in range(50):
+            tg.start_soon(publish, seq)
+    assert 1 <= store.stats.transactions < 25
+    store, loaded = await reopen(store)
+    assert len(loaded.queues["c1"]) == 50
+    await store.close()
+
+
+async def test_enqueue_then_dequeue_in_one_batch_writes_nothing(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path, commit_interval=30)
+    await store.open()
+    for seq in range(100):
+        store.enqueue("c1", seq, message())
+        store.dequeue("c1", seq)
+    await store.commit()
+    assert (store.stats.transactions, store.stats.rows) == (0, 0)
+    for _ in range(10):
+        store.save_session(session("c1"))
+    await store.commit()
+    assert (store.stats.transactions, store.stats.rows) == (1, 1)
+    await store.close()
+
+
+async def test_dequeue_of_a_rewritten_stored_seq_still_deletes_it(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path, commit_interval=30)
+    await store.open()
+    store.enqueue("c1", 1, message("first"))
+    await store.commit()
+    store.enqueue("c1", 1, message("second"))  # same seq again: the row is on disk already
+    store.dequeue("c1", 1)
+    store, loaded = await reopen(store)
+    assert loaded.queues == {}
+    await store.close()
+
+
+async def test_writes_without_commit_are_flushed_in_the_background(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path, commit_interval=0.01)
+    await store.open()
+    store.enqueue("c1", 1, message())
+    with anyio.fail_after(5):
+        while store.stats.transactions == 0:
+            await anyio.sleep(0.005)
+    await store.close()
+
+
+async def test_a_failed_commit_raises_is_logged_and_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real_write = _sqlite_schema.write
+    failures = [sqlite3.OperationalError("disk I/O error")]
+
+    def flaky_write(db: sqlite3.Connection, batch: object) -> int:
+        if failures:
+            raise failures.pop()
+        return real_write(db, batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_sqlite_schema, "write", flaky_write)
+    store = FileSessionStore(tmp_path, commit_interval=30)
+    await store.open()
+    store.enqueue("c1", 1, message("one"))
+    with caplog.at_level(logging.ERROR), pytest.raises(PersistenceError) as failed:
+        await store.commit()
+    assert isinstance(failed.value.__cause__, sqlite3.OperationalError)
+    assert "could not commit a batch" in caplog.text
+    assert store.stats.failures == 1
+
+    store.enqueue("c1", 2, message("two"))
+    await store.commit()  # retries the failed batch together with the new write
+    assert store.stats.transactions == 1
+    store, loaded = await reopen(store)
+    assert loaded.queues == {"c1": [(1, message("one")), (2, message("two"))]}
+    await store.close()
+
+
+async def test_close_reports_a_batch_it_could_not_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_write(db: sqlite3.Connection, batch: object) -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    store = FileSessionStore(tmp_path)
+    await store.open()
+    monkeypatch.setattr(_sqlite_schema, "write", broken_write)
+    store.enqueue("c1", 1, message())
+    with pytest.raises(PersistenceError):
+        await store.close()
+    with pytest.raises(PersistenceError):
+        store.enqueue("c1", 2, message())
+
+
+async def test_a_cancelled_commit_leaves_the_store_working(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    await store.open()
+    store.enqueue("c1", 1, message())
+    with anyio.move_on_after(0):
+        await store.commit()
+    store.enqueue("c1", 2, message())
+    await store.commit()
+    store, loaded = await reopen(store)
+    assert [seq for seq, _ in loaded.queues["c1"]] == [1, 2]
+    await store.close()
+
+
+async def test_misuse_is_refused(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    with pytest.raises(PersistenceError):
+        store.save_retained(message())  # not open yet
+    await store.open()
+    with pytest.raises(PersistenceError):
+        await store.open()
+    await store.close()
+    await store.close()  # closing twice is harmless
+    with pytest.raises(PersistenceError):
+        await store.commit()
+
+
+async def test_a_database_from_another_schema_version_is_refused(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    await store.open()
+    await store.close()
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE schema_version SET version = 99")
+    with pytest.raises(PersistenceError, match="schema version 99"):
+        await FileSessionStore(tmp_path).open()
+
+
+async def test_the_database_lives_in_the_data_folder_in_wal_mode(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "data")
+    await store.open()
+    await store.close()
+    assert store.path == tmp_path / "data" / "persistence" / "sessions.db"
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
