@@ -1,8 +1,71 @@
 """The public, stable API for Hive extensions.
 
-Extensions import this package only, never ``hive_core``. It grows with the extension SDK.
+Extensions import this package only, never ``hive_core``. An extension is a module with
+``@hookimpl`` functions (see :mod:`hive_ext_api.hookspecs`), registered under the entry-point
+group ``hive.extensions``, and a ``HIVE_API`` string naming the API versions it supports
+(a PEP 440 specifier such as ``">=1.0,<2"``).
 """
 
-API_VERSION = "0.1"
+import pluggy
 
-__all__ = ["API_VERSION"]
+from hive_ext_api import _hookspecs as hookspecs
+from hive_ext_api._persistence import (
+    NEVER_EXPIRES,
+    SessionStore,
+    Snapshot,
+    StoredInflight,
+    StoredMessage,
+    StoredSession,
+    StoredSubscription,
+)
+from hive_ext_api._services import Counter, HiveServices, MetricsRegistry
+from hive_ext_api._types import (
+    AuthDecision,
+    AuthExchange,
+    AuthStep,
+    ClientInfo,
+    ClusterMember,
+    ClusterNodeAddress,
+    ConnectInfo,
+    ExtensionContext,
+    ExtensionRefused,
+    PublishMessage,
+    ReasonCode,
+    RetainedInfo,
+    SubscriptionInfo,
+)
+from hive_ext_api._version import API_VERSION, ENTRY_POINT_GROUP, PROJECT_NAME
+
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+"""Marks a function of an extension module as the implementation of the hook of its name."""
+
+__all__ = [
+    "API_VERSION",
+    "ENTRY_POINT_GROUP",
+    "NEVER_EXPIRES",
+    "PROJECT_NAME",
+    "AuthDecision",
+    "AuthExchange",
+    "AuthStep",
+    "ClientInfo",
+    "ClusterMember",
+    "ClusterNodeAddress",
+    "ConnectInfo",
+    "Counter",
+    "ExtensionContext",
+    "ExtensionRefused",
+    "HiveServices",
+    "MetricsRegistry",
+    "PublishMessage",
+    "ReasonCode",
+    "RetainedInfo",
+    "SessionStore",
+    "Snapshot",
+    "StoredInflight",
+    "StoredMessage",
+    "StoredSession",
+    "StoredSubscription",
+    "SubscriptionInfo",
+    "hookimpl",
+    "hookspecs",
+]

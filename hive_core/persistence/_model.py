@@ -1,106 +1,23 @@
-"""What the broker keeps across restarts, in the shape every persistence backend stores it.
+"""The persistence records and protocol live in the extension API; the core uses them from there."""
 
-These records are plain data: the broker builds them, a backend writes and reads them back.
-Properties travel as the encoded MQTT 5 property block (bytes), so a backend never needs the codec.
-"""
+from hive_ext_api._persistence import (
+    NEVER_EXPIRES,
+    Direction,
+    SessionStore,
+    Snapshot,
+    StoredInflight,
+    StoredMessage,
+    StoredSession,
+    StoredSubscription,
+)
 
-from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
-
-NEVER_EXPIRES = 0xFFFFFFFF
-
-
-@dataclass(slots=True)
-class StoredMessage:
-    """An application message as a session queue, an in-flight slot or the retained store has it."""
-
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool = False
-    properties: bytes = b""  # encoded MQTT 5 PUBLISH properties, without the length prefix
-    expiry_at: float | None = None  # Unix time after which the message is dropped; None: never
-    publisher_id: str = ""  # the client id that published it (for "no local")
-
-
-@dataclass(slots=True, frozen=True)
-class StoredSubscription:
-    topic_filter: str  # as the client sent it, "$share/group/filter" included
-    qos: int
-    no_local: bool = False
-    retain_as_published: bool = False
-    retain_handling: int = 0
-    subscription_id: int | None = None
-
-
-@dataclass(slots=True)
-class StoredSession:
-    """A persistent session: one that outlives its connection."""
-
-    client_id: str
-    protocol_version: int
-    expiry_interval: int  # seconds after disconnect; NEVER_EXPIRES for v3 persistent sessions
-    disconnected_at: float | None = None  # Unix time; None while connected
-    subscriptions: dict[str, StoredSubscription] = field(default_factory=dict)
-
-
-Direction = Literal["out", "in"]
-
-
-@dataclass(slots=True)
-class StoredInflight:
-    """A QoS 1/2 exchange not yet finished.
-
-    out: the node sent PUBLISH (state "publish") or got PUBREC and sent PUBREL (state "pubrel").
-    in:  the node got a QoS 2 PUBLISH, routed it, sent PUBREC and waits for PUBREL (state "pubrec";
-         message is None because routing already happened).
-    """
-
-    client_id: str
-    packet_id: int
-    direction: Direction
-    state: Literal["publish", "pubrel", "pubrec"]
-    message: StoredMessage | None = None
-
-
-@dataclass(slots=True)
-class Snapshot:
-    """Everything a backend holds, read once when the node starts."""
-
-    sessions: dict[str, StoredSession] = field(default_factory=dict)
-    queues: dict[str, list[tuple[int, StoredMessage]]] = field(default_factory=dict)  # by seq
-    inflight: dict[str, list[StoredInflight]] = field(default_factory=dict)
-    retained: dict[str, StoredMessage] = field(default_factory=dict)
-
-
-class SessionStore(Protocol):
-    """The storage behind persistent sessions and retained messages.
-
-    Write methods are synchronous and cheap: they append to the pending batch. ``commit`` resolves
-    once every write made before the call is durable; one disk sync covers all of them (group
-    commit). A write that a later write cancels before the batch is flushed may never hit the disk.
-    """
-
-    async def open(self) -> Snapshot: ...
-
-    async def close(self) -> None: ...
-
-    def save_session(self, session: StoredSession) -> None: ...
-
-    def delete_session(self, client_id: str) -> None: ...  # also drops its queue and in-flight
-
-    def enqueue(self, client_id: str, seq: int, message: StoredMessage) -> None: ...
-
-    def dequeue(self, client_id: str, seq: int) -> None: ...
-
-    def save_inflight(self, inflight: StoredInflight) -> None: ...
-
-    def delete_inflight(self, client_id: str, packet_id: int, direction: Direction) -> None: ...
-
-    def save_retained(self, message: StoredMessage) -> None: ...
-
-    def delete_retained(self, topic: str) -> None: ...
-
-    async def commit(self) -> None: ...
+__all__ = [
+    "NEVER_EXPIRES",
+    "Direction",
+    "SessionStore",
+    "Snapshot",
+    "StoredInflight",
+    "StoredMessage",
+    "StoredSession",
+    "StoredSubscription",
+]

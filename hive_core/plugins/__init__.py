@@ -1,1 +1,12 @@
+"""Loading extensions, the typed facade over their hooks, and Hive's built-in plugins."""
 
+from hive_core.plugins._facade import Extensions
+from hive_core.plugins._manager import (
+    BUILTIN_PLUGINS,
+    DISABLED_ENV,
+    ExtensionManager,
+    ExtensionRecord,
+)
+
+__all__ = ["BUILTIN_PLUGINS", "DISABLED_ENV", "ExtensionManager", "ExtensionRecord",
+           "Extensions"]

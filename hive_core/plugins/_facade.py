@@ -1,0 +1,270 @@
+"""The typed face of the hooks: core code calls ``extensions.authenticate(...)``, never ``pm.hook``.
+
+pluggy is synchronous and a coroutine is "an answer" to it, so the chain is walked here: each
+implementation is called with the arguments it names, an awaitable result is awaited within the
+deadline, and an implementation that raises or is too slow is logged, counted and skipped.
+A hook nobody implements costs one attribute test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from pluggy import HookImpl
+
+from hive_core.plugins._manager import ExtensionManager
+from hive_ext_api import (
+    AuthDecision,
+    AuthExchange,
+    AuthStep,
+    ClientInfo,
+    ClusterNodeAddress,
+    ConnectInfo,
+    ExtensionContext,
+    ExtensionRefused,
+    PublishMessage,
+    SessionStore,
+    SubscriptionInfo,
+)
+
+log = logging.getLogger("hive.extensions")
+T = TypeVar("T")
+DEFAULT_DEADLINE = 5.0
+
+_HOT_HOOKS = (
+    "hive_authenticate", "hive_enhanced_authenticate", "hive_authorize_publish",
+    "hive_authorize_subscribe", "hive_intercept_connect", "hive_intercept_publish_inbound",
+    "hive_intercept_publish_outbound", "hive_intercept_subscribe", "hive_intercept_unsubscribe",
+    "hive_intercept_disconnect", "hive_client_connected", "hive_client_disconnected",
+)
+_OTHER_HOOKS = (
+    "hive_extension_start", "hive_extension_stop", "hive_discovery_init",
+    "hive_discovery_reload", "hive_discovery_reload_interval", "hive_discovery_destroy",
+    "hive_session_store",
+)
+
+
+class Extensions:
+    """Every hook call the core makes goes through here."""
+
+    def __init__(self, manager: ExtensionManager, deadline: float = DEFAULT_DEADLINE) -> None:
+        self.manager = manager
+        self.deadline = deadline
+        self.failures: Counter[str] = Counter()  # by extension name
+        self._impls: dict[str, list[HookImpl]] = {}
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read which hooks have implementations (after an extension was taken out)."""
+        hook = self.manager.pm.hook
+        self._impls = {name: list(reversed(getattr(hook, name).get_hookimpls()))
+                       for name in (*_HOT_HOOKS, *_OTHER_HOOKS)}
+        impls = self._impls
+        self.authenticates = bool(impls["hive_authenticate"])
+        self.enhanced_auth = bool(impls["hive_enhanced_authenticate"])
+        self.authorizes_publish = bool(impls["hive_authorize_publish"])
+        self.authorizes_subscribe = bool(impls["hive_authorize_subscribe"])
+        self.intercepts_connect = bool(impls["hive_intercept_connect"])
+        self.intercepts_inbound = bool(impls["hive_intercept_publish_inbound"])
+        self.intercepts_outbound = bool(impls["hive_intercept_publish_outbound"])
+        self.intercepts_subscribe = bool(impls["hive_intercept_subscribe"])
+        self.intercepts_unsubscribe = bool(impls["hive_intercept_unsubscribe"])
+        self.watches_clients = bool(impls["hive_intercept_disconnect"] or
+                                    impls["hive_client_connected"] or
+                                    impls["hive_client_disconnected"])
+        self.on_publish = self.authorizes_publish or self.intercepts_inbound
+
+    # ------------------------------------------------------------------ the chain
+
+    def _failed(self, impl: HookImpl, hook: str, what: str) -> None:
+        self.failures[impl.plugin_name] += 1
+        log.error("extension %s: %s %s; going on without its answer", impl.plugin_name, hook,
+                  what, exc_info=what == "raised")
+
+    def _call(self, impl: HookImpl, kwargs: dict[str, Any]) -> Any:
+        return impl.function(*[kwargs[name] for name in impl.argnames])
+
+    async def _settle(self, impl: HookImpl, hook: str, pending: Awaitable[Any]) -> Any:
+        try:
+            return await asyncio.wait_for(pending, self.deadline)
+        except TimeoutError:
+            self._failed(impl, hook, f"took longer than {self.deadline:g} s")
+        except Exception:
+            self._failed(impl, hook, "raised")
+        return None
+
+    def first(self, hook: str, **kwargs: Any) -> Any:
+        """First non-None answer; an awaitable when an ``async`` implementation must be awaited."""
+        impls = self._impls[hook]
+        for index, impl in enumerate(impls):
+            try:
+                result = self._call(impl, kwargs)
+            except Exception:
+                self._failed(impl, hook, "raised")
+                continue
+            if inspect.isawaitable(result):
+                return self._first_async(hook, impls[index:], kwargs, result)
+            if result is not None:
+                return result
+        return None
+
+    async def _first_async(self, hook: str, impls: list[HookImpl], kwargs: dict[str, Any],
+                           pending: Awaitable[Any]) -> Any:
+        result = await self._settle(impls[0], hook, pending)
+        if result is not None:
+            return result
+        for impl in impls[1:]:
+            try:
+                result = self._call(impl, kwargs)
+            except Exception:
+                self._failed(impl, hook, "raised")
+                continue
+            if inspect.isawaitable(result):
+                result = await self._settle(impl, hook, result)
+            if result is not None:
+                return result
+        return None
+
+    async def each(self, hook: str, **kwargs: Any) -> list[Any]:
+        """Every implementation in turn; the answers that are not None."""
+        answers = []
+        for impl in self._impls[hook]:
+            try:
+                result = self._call(impl, kwargs)
+            except Exception:
+                self._failed(impl, hook, "raised")
+                continue
+            if inspect.isawaitable(result):
+                result = await self._settle(impl, hook, result)
+            if result is not None:
+                answers.append(result)
+        return answers
+
+    @staticmethod
+    async def resolved(answer: Any) -> Any:
+        return await answer if inspect.isawaitable(answer) else answer
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, context_for: Callable[[str], ExtensionContext]) -> None:
+        """Start every active extension; one that refuses (or fails) is taken out."""
+        for impl in list(self._impls["hive_extension_start"]):
+            name = impl.plugin_name
+            try:
+                result = self._call(impl, {"context": context_for(name)})
+                if inspect.isawaitable(result):
+                    await asyncio.wait_for(result, self.deadline)
+            except ExtensionRefused as refusal:
+                log.error("Extension %s refused to start: %s", name, refusal)
+                self.manager.deactivate(name, f"refused to start: {refusal}")
+            except Exception as exc:
+                log.exception("Extension %s failed to start", name)
+                self.manager.deactivate(name, f"failed to start: {exc!r}")
+            else:
+                log.info("Extension %s started", name)
+        self.refresh()
+
+    async def stop(self, context_for: Callable[[str], ExtensionContext]) -> None:
+        for impl in reversed(self._impls["hive_extension_stop"]):
+            try:
+                result = self._call(impl, {"context": context_for(impl.plugin_name)})
+                if inspect.isawaitable(result):
+                    await asyncio.wait_for(result, self.deadline)
+            except Exception:
+                log.exception("Extension %s failed to stop cleanly", impl.plugin_name)
+
+    async def session_store(self, context: ExtensionContext) -> SessionStore | None:
+        answer = await self.resolved(self.first("hive_session_store", context=context))
+        return answer
+
+    # ------------------------------------------------------------------ authentication
+
+    async def authenticate(self, connect: ConnectInfo) -> AuthDecision:
+        if not self.authenticates:
+            return AuthDecision.accept()
+        answer = await self.resolved(self.first("hive_authenticate", connect=connect))
+        if answer is None:
+            return AuthDecision.refuse(reason_string="no authenticator accepted the client")
+        return answer
+
+    async def enhanced_authenticate(self, exchange: AuthExchange) -> AuthStep | None:
+        return await self.resolved(
+            self.first("hive_enhanced_authenticate", exchange=exchange))
+
+    def authorize_publish(self, client: ClientInfo, topic: str, qos: int, retain: bool) -> Any:
+        """``True``/``False``/reason code/``None``, or an awaitable of one."""
+        return self.first("hive_authorize_publish", client=client, topic=topic, qos=qos,
+                          retain=retain)
+
+    def authorize_subscribe(self, client: ClientInfo, topic_filter: str, qos: int) -> Any:
+        return self.first("hive_authorize_subscribe", client=client, topic_filter=topic_filter,
+                          qos=qos)
+
+    # ------------------------------------------------------------------ interceptors
+
+    async def intercept_connect(self, connect: ConnectInfo) -> None:
+        await self.each("hive_intercept_connect", connect=connect)
+
+    async def intercept_publish_inbound(self, client: ClientInfo,
+                                        publish: PublishMessage) -> int | None:
+        """The first reason code that stops the message, or None."""
+        for impl in self._impls["hive_intercept_publish_inbound"]:
+            try:
+                result = self._call(impl, {"client": client, "publish": publish})
+            except Exception:
+                self._failed(impl, "hive_intercept_publish_inbound", "raised")
+                continue
+            if inspect.isawaitable(result):
+                result = await self._settle(impl, "hive_intercept_publish_inbound", result)
+            if result is not None:
+                return int(result)
+        return None
+
+    async def intercept_publish_outbound(self, client: ClientInfo,
+                                         publish: PublishMessage) -> bool:
+        """False when an extension stopped this delivery."""
+        answers = await self.each("hive_intercept_publish_outbound", client=client,
+                                  publish=publish)
+        return all(answer is not False for answer in answers)
+
+    async def intercept_subscribe(self, client: ClientInfo,
+                                  subscriptions: list[SubscriptionInfo]) -> None:
+        await self.each("hive_intercept_subscribe", client=client, subscriptions=subscriptions)
+
+    async def intercept_unsubscribe(self, client: ClientInfo, topic_filters: list[str]) -> None:
+        await self.each("hive_intercept_unsubscribe", client=client, topic_filters=topic_filters)
+
+    async def intercept_disconnect(self, client: ClientInfo, reason_code: int) -> None:
+        await self.each("hive_intercept_disconnect", client=client, reason_code=reason_code)
+
+    async def client_connected(self, client: ClientInfo, session_present: bool) -> None:
+        await self.each("hive_client_connected", client=client, session_present=session_present)
+
+    async def client_disconnected(self, client: ClientInfo, graceful: bool) -> None:
+        await self.each("hive_client_disconnected", client=client, graceful=graceful)
+
+    # ------------------------------------------------------------------ discovery
+
+    async def discovery_init(self, own_address: ClusterNodeAddress, cluster_id: str) -> None:
+        await self.each("hive_discovery_init", own_address=own_address, cluster_id=cluster_id)
+
+    async def discovery_reload(self) -> list[ClusterNodeAddress] | None:
+        answers = await self.each("hive_discovery_reload")
+        if not answers:
+            return None
+        merged: dict[ClusterNodeAddress, None] = {}
+        for answer in answers:
+            merged.update(dict.fromkeys(answer))
+        return list(merged)
+
+    async def discovery_reload_interval(self) -> float:
+        answer = await self.resolved(self.first("hive_discovery_reload_interval"))
+        return float(answer) if answer is not None else 60.0
+
+    async def discovery_destroy(self, own_address: ClusterNodeAddress) -> None:
+        await self.each("hive_discovery_destroy", own_address=own_address)

@@ -1,0 +1,154 @@
+"""Finding, checking and registering extensions: built-ins by module, the rest by entry point."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from types import ModuleType
+from typing import Any
+
+import pluggy
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from hive_core import __version__ as hive_version
+from hive_ext_api import API_VERSION, ENTRY_POINT_GROUP, PROJECT_NAME, hookspecs
+
+log = logging.getLogger("hive.extensions")
+
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "hive_core.plugins.file_persistence",
+)
+"""Hive's own plugins, registered like any installed extension (and disabled the same way)."""
+
+DISABLED_ENV = "HIVE_DISABLED_EXTENSIONS"
+"""Comma-separated extension names not to load, on top of <extensions><disabled>."""
+
+
+@dataclass(slots=True)
+class ExtensionRecord:
+    """One extension as ``hive extensions`` shows it."""
+
+    name: str
+    version: str
+    source: str  # "built-in" or the entry point's "module" value
+    active: bool
+    reason: str = ""  # why it is not active
+    module: ModuleType | None = None
+
+
+class ExtensionLoadError(Exception):
+    """An extension could not be imported; the message names what to install when it can."""
+
+
+def _module_version(module: ModuleType, entry_point: EntryPoint | None) -> str:
+    if entry_point is not None and entry_point.dist is not None:
+        return entry_point.dist.version
+    return str(getattr(module, "__version__", hive_version))
+
+
+def _api_range_problem(name: str, module: ModuleType) -> str | None:
+    """Why this extension's declared API range excludes this Hive, or None when it fits."""
+    declared = getattr(module, "HIVE_API", None)
+    if declared is None:
+        return None
+    try:
+        accepted = SpecifierSet(str(declared))
+    except InvalidSpecifier:
+        return f"extension {name} declares HIVE_API {declared!r}, which is not a version range"
+    if Version(API_VERSION) in accepted:
+        return None
+    return (f"extension {name} supports Hive extension API {declared}, but this Hive "
+            f"{hive_version} provides extension API {API_VERSION}")
+
+
+def _import_problem(name: str, exc: ImportError) -> str:
+    missing = getattr(exc, "name", None)
+    if missing:
+        return (f"extension {name} cannot be loaded: it needs the Python package {missing!r} "
+                f"(pip install {missing.split('.')[0]})")
+    return f"extension {name} cannot be loaded: {exc}"
+
+
+class ExtensionManager:
+    """The pluggy manager with Hive's hookspecs, and what was loaded into it and why."""
+
+    def __init__(self, disabled: Iterable[str] = (), builtins: Iterable[str] = BUILTIN_PLUGINS,
+                 discover_installed: bool = True) -> None:
+        self.pm = pluggy.PluginManager(PROJECT_NAME)
+        self.pm.add_hookspecs(hookspecs)
+        env = os.environ.get(DISABLED_ENV, "")
+        self.disabled = {n.strip() for n in [*disabled, *env.split(",")] if n.strip()}
+        self.records: list[ExtensionRecord] = []
+        for module_name in builtins:
+            self._load(module_name.rsplit(".", 1)[-1], "built-in", module_name, None)
+        if discover_installed:
+            for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+                self._load(entry_point.name, entry_point.value, entry_point.value, entry_point)
+
+    def register(self, name: str, plugin: Any, version: str = "") -> ExtensionRecord:
+        """Register a module or object directly (tests, and the pytest plugin's fixtures)."""
+        if name in self.disabled:
+            record = ExtensionRecord(name, version, "registered", False, "disabled by the operator")
+        else:
+            problem = _api_range_problem(name, plugin) if isinstance(plugin, ModuleType) else None
+            record = ExtensionRecord(name, version or str(getattr(plugin, "__version__", "")),
+                                     "registered", problem is None, problem or "", None)
+            if problem is None:
+                self.pm.register(plugin, name=name)
+            else:
+                log.error("%s", problem)
+        self.records.append(record)
+        return record
+
+    def _load(self, name: str, source: str, target: str, entry_point: EntryPoint | None) -> None:
+        if name in self.disabled:
+            log.info("Extension %s is disabled by the operator", name)
+            self.records.append(ExtensionRecord(name, "", source, False,
+                                                "disabled by the operator"))
+            return
+        try:
+            loaded = entry_point.load() if entry_point is not None else importlib.import_module(
+                target)
+        except ImportError as exc:
+            reason = _import_problem(name, exc)
+            log.error("%s", reason)
+            self.records.append(ExtensionRecord(name, "", source, False, reason))
+            return
+        except Exception as exc:  # a broken extension must not stop the node
+            reason = f"extension {name} failed to import: {exc!r}"
+            log.exception("%s", reason)
+            self.records.append(ExtensionRecord(name, "", source, False, reason))
+            return
+        module = loaded if isinstance(loaded, ModuleType) else None
+        version = _module_version(module, entry_point) if module else hive_version
+        problem = _api_range_problem(name, module) if module else None
+        if problem is not None:
+            log.error("%s", problem)
+            self.records.append(ExtensionRecord(name, version, source, False, problem, module))
+            return
+        try:
+            self.pm.register(loaded, name=name)
+        except (ValueError, pluggy.PluginValidationError) as exc:
+            reason = f"extension {name} does not fit the hookspecs: {exc}"
+            log.error("%s", reason)
+            self.records.append(ExtensionRecord(name, version, source, False, reason, module))
+            return
+        self.records.append(ExtensionRecord(name, version, source, True, "", module))
+
+    def deactivate(self, name: str, reason: str) -> None:
+        """Take an extension out (it refused to start, say); its hooks are never called again."""
+        plugin = self.pm.get_plugin(name)
+        if plugin is not None:
+            self.pm.unregister(plugin, name=name)
+        for record in self.records:
+            if record.name == name:
+                record.active = False
+                record.reason = reason
+
+    def active(self) -> list[ExtensionRecord]:
+        return [r for r in self.records if r.active]

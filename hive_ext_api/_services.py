@@ -1,0 +1,58 @@
+"""What an extension may ask of the node it runs in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from hive_ext_api._types import ClientInfo, ClusterMember, RetainedInfo, SubscriptionInfo
+
+
+class Counter(Protocol):
+    def inc(self, amount: int = 1) -> None: ...
+
+    @property
+    def value(self) -> int: ...
+
+
+class MetricsRegistry(Protocol):
+    """Register metrics that show up beside the node's own (names are prefixed by the node)."""
+
+    def counter(self, name: str, description: str = "") -> Counter: ...
+
+    def gauge(self, name: str, read: Callable[[], float], description: str = "") -> None: ...
+
+
+class HiveServices(Protocol):
+    """The node's services, available from :class:`ExtensionContext.services`."""
+
+    def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False,
+                user_properties: list[tuple[str, str]] | None = None) -> None:
+        """Publish as the node itself (the publisher id is empty, so no-local never hides it)."""
+        ...
+
+    def clients(self) -> list[ClientInfo]:
+        """The clients connected to this node now."""
+        ...
+
+    def disconnect(self, client_id: str, reason_code: int = 0x98) -> bool:
+        """Close a client's connection (MQTT 5 clients get DISCONNECT ``reason_code``).
+
+        Returns False when no such client is connected here.
+        """
+        ...
+
+    def subscriptions(self, client_id: str) -> list[SubscriptionInfo]:
+        """The subscriptions of a session (connected or not); empty when there is none."""
+        ...
+
+    def retained(self, topic_filter: str = "#") -> list[RetainedInfo]:
+        """The retained messages whose topics match ``topic_filter``."""
+        ...
+
+    def cluster_members(self) -> list[ClusterMember]:
+        """The members of the cluster as this node sees them (itself included)."""
+        ...
+
+    @property
+    def metrics(self) -> MetricsRegistry: ...
