@@ -1,6 +1,6 @@
 """The MQTT codec: bytes to packets and back for MQTT 3.1, 3.1.1 and 5.0, with no I/O."""
 
-from ._decode import MAX_PACKET_SIZE, PacketDecoder, decode_packet
+from ._decode import decode_packet
 from ._encode import encode_packet, encode_publish
 from ._errors import InsufficientData, MalformedPacket, MQTTError, PacketTooLarge, ProtocolError
 from ._packets import (
@@ -24,6 +24,7 @@ from ._packets import (
     Will,
 )
 from ._properties import WILL_PROPERTIES, decode_properties, encode_properties
+from ._stream import MAX_PACKET_SIZE, PacketDecoder
 from ._topics import (
     parse_shared_subscription,
     topic_matches,

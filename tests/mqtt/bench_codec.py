@@ -1,6 +1,6 @@
 """Micro-benchmark of the PUBLISH hot path: `python tests/mqtt/bench_codec.py`.
 
-Prints packets per second for decoding (PacketDecoder.feed, 1000 packets a call) and encoding
+Prints packets per CPU second for decoding (PacketDecoder.feed, 1000 packets a call) and encoding
 (encode_publish) of a QoS 0 PUBLISH with a 32 byte payload, in MQTT 3.1.1 and 5.0.
 """
 
@@ -20,8 +20,8 @@ def rate(run: Callable[[], object], packets_per_run: int, seconds: float = 1.0) 
     best = 0.0
     for _ in range(3):
         runs = 0
-        start = time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < seconds / 3:
+        start = time.process_time()
+        while (elapsed := time.process_time() - start) < seconds / 3:
             run()
             runs += 1
         best = max(best, runs * packets_per_run / elapsed)
