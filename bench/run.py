@@ -61,6 +61,7 @@ max_queued_bytes 0
 max_inflight_messages 0
 set_tcp_nodelay {nodelay}
 log_dest stderr
+user root
 log_type error
 log_type warning
 """
@@ -121,6 +122,8 @@ def rss_kib(pid: int) -> int:
 
 
 def _pin_broker() -> None:
+    loadgen.die_with_parent()
+    loadgen.apply_nice()  # the broker has its own session (start_new_session)
     loadgen.pin_to_core(loadgen.BROKER_CORE)
     loadgen.raise_nofile()
 
@@ -184,9 +187,13 @@ class Broker:
         self.log_path = logs / f"{self.d.name}.log"
         if self.d.kind == "mosquitto":
             conf = self.workdir / "mosquitto.conf"
-            conf.write_text(MOSQUITTO_CONFIG.format(
-                port=self.port, queue=QUEUE_SIZE,
-                nodelay="true" if self.args.mosquitto_nodelay else "false"))
+            conf.write_text(
+                MOSQUITTO_CONFIG.format(
+                    port=self.port,
+                    queue=QUEUE_SIZE,
+                    nodelay="true" if self.args.mosquitto_nodelay else "false",
+                )
+            )
             argv = [self.args.mosquitto_bin, "-c", str(conf)]
             ready_line = None
         else:
@@ -197,31 +204,41 @@ class Broker:
             cmd = self.d.cmd
             if "{config}" not in cmd:
                 cmd += " --config {config} --data-dir {data_dir}"
-            argv = [a.format(config=conf, data_dir=data_dir, port=self.port)
-                    for a in shlex.split(cmd)]
+            argv = [
+                a.format(config=conf, data_dir=data_dir, port=self.port) for a in shlex.split(cmd)
+            ]
             ready_line = HIVE_READY
         log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         self.extra["log"] = log
         t0 = time.monotonic()
         self.proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=self.workdir, preexec_fn=_pin_broker, start_new_session=True,
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.workdir,
+            preexec_fn=_pin_broker,
+            start_new_session=True,
         )
         deadline = t0 + self.args.start_timeout
         seen_line = ready_line is None
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.d.name} exited with {self.proc.returncode} during "
-                                   f"start-up; log tail:\n{self._log_tail()}")
+                raise RuntimeError(
+                    f"{self.d.name} exited with {self.proc.returncode} during "
+                    f"start-up; log tail:\n{self._log_tail()}"
+                )
             if not seen_line:
                 with contextlib.suppress(OSError):
                     seen_line = ready_line in self.log_path.read_text(errors="replace")
             if seen_line and _port_open(self.port):
                 break
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.d.name} not ready after {self.args.start_timeout}s "
-                                   f"(waiting for {'port' if seen_line else repr(ready_line)}); "
-                                   f"log tail:\n{self._log_tail()}")
+                raise RuntimeError(
+                    f"{self.d.name} not ready after {self.args.start_timeout}s "
+                    f"(waiting for {'port' if seen_line else repr(ready_line)}); "
+                    f"log tail:\n{self._log_tail()}"
+                )
             time.sleep(0.05)
         self.started_s = time.monotonic() - t0
         time.sleep(0.3)  # let start-up work settle before measuring
@@ -290,19 +307,33 @@ def run_scenario(name: str, broker: Broker, a: argparse.Namespace) -> dict[str, 
             time.sleep(a.settle)
             return rss_kib(broker.pid)
 
-        r = loadgen.run_connections("127.0.0.1", broker.port, a.connections, a.conn_procs,
-                                    a.conn_concurrency, on_connected=measure)
+        r = loadgen.run_connections(
+            "127.0.0.1",
+            broker.port,
+            a.connections,
+            a.conn_procs,
+            a.conn_concurrency,
+            on_connected=measure,
+        )
         after = int(r.pop("measure"))
         n = r["connections"]
-        r.update(rss_before_kib=before, rss_after_kib=after,
-                 kib_per_conn=(after - before) / n if n else float("nan"))
+        r.update(
+            rss_before_kib=before,
+            rss_after_kib=after,
+            kib_per_conn=(after - before) / n if n else float("nan"),
+        )
         if broker.proc is not None and broker.proc.poll() is not None:
             r["error"] = f"broker exited with {broker.proc.returncode}"
         return r
     kw = dict(loadgen.SCENARIO_SPECS[name])
     spec = loadgen.LoadSpec(
-        port=broker.port, duration=a.duration, warmup=a.warmup, payload=a.payload,
-        window=a.window, inflight=a.inflight, **kw,
+        port=broker.port,
+        duration=a.duration,
+        warmup=a.warmup,
+        payload=a.payload,
+        window=a.window,
+        inflight=a.inflight,
+        **kw,
     )
     if name == "fanout":
         spec.subscribers = a.fan
@@ -311,13 +342,14 @@ def run_scenario(name: str, broker: Broker, a: argparse.Namespace) -> dict[str, 
     if name == "latency":
         spec.rate = a.latency_rate
         spec.duration = max(a.duration, a.latency_duration)
-    r = loadgen.run_load(spec)
+    r = loadgen.run_load(spec, _descendants(broker.pid))
     r["rate"] = r["delivered_per_s"]
     r["rss_kib"] = rss_kib(broker.pid)
     return r
 
 
 def metric(name: str, r: dict[str, Any]) -> float:
+    """The headline figure of scenario ``name`` in one result."""
     return float(r[SCENARIOS[name][1]])
 
 
@@ -331,7 +363,7 @@ def _fmt(v: float | None, unit: str) -> str:
         return "-"
     if unit.startswith("ms "):
         return f"{v:.3f}"
-    if unit.startswith("KiB"):
+    if unit.startswith("KiB") or unit == "s":
         return f"{v:.2f}"
     if v >= 1000:
         return f"{v / 1000:.1f}k"
@@ -340,6 +372,58 @@ def _fmt(v: float | None, unit: str) -> str:
 
 def _median(vals: list[float]) -> float | None:
     return statistics.median(vals) if vals else None
+
+
+def _report_row(
+    s: str,
+    title: str,
+    key: str,
+    unit: str,
+    brokers: list[str],
+    ref: str | None,
+    others: list[str],
+    res: dict,
+    errors: dict,
+    a: argparse.Namespace,
+) -> list[str]:
+    med: dict[str, float | None] = {}
+    for b in brokers:
+        runs = res.get((s, b), [])
+        med[b] = _median([float(r[key]) for r in runs])
+    row = [title, unit]
+    for b in brokers:
+        cell = _fmt(med[b], unit)
+        if errors.get((s, b)):
+            cell = cell + " (err)" if med[b] is not None else "error"
+        row.append(cell)
+    ratios: dict[str, float | None] = {}
+    if ref:
+        for b in others:
+            m, r0 = med[b], med[ref]
+            ratios[b] = m / r0 if m is not None and r0 else None
+            row.append("-" if ratios[b] is None else f"{ratios[b]:.2f}")
+    if "hive" in brokers and "hive-extra" in brokers:
+        h, x = med["hive"], med["hive-extra"]
+        row.append(f"{x / h:.2f}" if h and x is not None else "-")
+    tgt = ""
+    if s in TARGETS:
+        op, val = TARGETS[s]
+        tgt = f"hive/mosq {op} {val:g}"
+        r = ratios.get("hive")
+        if r is not None:
+            ok = r >= val if op == ">=" else r <= val
+            tgt += " ok" if ok else " MISS"
+    elif s == "conns":
+        limit = CONN_KIB_TARGET if key == "kib_per_conn" else CONN_TIME_TARGET
+        tgt = f"hive <= {limit:g} {unit}" if key == "kib_per_conn" else f"hive < {limit:g} s"
+        hr = res.get((s, "hive"), [])
+        v = med.get("hive")
+        if hr and v is not None:
+            complete = all(r["connections"] >= a.connections for r in hr)
+            ok = complete and (v <= limit if key == "kib_per_conn" else v < limit)
+            tgt += " ok" if ok else (" MISS" if complete else " MISS (not all connected)")
+    row.append(tgt)
+    return row
 
 
 def build_report(
@@ -356,60 +440,40 @@ def build_report(
     rows: list[list[str]] = []
     notes: list[str] = []
     for s in scen:
-        title, _, unit, _hib = SCENARIOS[s]
-        med: dict[str, float | None] = {}
-        for b in brokers:
-            runs = res.get((s, b), [])
-            med[b] = _median([metric(s, r) for r in runs])
-        row = [title, unit]
-        for b in brokers:
-            cell = _fmt(med[b], unit)
-            if errors.get((s, b)):
-                cell += " (err)" if med[b] is not None else "error"
-            row.append(cell)
-        ratios: dict[str, float | None] = {}
-        if ref:
-            for b in others:
-                ratios[b] = (med[b] / med[ref]) if med[b] is not None and med[ref] else None
-                row.append("-" if ratios[b] is None else f"{ratios[b]:.2f}")
-        if "hive" in brokers and "hive-extra" in brokers:
-            h, x = med["hive"], med["hive-extra"]
-            row.append(f"{x / h:.2f}" if h and x is not None else "-")
-        tgt = ""
-        if s in TARGETS:
-            op, val = TARGETS[s]
-            tgt = f"hive/mosq {op} {val:g}"
-            r = ratios.get("hive")
-            if r is not None:
-                ok = r >= val if op == ">=" else r <= val
-                tgt += " ok" if ok else " MISS"
-        elif s == "conns":
-            tgt = f"<= {CONN_KIB_TARGET:g} KiB, < {CONN_TIME_TARGET:g} s"
-            hr = res.get((s, "hive"), [])
-            if hr:
-                kib = _median([r["kib_per_conn"] for r in hr])
-                secs = _median([r["connect_s"] for r in hr])
-                ok = (kib is not None and kib <= CONN_KIB_TARGET
-                      and secs is not None and secs < CONN_TIME_TARGET)
-                tgt += " ok" if ok else " MISS"
-        row.append(tgt)
-        rows.append(row)
+        title, key, unit, _hib = SCENARIOS[s]
+        row_specs = [(title, key, unit)]
+        if s == "conns":
+            row_specs = [
+                (f"Idle connections ({a.connections}): memory", key, unit),
+                (f"Idle connections ({a.connections}): time to all CONNACKs", "connect_s", "s"),
+            ]
+        for title, key, unit in row_specs:
+            rows.append(_report_row(s, title, key, unit, brokers, ref, others, res, errors, a))
         # secondary figures
         for b in brokers:
             runs = res.get((s, b), [])
             if not runs:
                 continue
             if s == "latency":
-                notes.append(f"{s} {b}: p99 " + ", ".join(f"{r['p99_ms']:.3f}" for r in runs)
-                             + " ms; p50 " + ", ".join(f"{r['p50_ms']:.3f}" for r in runs)
-                             + f" ms; samples {runs[-1]['latency_samples']}")
+                notes.append(
+                    f"{s} {b}: p99 "
+                    + ", ".join(f"{r['p99_ms']:.3f}" for r in runs)
+                    + " ms; p50 "
+                    + ", ".join(f"{r['p50_ms']:.3f}" for r in runs)
+                    + f" ms; samples {runs[-1]['latency_samples']}; "
+                    + _cpu_note(runs)
+                )
             elif s == "conns":
                 notes.append(
-                    f"{s} {b}: " + "; ".join(
+                    f"{s} {b}: "
+                    + "; ".join(
                         f"{r['connections']} CONNACKs in {r['connect_s']:.2f} s "
                         f"({r['connects_per_s']:.0f}/s), failed {r['failed']}, RSS "
                         f"{r['rss_before_kib'] / 1024:.1f} -> {r['rss_after_kib'] / 1024:.1f} MiB"
-                        for r in runs))
+                        + (f" errors {r['errors']}" if r.get("errors") else "")
+                        for r in runs
+                    )
+                )
             else:
                 vals = ", ".join(_fmt(metric(s, r), unit) for r in runs)
                 loss = sum(r["lost"] for r in runs)
@@ -417,8 +481,13 @@ def build_report(
                 extra = f"; LOST {loss}" if loss else "; no loss"
                 if dups:
                     extra += f"; duplicates {dups}"
+                missing = sum(r.get("pubacks_missing", 0) for r in runs)
+                if missing:
+                    extra += f"; PUBACKs missing {missing}"
                 rss = max(r["rss_kib"] for r in runs) / 1024
-                notes.append(f"{s} {b}: runs {vals}{extra}; broker RSS {rss:.1f} MiB")
+                notes.append(
+                    f"{s} {b}: runs {vals}{extra}; broker RSS {rss:.1f} MiB; " + _cpu_note(runs)
+                )
         for b in brokers:
             for e in errors.get((s, b), []):
                 notes.append(f"{s} {b}: ERROR {e}")
@@ -433,13 +502,22 @@ def build_report(
     stamp = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
     rev = "?"
     with contextlib.suppress(Exception):
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=5).stdout.strip() or "?"
+        rev = (
+            subprocess.run(
+                ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
+            or "?"
+        )
     md = [f"## Bench run {stamp} (commit {rev})", ""]
     md.append(f"`{' '.join(shlex.quote(x) for x in sys.argv)}`  ")
-    md.append(f"duration {a.duration:g} s after {a.warmup:g} s warm-up, rounds {a.rounds}, "
-              f"payload {a.payload} B, window {a.window}, connections {a.connections}; "
-              "values are medians over rounds; broker on core 0, generator on core 1.")
+    md.append(
+        f"duration {a.duration:g} s after {a.warmup:g} s warm-up, rounds {a.rounds}, "
+        f"payload {a.payload} B, window {a.window}, connections {a.connections}; "
+        "values are medians over rounds; broker on core 0, generator on core 1."
+    )
     md.append("")
     md.append("| " + " | ".join(headers) + " |")
     md.append("|" + "|".join("---" for _ in headers) + "|")
@@ -457,44 +535,87 @@ def build_report(
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--brokers", default="hive,mosquitto",
-                    help="comma list of hive, mosquitto, hive-extra (default: hive,mosquitto; "
-                         "hive-extra is added automatically with --extra-hive-config)")
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS),
-                    help=f"comma list of {', '.join(SCENARIOS)} (default: all)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--brokers",
+        default="hive,mosquitto",
+        help="comma list of hive, mosquitto, hive-extra (default: hive,mosquitto; "
+        "hive-extra is added automatically with --extra-hive-config)",
+    )
+    ap.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help=f"comma list of {', '.join(SCENARIOS)} (default: all)",
+    )
     ap.add_argument("--rounds", type=int, default=1, help="measurements per broker and scenario")
     ap.add_argument("--duration", type=float, default=5.0, help="measured seconds per run")
     ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds before measuring")
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke run: 1 s runs, 0.5 s warm-up, 2,000 connections")
-    ap.add_argument("--out", default=str(HERE / "out" / "results.md"),
-                    help="markdown file the results section is appended to")
-    ap.add_argument("--hive-cmd", default=DEFAULT_HIVE,
-                    help="command that starts Hive; {config}, {data_dir}, {port} are substituted "
-                         "(if {config} is absent, --config/--data-dir are appended)")
-    ap.add_argument("--extra-hive-config", type=Path,
-                    help="a Hive config file (e.g. with a no-op interceptor extension) measured as "
-                         "broker 'hive-extra'; its tcp-listener port/bind-address are rewritten")
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke run: 1 s runs, 0.5 s warm-up, 2,000 connections"
+    )
+    ap.add_argument(
+        "--out",
+        default=str(HERE / "out" / "results.md"),
+        help="markdown file the results section is appended to",
+    )
+    ap.add_argument(
+        "--hive-cmd",
+        default=DEFAULT_HIVE,
+        help="command that starts Hive; {config}, {data_dir}, {port} are substituted "
+        "(if {config} is absent, --config/--data-dir are appended)",
+    )
+    ap.add_argument(
+        "--extra-hive-config",
+        type=Path,
+        help="a Hive config file (e.g. with a no-op interceptor extension) measured as "
+        "broker 'hive-extra'; its tcp-listener port/bind-address are rewritten",
+    )
     ap.add_argument("--extra-hive-cmd", help="command for hive-extra (default: --hive-cmd)")
     ap.add_argument("--mosquitto-bin", default=shutil.which("mosquitto") or "/usr/sbin/mosquitto")
-    ap.add_argument("--mosquitto-nodelay", action="store_true",
-                    help="set_tcp_nodelay true for Mosquitto (default: its default, false)")
+    ap.add_argument(
+        "--mosquitto-nodelay",
+        action="store_true",
+        help="set_tcp_nodelay true for Mosquitto (default: its default, false)",
+    )
     ap.add_argument("--payload", type=int, default=32, help="payload bytes")
-    ap.add_argument("--window", type=int, default=10_000,
-                    help="max messages sent but not yet delivered to every subscriber")
-    ap.add_argument("--inflight", type=int, default=1_000,
-                    help="QoS 1: max un-acked PUBLISHes per publisher connection")
-    ap.add_argument("--fan", type=int, default=50, help="subscribers (fan-out) / publishers (fan-in)")
+    ap.add_argument(
+        "--window",
+        type=int,
+        default=10_000,
+        help="max messages sent but not yet delivered to every subscriber",
+    )
+    ap.add_argument(
+        "--inflight",
+        type=int,
+        default=1_000,
+        help="QoS 1: max un-acked PUBLISHes per publisher connection",
+    )
+    ap.add_argument(
+        "--fan", type=int, default=50, help="subscribers (fan-out) / publishers (fan-in)"
+    )
     ap.add_argument("--latency-rate", type=float, default=2000.0)
     ap.add_argument("--latency-duration", type=float, default=5.0)
     ap.add_argument("--connections", type=int, default=19_000)
     ap.add_argument("--conn-procs", type=int, default=4)
-    ap.add_argument("--conn-concurrency", type=int, default=24,
-                    help="CONNECTs in progress per client process")
-    ap.add_argument("--settle", type=float, default=1.0,
-                    help="seconds between the last CONNACK and the RSS sample")
+    ap.add_argument(
+        "--conn-concurrency", type=int, default=24, help="CONNECTs in progress per client process"
+    )
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=1.0,
+        help="seconds between the last CONNACK and the RSS sample",
+    )
     ap.add_argument("--start-timeout", type=float, default=60.0)
+    ap.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="niceness for brokers and generator (e.g. -10 as root on a shared, "
+        "busy machine; the report shows how busy each core was with others)",
+    )
     a = ap.parse_args(argv)
     if a.quick:
         a.duration, a.warmup, a.latency_duration = 1.0, 0.5, 2.0
@@ -511,7 +632,8 @@ def main(argv: list[str] | None = None) -> int:
         brokers.append("hive-extra")
     scen = [s.strip() for s in a.scenarios.split(",") if s.strip()]
     bad = [s for s in scen if s not in SCENARIOS] + [
-        b for b in brokers if b not in ("hive", "mosquitto", "hive-extra")]
+        b for b in brokers if b not in ("hive", "mosquitto", "hive-extra")
+    ]
     if bad:
         print(f"unknown scenario/broker: {', '.join(bad)}", file=sys.stderr)
         return 2
@@ -521,8 +643,9 @@ def main(argv: list[str] | None = None) -> int:
     defs = {
         "hive": BrokerDef("hive", "hive", a.hive_cmd),
         "mosquitto": BrokerDef("mosquitto", "mosquitto"),
-        "hive-extra": BrokerDef("hive-extra", "hive", a.extra_hive_cmd or a.hive_cmd,
-                                a.extra_hive_config),
+        "hive-extra": BrokerDef(
+            "hive-extra", "hive", a.extra_hive_cmd or a.hive_cmd, a.extra_hive_config
+        ),
     }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
 
@@ -530,6 +653,7 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, on_term)
+    loadgen.NICE = a.nice
     loadgen.pin_to_core(loadgen.GEN_CORE)
     loadgen.raise_nofile()
 
@@ -574,13 +698,30 @@ def main(argv: list[str] | None = None) -> int:
     return 130 if interrupted else 0
 
 
+def _cpu_note(runs: list[dict[str, Any]]) -> str:
+    """CPU % of broker / generator and of other processes on each core, per run."""
+
+    def one(r: dict[str, Any]) -> str:
+        return (
+            f"{r.get('broker_cpu_pct', 0):.0f}/{r.get('gen_cpu_pct', 0):.0f}"
+            f" ({r.get('core0_other_pct', 0):.0f}/{r.get('core1_other_pct', 0):.0f})"
+        )
+
+    return "CPU% broker/gen (others on core0/core1): " + ", ".join(one(r) for r in runs)
+
+
 def _summary(s: str, r: dict[str, Any]) -> str:
     if s == "conns":
-        return (f"{r['connections']} conns in {r['connect_s']:.2f} s, "
-                f"{r['kib_per_conn']:.2f} KiB/conn, failed {r['failed']}")
+        return (
+            f"{r['connections']} conns in {r['connect_s']:.2f} s, "
+            f"{r['kib_per_conn']:.2f} KiB/conn, failed {r['failed']}"
+        )
     if s == "latency":
-        return f"p50 {r['p50_ms']:.3f} ms p99 {r['p99_ms']:.3f} ms ({r['latency_samples']} samples)"
-    return f"{r['rate']:.0f}/s lost {r['lost']} dup {r['duplicates']}"
+        return (
+            f"p50 {r['p50_ms']:.3f} ms p99 {r['p99_ms']:.3f} ms "
+            f"({r['latency_samples']} samples); " + _cpu_note([r])
+        )
+    return f"{r['rate']:.0f}/s lost {r['lost']} dup {r['duplicates']}; " + _cpu_note([r])
 
 
 if __name__ == "__main__":
