@@ -72,18 +72,14 @@ class Broker:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._seq = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._sweeper: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, snapshot: Snapshot) -> None:
         self._loop = asyncio.get_running_loop()
         self._restore(snapshot)
-        self._sweeper = self._loop.call_later(1.0, self._sweep)
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
         for conn in list(self.connections):
             conn.close(RC.SERVER_SHUTTING_DOWN, "the node is shutting down")
         self.flush()
@@ -125,6 +121,7 @@ class Broker:
     def accept(self, conn: ClientConnection) -> None:
         self.connections.add(conn)
         self.metrics.connections_accepted += 1
+        self._watch(conn, self.settings.connect_timeout)
 
     def attach(self, conn: ClientConnection, client_id: str, version: int, clean_start: bool,
                expiry: int, will: Will | None) -> tuple[Session, bool]:
@@ -155,6 +152,7 @@ class Broker:
         session.will = will
         session.outbound_aliases = {}
         self.connected_count += 1
+        self._watch(conn, conn.keep_alive * 1.5)
         if session.persistent:
             self._save_session(session)
         elif present:
@@ -165,18 +163,31 @@ class Broker:
         """After CONNACK: finish what was in flight (DUP set), then the queue."""
         conn = session.connection
         assert conn is not None
+        # The new connection's receive maximum holds for resends too: the rest wait ("held").
+        room = conn.send_window - sum(o.state == "pubrel" for o in session.inflight.values())
         for pid, outbound in session.inflight.items():
             if outbound.state == "pubrel":
                 conn.send(bytes((0x62, 2, pid >> 8, pid & 0xFF)))
+            elif room > 0:
+                room -= 1
+                outbound.state = "publish"
+                self._resend(conn, pid, outbound)
             else:
-                pending = outbound.pending
-                head, tail = pending.message.encoded(conn.version, pending.qos, pending.retain,
-                                                     pending.subscription_ids)
-                conn.send(bytes((head[0] | _DUP,)) + head[1:] + pid.to_bytes(2, "big") + tail)
+                outbound.state = "held"
         self.drain(session)
+
+    @staticmethod
+    def _resend(conn: ClientConnection, pid: int, outbound: Outbound) -> None:
+        pending = outbound.pending
+        head, tail = pending.message.encoded(conn.version, pending.qos, pending.retain,
+                                             pending.subscription_ids)
+        conn.send(bytes((head[0] | _DUP,)) + head[1:] + pid.to_bytes(2, "big") + tail)
 
     def connection_closed(self, conn: ClientConnection) -> None:
         self.connections.discard(conn)
+        if conn.deadline is not None:
+            conn.deadline.cancel()
+            conn.deadline = None
         session = conn.session
         if session is None or session.connection is not conn:
             return
@@ -295,8 +306,9 @@ class Broker:
             matched = True
             granted = member.qos if member.qos < qos else qos
             sid = member.subscription_id
+            retain = message.retain and member.retain_as_published  # MQTT-3.3.1-12/13
             if self._deliver(member.session, Pending(message, granted, (sid,) if sid else None,
-                                                     False)):
+                                                     retain)):
                 durable = True
         return matched, durable
 
@@ -342,6 +354,7 @@ class Broker:
             self.metrics.messages_dropped += 1
             return
         alias_max = conn.out_alias_max
+        aliases_before = len(session.outbound_aliases)
         if alias_max:
             head, tail = self._with_alias(conn, session, pending)
         else:
@@ -349,6 +362,8 @@ class Broker:
                                          pending.subscription_ids)
         if len(head) + len(tail) + (2 if pending.qos else 0) > conn.max_out_packet:
             self.metrics.messages_dropped += 1  # the client cannot take it: as if delivered
+            if len(session.outbound_aliases) > aliases_before:  # never sent: the alias is unused
+                session.outbound_aliases.pop(message.topic, None)
             if pending.seq:
                 self.store.dequeue(session.client_id, pending.seq)
             return
@@ -408,6 +423,12 @@ class Broker:
             return
         if session.persistent:
             self.store.delete_inflight(session.client_id, packet_id, "out")
+        if len(session.inflight) >= conn.send_window:  # only after resume() held some back
+            for pid, outbound in session.inflight.items():
+                if outbound.state == "held":
+                    outbound.state = "publish"
+                    self._resend(conn, pid, outbound)
+                    return
         if session.queue:
             self.drain(session)
 
@@ -525,23 +546,29 @@ class Broker:
 
     # ------------------------------------------------------------------ timers
 
-    def _sweep(self) -> None:
-        """Once a second: keep alive (1.5 x) and the CONNECT deadline."""
-        now = time.monotonic()
-        deadline = self.settings.connect_timeout
-        for conn in list(self.connections):
-            if conn.closed:
-                continue
-            if conn.session is None:
-                if now - conn.accepted_at > deadline:
-                    log.info("no CONNECT within %.1f s: closing", deadline)
-                    conn.close()
-            elif conn.keep_alive and now - conn.last_read > conn.keep_alive * 1.5:
-                log.info("client %r missed its keep alive", conn.client_id)
-                conn.close(RC.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
-        self.flush()
-        assert self._loop is not None
-        self._sweeper = self._loop.call_later(1.0, self._sweep)
+    def _watch(self, conn: ClientConnection, delay: float) -> None:
+        """Arm the connection's one timer: the CONNECT deadline, then keep alive (1.5 x)."""
+        if conn.deadline is not None:
+            conn.deadline.cancel()
+            conn.deadline = None
+        if delay > 0 and self._loop is not None:
+            conn.deadline = self._loop.call_later(delay, self._deadline_passed, conn)
+
+    def _deadline_passed(self, conn: ClientConnection) -> None:
+        conn.deadline = None
+        if conn.closed:
+            return
+        if conn.session is None:
+            log.info("no CONNECT within %.1f s: closing", self.settings.connect_timeout)
+            conn.close()
+            return
+        # Reads only move last_read; the timer is re-armed for what is left, not on every read.
+        left = conn.last_read + conn.keep_alive * 1.5 - time.monotonic()
+        if left > 0:
+            self._watch(conn, left)
+            return
+        log.info("client %r missed its keep alive", conn.client_id)
+        conn.close(RC.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
 
     # ------------------------------------------------------------------ persistence
 

@@ -66,9 +66,9 @@ class ClientConnection:
 
     __slots__ = (
         "_ack_needs_commit", "_ack_task", "_acks_waiting", "_inbound_aliases", "accepted_at",
-        "broker", "client_id", "closed", "congested", "decoder", "keep_alive", "last_read",
-        "listener", "max_out_packet", "out", "out_alias_max", "problem_info", "send_window",
-        "session", "transport", "version", "will_sent_ok",
+        "broker", "client_id", "closed", "congested", "deadline", "decoder", "keep_alive",
+        "last_read", "listener", "max_out_packet", "out", "out_alias_max", "problem_info",
+        "send_window", "session", "transport", "version", "will_sent_ok",
     )
 
     def __init__(self, broker: Broker, listener: str = "tcp") -> None:
@@ -93,6 +93,7 @@ class ClientConnection:
         self._acks_waiting: list[bytes] = []
         self._ack_needs_commit = False
         self._ack_task: asyncio.Task[None] | None = None
+        self.deadline: asyncio.TimerHandle | None = None  # CONNECT deadline, then keep alive
 
     # ------------------------------------------------------------------ input
 
@@ -227,8 +228,10 @@ class ClientConnection:
                                  ConnectReturnCode.NOT_AUTHORIZED)
             return
         if settings.max_connections >= 0 and broker.connected_count >= settings.max_connections:
-            self._connack_refuse(RC.QUOTA_EXCEEDED, ConnectReturnCode.SERVER_UNAVAILABLE)
-            return
+            current = broker.sessions.get(client_id)
+            if current is None or current.connection is None:  # a takeover adds no connection
+                self._connack_refuse(RC.QUOTA_EXCEEDED, ConnectReturnCode.SERVER_UNAVAILABLE)
+                return
         will = connect.will
         if will is not None:
             if will.qos > settings.maximum_qos:
@@ -344,7 +347,7 @@ class ClientConnection:
         if len(topic) > settings.max_topic_length:
             self._refuse(RC.TOPIC_NAME_INVALID, "topic too long")
             return
-        if topic.startswith("$SYS"):
+        if topic.startswith("$SYS/") or topic == "$SYS":
             # The broker's own namespace: clients may read it, not write it.
             if qos:
                 self._ack_publish(packet, RC.NOT_AUTHORIZED, False)
@@ -353,7 +356,10 @@ class ClientConnection:
             self._ack_publish(packet, RC.SUCCESS, False)  # duplicate: routed already
             return
         if qos and (len(session.inbound_qos2) + len(self._acks_waiting)
-                    >= settings.server_receive_maximum) and self.version == 5:
+                    >= settings.server_receive_maximum) and self.version == 5 and (
+                # A waiting PUBREC is in inbound_qos2 already: count only waiting PUBACKs.
+                len(session.inbound_qos2) + sum(a[0] == 0x40 for a in self._acks_waiting)
+                >= settings.server_receive_maximum):
             self._refuse(RC.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
             return
         message = Message(topic, packet.payload, qos, packet.retain, props, session.client_id,
@@ -467,10 +473,12 @@ class ClientConnection:
         if self.version == 5:
             expiry = packet.properties.get(P.SESSION_EXPIRY_INTERVAL)
             if expiry is not None:
-                if session.expiry_interval == 0 and expiry != 0:
+                # With a maximum of 0 the CONNECT may have asked for more: not the client's error.
+                max_expiry = self.broker.settings.max_session_expiry
+                if session.expiry_interval == 0 and expiry != 0 and max_expiry != 0:
                     self._refuse(RC.PROTOCOL_ERROR, "session expiry raised from 0 at DISCONNECT")
                     return
-                session.expiry_interval = min(expiry, self.broker.settings.max_session_expiry)
+                session.expiry_interval = min(expiry, max_expiry)
         self.will_sent_ok = packet.reason_code != RC.DISCONNECT_WITH_WILL_MESSAGE
         self.flush()
         self.closed = True

@@ -32,7 +32,7 @@ class Outbound:
     """A QoS 1/2 delivery the client has not finished acknowledging."""
 
     pending: Pending
-    state: str = "publish"  # "publish" until PUBREC, then "pubrel" (QoS 2)
+    state: str = "publish"  # "publish" until PUBREC, then "pubrel" (QoS 2); "held": not resent yet
 
 
 class Session:

@@ -46,12 +46,14 @@ class Peer:
 
     _ids = itertools.count()
 
-    def __init__(self, port: int, client_id: str | None = None, version: int = 5) -> None:
+    def __init__(self, port: int, client_id: str | None = None, version: int = 5,
+                 clean: bool = True, session_expiry: int = 0) -> None:
         self.v5 = version == 5
         self.client_id = client_id or f"peer-{next(self._ids)}"
         self.client = paho.Client(
             paho.CallbackAPIVersion.VERSION2, client_id=self.client_id,
-            protocol=paho.MQTTv5 if self.v5 else paho.MQTTv311,
+            protocol={5: paho.MQTTv5, 4: paho.MQTTv311, 3: paho.MQTTv31}[version],
+            clean_session=None if self.v5 else clean,
         )
         self.messages: queue.Queue[Received] = queue.Queue()
         self.disconnects: queue.Queue[int] = queue.Queue()
@@ -63,7 +65,11 @@ class Peer:
         self.client.on_subscribe = self._on_ack
         self.client.on_unsubscribe = self._on_ack
         self.client.on_disconnect = self._on_disconnect
-        kwargs: dict[str, Any] = {"clean_start": True} if self.v5 else {}
+        kwargs: dict[str, Any] = {}
+        if self.v5:
+            kwargs["clean_start"] = clean
+            kwargs["properties"] = Properties(PacketTypes.CONNECT)
+            kwargs["properties"].SessionExpiryInterval = session_expiry
         self.client.connect("127.0.0.1", port, keepalive=30, **kwargs)
         self.client.loop_start()
         code, self.connack_properties = self.connack.get(timeout=WAIT)
@@ -160,8 +166,9 @@ class Peer:
 def peers() -> Iterator[Callable[..., Peer]]:
     opened: list[Peer] = []
 
-    def open_peer(port: int, client_id: str | None = None, version: int = 5) -> Peer:
-        peer = Peer(port, client_id, version)
+    def open_peer(port: int, client_id: str | None = None, version: int = 5,
+                  clean: bool = True, session_expiry: int = 0) -> Peer:
+        peer = Peer(port, client_id, version, clean, session_expiry)
         opened.append(peer)
         return peer
 
@@ -312,6 +319,24 @@ def test_dollar_topics_match_only_filters_that_name_their_first_level(hive, peer
     assert [m.payload for m in plus.until(b"end")] == [b"plain"]
     assert [m.payload for m in dollar_hash.until(b"end")] == [b"dollar"]
     assert [m.payload for m in dollar_plus.until(b"end")] == [b"dollar"]
+
+
+def test_only_the_sys_namespace_is_closed_to_publishers(hive, peers) -> None:
+    sub, pub = peers(hive.port), peers(hive.port)
+    sub.subscribe(["$SYS/#", "$SYSTEM/#", "$SYSx", "end"])
+    for topic in ("$SYS/broker/uptime", "$SYS", "$SYSTEM/x", "$SYSx"):
+        pub.publish(topic, topic, qos=1)
+    pub.publish("end", "end")
+    assert topics(sub.until(b"end")) == ["$SYSTEM/x", "$SYSx"]
+
+
+def test_mqtt_3_1_wildcards(hive, peers) -> None:
+    sub, pub = peers(hive.port, version=3), peers(hive.port, version=3)
+    assert sub.subscribe(["a/+/c", "b/#"], qos=1) == [1, 1]
+    for topic in ("a/b/c", "a/b", "b", "b/c/d"):
+        pub.publish(topic, topic, qos=1)
+    pub.publish("b/end", "end")
+    assert topics(sub.until(b"end")) == ["a/b/c", "b", "b/c/d"]
 
 
 def test_mosquitto_sub_with_a_wildcard_filter(hive, peers) -> None:
@@ -570,6 +595,15 @@ def test_a_shared_subscription_carries_its_subscription_id(hive, peers) -> None:
     assert [(m.payload, m.subscription_ids) for m in member.expect()] == [(b"1", (42,))]
 
 
+def test_a_shared_subscription_honours_retain_as_published(hive, peers) -> None:
+    kept, cleared, pub = peers(hive.port), peers(hive.port), peers(hive.port)
+    kept.subscribe("$share/a/news", qos=1, retain_as_published=True)
+    cleared.subscribe("$share/b/news", qos=1)
+    pub.publish("news", "live", qos=1, retain=True)
+    assert [(m.payload, m.retain) for m in kept.expect()] == [(b"live", True)]
+    assert [(m.payload, m.retain) for m in cleared.expect()] == [(b"live", False)]
+
+
 def test_a_shared_subscription_gets_no_retained_messages_on_subscribe(hive, peers) -> None:
     pub = peers(hive.port)
     pub.publish("state/a", "old", qos=1, retain=True)
@@ -601,6 +635,27 @@ def test_a_shared_group_skips_a_member_that_disconnected(hive, peers) -> None:
     for n in range(4):
         pub.publish("q", str(n), qos=1)
     assert len(staying.expect(4)) == 4
+
+
+def test_subscriptions_and_their_options_survive_a_restart(hive, peers) -> None:
+    peers(hive.port).publish("cfg", "c", qos=1, retain=True)
+    keeper = peers(hive.port, "keeper", session_expiry=300)
+    keeper.subscribe("$share/g/jobs/#", qos=1, sid=4)
+    keeper.subscribe("notes/#", qos=1, no_local=True, retain_as_published=True, sid=5)
+    keeper.subscribe("cfg", qos=1, retain_handling=1)
+    assert [m.payload for m in keeper.expect()] == [b"c"]
+    keeper.close()
+    hive.restart()
+    keeper = peers(hive.port, "keeper", clean=False, session_expiry=300)
+    keeper.subscribe("cfg", qos=1, retain_handling=1)  # the session has it: no retained
+    pub = peers(hive.port)
+    pub.publish("jobs/1", "job", qos=1)
+    pub.publish("notes/a", "note", qos=1, retain=True)
+    keeper.publish("notes/b", "mine", qos=1)
+    pub.publish("cfg", "end", qos=1)
+    got = keeper.until(b"end")
+    assert [(m.payload, m.subscription_ids, m.retain) for m in got] == [
+        (b"job", (4,), False), (b"note", (5,), True)]
 
 
 # ---------------------------------------------------------------------------- feature switches

@@ -1,0 +1,99 @@
+"""The node's services as extensions see them (``hive_ext_api.HiveServices``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from hive_core.broker._message import Message
+from hive_core.mqtt import PropertyId, topic_matches
+from hive_ext_api import (
+    ClientInfo,
+    ClusterMember,
+    ClusterNodeAddress,
+    RetainedInfo,
+    SubscriptionInfo,
+)
+
+if TYPE_CHECKING:
+    from hive_core.broker._broker import Broker
+
+
+@dataclass(slots=True)
+class ExtensionCounter:
+    name: str
+    description: str = ""
+    value: int = 0
+
+    def inc(self, amount: int = 1) -> None:
+        self.value += amount
+
+
+@dataclass(slots=True)
+class Metrics:
+    """Counters and gauges registered by extensions, beside the broker's own metrics."""
+
+    counters: dict[str, ExtensionCounter] = field(default_factory=dict)
+    gauges: dict[str, tuple[Callable[[], float], str]] = field(default_factory=dict)
+
+    def counter(self, name: str, description: str = "") -> ExtensionCounter:
+        counter = self.counters.get(name)
+        if counter is None:
+            counter = self.counters[name] = ExtensionCounter(name, description)
+        return counter
+
+    def gauge(self, name: str, read: Callable[[], float], description: str = "") -> None:
+        self.gauges[name] = (read, description)
+
+
+class NodeServices:
+    """What an extension may ask of the node; backed by the broker."""
+
+    def __init__(self, broker: Broker, members: Callable[[], list[ClusterMember]] | None = None,
+                 node_id: str = "", version: str = "") -> None:
+        self._broker = broker
+        self._members = members
+        self._node_id = node_id
+        self._version = version
+        self._metrics = Metrics()
+
+    @property
+    def metrics(self) -> Metrics:
+        return self._metrics
+
+    def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False,
+                user_properties: list[tuple[str, str]] | None = None) -> None:
+        props = {PropertyId.USER_PROPERTY: list(user_properties)} if user_properties else None
+        self._broker.publish(Message(topic, bytes(payload), qos, retain, props, ""))
+        self._broker.flush()
+
+    def clients(self) -> list[ClientInfo]:
+        return [conn.client_info() for conn in self._broker.connections
+                if conn.session is not None and not conn.closed]
+
+    def disconnect(self, client_id: str, reason_code: int = 0x98) -> bool:
+        session = self._broker.sessions.get(client_id)
+        if session is None or session.connection is None:
+            return False
+        session.connection.close(reason_code, "disconnected by an extension")
+        return True
+
+    def subscriptions(self, client_id: str) -> list[SubscriptionInfo]:
+        session = self._broker.sessions.get(client_id)
+        if session is None:
+            return []
+        return [SubscriptionInfo(s.topic_filter, s.qos, s.no_local, s.retain_as_published,
+                                 s.retain_handling, s.subscription_id)
+                for s in session.subscriptions.values()]
+
+    def retained(self, topic_filter: str = "#") -> list[RetainedInfo]:
+        return [RetainedInfo(topic, message.payload, message.qos)
+                for topic, message in self._broker.retained.items()
+                if topic_matches(topic_filter, topic)]
+
+    def cluster_members(self) -> list[ClusterMember]:
+        if self._members is not None:
+            return self._members()
+        return [ClusterMember(self._node_id, ClusterNodeAddress("127.0.0.1", 0), "RUNNING",
+                              self._version)]
