@@ -106,7 +106,7 @@ class PendingBatch:
             self.inflight.pop(client_id, None)
         self.sessions.update(later.sessions)
         for client_id, writes in later.queues.items():
-            self.queues.setdefault(client_id, {})
+            self.queues.setdefault(client_id, {}).update(writes)
         for client_id, inflight_writes in later.inflight.items():
             exchanges = self.inflight.setdefault(client_id, {})
             for key, write in inflight_writes.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -12,14 +13,15 @@ import pytest
 
 from hive_core.persistence import (
     FileSessionStore,
+    MemorySessionStore,
     PersistenceError,
     Snapshot,
     StoredInflight,
     StoredMessage,
     StoredSession,
     StoredSubscription,
+    _sqlite_schema,
 )
-from hive_core.persistence import _sqlite_schema
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(20)]
 
@@ -330,3 +332,62 @@ async def test_the_database_lives_in_the_data_folder_in_wal_mode(tmp_path: Path)
     assert store.path == tmp_path / "data" / "persistence" / "sessions.db"
     with sqlite3.connect(store.path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+async def test_writes_made_while_a_batch_fails_are_retried_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_write = _sqlite_schema.write
+    entered, resume = threading.Event(), threading.Event()
+    armed: list[bool] = []
+
+    def failing_write(db: sqlite3.Connection, batch: object) -> int:
+        if armed and armed.pop():
+            entered.set()
+            resume.wait(5)
+            raise sqlite3.OperationalError("disk I/O error")
+        return real_write(db, batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_sqlite_schema, "write", failing_write)
+    file, memory = FileSessionStore(tmp_path, commit_interval=30), MemorySessionStore()
+    await file.open()
+
+    def both(method: str, *args: object) -> None:
+        getattr(file, method)(*args)
+        getattr(memory, method)(*args)
+
+    for packet_id in (1, 2, 3):
+        both("save_inflight", StoredInflight("c1", packet_id, "out", "publish", message()))
+    both("enqueue", "c1", 1, message("one"))
+    both("save_retained", message("r", b"old"))
+    await file.commit()
+
+    # The failing batch: exchange 1 starts again (moves last), 3 ends, seq 1 goes, seq 2 comes.
+    both("delete_inflight", "c1", 1, "out")
+    both("save_inflight", StoredInflight("c1", 1, "out", "publish", message("again")))
+    both("delete_inflight", "c1", 3, "out")
+    both("dequeue", "c1", 1)
+    both("enqueue", "c1", 2, message("two"))
+    armed.append(True)
+    async with anyio.create_task_group() as tg:
+
+        async def failed_commit() -> None:
+            with pytest.raises(PersistenceError):
+                await file.commit()
+
+        tg.start_soon(failed_commit)
+        await anyio.to_thread.run_sync(entered.wait, 5)
+        # Meanwhile: later writes to the same keys, and to new ones.
+        both("save_inflight", StoredInflight("c1", 1, "out", "pubrel"))
+        both("delete_inflight", "c1", 2, "out")
+        both("save_inflight", StoredInflight("c1", 3, "out", "publish", message("later")))
+        both("enqueue", "c1", 3, message("three"))
+        both("dequeue", "c1", 2)
+        both("save_retained", message("r", b"new"))
+        both("save_session", session("c1"))
+        resume.set()
+    await file.commit()
+    file, loaded = await reopen(file)
+    assert loaded == memory.contents()
+    assert [i.packet_id for i in loaded.inflight["c1"]] == [1, 3]
+    await file.close()

@@ -1,7 +1,8 @@
-"""Any sequence of writes leaves FileSessionStore, reopened, holding what MemorySessionStore holds."""
+"""Any sequence of writes leaves FileSessionStore, reopened, holding what MemorySessionStore has."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sqlite3
 import tempfile
@@ -24,15 +25,16 @@ from hive_core.persistence import (
     StoredMessage,
     StoredSession,
     StoredSubscription,
+    _sqlite_schema,
 )
-from hive_core.persistence import _sqlite_schema
 
 # Few keys, so that writes often meet earlier writes to the same key.
 clients = st.sampled_from(["alice", "ça"])
 seqs = st.integers(0, 3)
 packet_ids = st.integers(1, 2)
 directions = st.sampled_from(["out", "in"])
-topics = st.text(max_size=6)
+# A small alphabet: topics collide often, and a few characters SQLite or JSON might mangle.
+topics = st.text(alphabet="ab/+#ü\x00\"'", max_size=4)
 # Long past, far future, never: nothing expires between a write and the next load.
 expiries = st.sampled_from([None, 1.0, 4e9])
 
@@ -44,7 +46,7 @@ messages = st.builds(
     retain=st.booleans(),
     properties=st.binary(max_size=4),
     expiry_at=expiries,
-    publisher_id=st.text(max_size=3),
+    publisher_id=topics,
 )
 subscriptions = st.builds(
     StoredSubscription,
@@ -115,7 +117,9 @@ class StoresAgree(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.data_dir = Path(tempfile.mkdtemp(prefix="hive-store-"))
+        # On tmpfs where there is one: reopening syncs, and durability is not what this tests.
+        ram = "/dev/shm" if Path("/dev/shm").is_dir() else None
+        self.data_dir = Path(tempfile.mkdtemp(prefix="hive-store-", dir=ram))
         self._portal_cm = start_blocking_portal("asyncio")
         self.portal = self._portal_cm.__enter__()
         self.memory = MemorySessionStore()
@@ -131,37 +135,10 @@ class StoresAgree(RuleBasedStateMachine):
         getattr(self.memory, method)(*args)
         getattr(self.file, method)(*args)
 
-    @rule(session=sessions)
-    def save_session(self, session: StoredSession) -> None:
-        self.both("save_session", session)
-
-    @rule(client_id=clients)
-    def delete_session(self, client_id: str) -> None:
-        self.both("delete_session", client_id)
-
-    @rule(client_id=clients, seq=seqs, message=messages)
-    def enqueue(self, client_id: str, seq: int, message: StoredMessage) -> None:
-        self.both("enqueue", client_id, seq, message)
-
-    @rule(client_id=clients, seq=seqs)
-    def dequeue(self, client_id: str, seq: int) -> None:
-        self.both("dequeue", client_id, seq)
-
-    @rule(inflight=inflights())
-    def save_inflight(self, inflight: StoredInflight) -> None:
-        self.both("save_inflight", inflight)
-
-    @rule(client_id=clients, packet_id=packet_ids, direction=directions)
-    def delete_inflight(self, client_id: str, packet_id: int, direction: str) -> None:
-        self.both("delete_inflight", client_id, packet_id, direction)
-
-    @rule(message=messages)
-    def save_retained(self, message: StoredMessage) -> None:
-        self.both("save_retained", message)
-
-    @rule(topic=topics)
-    def delete_retained(self, topic: str) -> None:
-        self.both("delete_retained", topic)
+    @rule(batch=st.lists(writes, min_size=1, max_size=8))
+    def write(self, batch: list[tuple[Any, ...]]) -> None:
+        for method, *args in batch:
+            self.both(method, *args)
 
     @rule()
     def commit(self) -> None:
@@ -182,10 +159,8 @@ class StoresAgree(RuleBasedStateMachine):
                 self.both(method, *args)
         failing.armed = False
         failing.resume.set()
-        try:
+        with contextlib.suppress(PersistenceError):  # its writes stay pending for the next batch
             commit.result(timeout=10)
-        except PersistenceError:
-            pass  # the writes stay pending and go with the next batch
 
     @rule()
     def reopen(self) -> None:
@@ -209,5 +184,5 @@ def test_file_store_agrees_with_memory_store(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(StoresAgree, "fail_next_write", fail_next_write, raising=False)
     run_state_machine_as_test(
         StoresAgree,
-        settings=settings(max_examples=60, stateful_step_count=40, deadline=None),
+        settings=settings(max_examples=40, stateful_step_count=30, deadline=None),
     )
