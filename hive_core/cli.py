@@ -50,6 +50,9 @@ def _run(args: argparse.Namespace) -> int:
         runner = uvloop.run
     try:
         runner(node.run())
+    except KeyboardInterrupt:  # SIGINT before the node's own handler was in place
+        log.info("Interrupted while starting")
+        return 130
     except TLSConfigError as exc:
         print(f"hive: TLS: {exc}", file=sys.stderr)
         return 2

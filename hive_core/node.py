@@ -76,17 +76,21 @@ class HiveNode:
         started = time.monotonic()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log.info("Starting Hive %s, data folder %s", __version__, self.data_dir)
+        # Signals first: a stop asked for while the store opens ends the start cleanly.
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stop)
         store = self._open_store()
         snapshot = await store.open()
         broker = self.broker = Broker(settings_from(self.config), store)
         broker.start(snapshot)
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self.stop)
         try:
             for listener in self.config.listeners:
+                if self._stopping.is_set():
+                    break
                 await self._bind(listener)
-            log.info("Started Hive in %d ms", (time.monotonic() - started) * 1000)
+            else:
+                log.info("Started Hive in %d ms", (time.monotonic() - started) * 1000)
             await self._stopping.wait()
             log.info("Shutting down Hive")
         finally:

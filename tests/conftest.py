@@ -72,7 +72,8 @@ class HiveProcess:
 
         self._reader = threading.Thread(target=read, daemon=True)
         self._reader.start()
-        if not started.wait(timeout) or proc.poll() is not None:
+        # The event is also set when the output ends: only the log line means "serving".
+        if not started.wait(timeout) or not STARTED.search(self.log) or proc.poll() is not None:
             self.stop()
             raise RuntimeError(f"hive did not start:\n{self.log}")
         return self

@@ -33,10 +33,20 @@ class WebSocketProtocol(asyncio.Protocol):
         self._ws = WSConnection(ConnectionType.SERVER)
         self._transport: asyncio.Transport | None = None
         self._mqtt: ClientConnection | None = None
+        self._upgrade_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport: no isinstance check here.
         self._transport = cast(asyncio.Transport, transport)
+        # The broker's no-CONNECT timeout starts at the upgrade; this one covers the upgrade.
+        self._upgrade_deadline = asyncio.get_running_loop().call_later(
+            self._broker.settings.connect_timeout, self._upgrade_timed_out)
+
+    def _upgrade_timed_out(self) -> None:
+        if self._mqtt is None:
+            log.info("no WebSocket upgrade within %.1f s: closing",
+                     self._broker.settings.connect_timeout)
+            self._close_transport()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -73,6 +83,8 @@ class WebSocketProtocol(asyncio.Protocol):
             self._send(RejectConnection(status_code=400 if chosen is None else 404))
             self._close_transport()
             return
+        if self._upgrade_deadline is not None:
+            self._upgrade_deadline.cancel()
         self._send(AcceptConnection(subprotocol=chosen))
         self._mqtt = ClientConnection(self._broker, self._listener)
         self._mqtt.connection_made(_FrameWriter(self))
@@ -86,6 +98,8 @@ class WebSocketProtocol(asyncio.Protocol):
             self._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._upgrade_deadline is not None:
+            self._upgrade_deadline.cancel()
         if self._mqtt is not None:
             self._mqtt.connection_lost(exc)
 

@@ -49,7 +49,7 @@ def _name(common_name: str) -> x509.Name:
 def _certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name,
                  issuer_key: ec.EllipticCurvePrivateKey, *, ca: bool = False,
                  server: bool = False) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(subject))
