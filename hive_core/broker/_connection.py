@@ -288,7 +288,8 @@ class ClientConnection:
                 ack[P.SHARED_SUBSCRIPTION_AVAILABLE] = 0
             if props.get(P.REQUEST_RESPONSE_INFORMATION) == 1:
                 ack[P.RESPONSE_INFORMATION] = settings.response_information + client_id
-        self.send_packet(ConnAck(present, 0, ack))
+        # MQTT 3.1 has no session present flag: that CONNACK byte is reserved, always 0.
+        self.send_packet(ConnAck(present and version >= 4, 0, ack))
         broker.resume(session)
 
     def _connack_refuse(self, reason: RC, v3_code: int) -> None:

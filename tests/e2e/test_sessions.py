@@ -50,6 +50,12 @@ def node_with(hive_factory: Any, mqtt: str = "", restrictions: str = "") -> Any:
     return hive_factory(body=body)
 
 
+def will_watcher(clients: Clients, port: int, topic: str = "wills/#") -> PahoClient:
+    watcher = clients(port, "watcher").connect()
+    watcher.subscribe(topic, qos=1)
+    return watcher
+
+
 # ---------------------------------------------------------------------- clean start, present flag
 
 
@@ -78,6 +84,16 @@ def test_v311_clean_session_true_discards_the_session(hive, clients):
 
     after = clients(hive.port, "keeper", version=4, clean=False).connect()
     assert after.session_present is False
+
+
+def test_v31_connack_never_carries_session_present(hive):
+    for _ in range(2):  # the second CONNECT resumes a session, still no flag for MQTT 3.1
+        with RawClient(hive.port) as raw:
+            raw.version = 3
+            raw.send(Connect("old-timer", 3, False, 60, protocol_name="MQIsdp"))
+            raw.sock.settimeout(WAIT)
+            assert raw.sock.recv(4) == b"\x20\x02\x00\x00"
+            raw.disconnect()
 
 
 def test_v5_clean_start_false_resumes_with_session_present(hive, clients):
@@ -128,6 +144,18 @@ def test_session_expires_after_its_interval(hive, clients):
     assert late.session_present is False
 
 
+def test_reconnect_replaces_the_session_expiry(hive, clients):
+    first = clients(hive.port, "changing", expiry=3600, clean=False).connect()
+    first.disconnect()
+    shorter = clients(hive.port, "changing", expiry=1, clean=False).connect()
+    assert shorter.session_present is True
+    shorter.disconnect()
+
+    time.sleep(2.0)
+    again = clients(hive.port, "changing", expiry=1, clean=False).connect()
+    assert again.session_present is False
+
+
 def test_session_expiry_capped_by_max_interval(hive_factory, clients):
     node = node_with(hive_factory,
                      mqtt="<session-expiry><max-interval>1</max-interval></session-expiry>")
@@ -171,6 +199,16 @@ def test_disconnect_raising_expiry_from_zero_is_a_protocol_error(hive):
         assert raw.connect(5, "zero").reason_code == 0
         raw.send(Disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 30}))
         raw.expect_disconnect(RC.PROTOCOL_ERROR)
+
+
+def test_disconnect_expiry_after_a_connect_capped_to_zero_is_no_error(hive_factory):
+    node = node_with(hive_factory,
+                     mqtt="<session-expiry><max-interval>0</max-interval></session-expiry>")
+    with RawClient(node.port) as raw:
+        connack = raw.connect(5, "capped", SESSION_EXPIRY_INTERVAL=30)
+        assert connack.properties[P.SESSION_EXPIRY_INTERVAL] == 0
+        raw.send(Disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 30}))
+        assert raw.expect_closed() == []  # closed, without a DISCONNECT 0x82 back
 
 
 # ---------------------------------------------------------------------- client identifiers
@@ -235,6 +273,37 @@ def test_takeover_keeps_the_persistent_session(hive, clients):
     assert second.next_message().payload == b"m"
 
 
+def test_takeover_of_a_clean_session_then_resume_finds_no_session(hive, clients):
+    first = clients(hive.port, "twin3", version=4, clean=True).connect()
+    second = clients(hive.port, "twin3", version=4, clean=False).connect()
+    first.wait_disconnected()
+    assert second.session_present is False  # the clean session ended with its connection
+    third = clients(hive.port, "twin3", version=4, clean=False).connect()
+    assert third.session_present is True
+    second.wait_disconnected()  # the id still names one session: the third took it over
+
+
+def test_takeover_publishes_the_will_of_the_first_connection(hive, clients):
+    watcher = will_watcher(clients, hive.port)
+    first = RawClient(hive.port)
+    first.connect(4, "twin-will", will=Will("wills/twin", b"replaced", 1))
+    with RawClient(hive.port) as second:
+        assert second.connect(4, "twin-will").reason_code == 0
+        assert watcher.next_message().payload == b"replaced"
+        first.expect_closed()
+    first.close()
+
+
+def test_takeover_redelivers_what_the_first_connection_left_unacked(hive):
+    first, delivered = unacked_delivery(hive.port, "twin-inflight", "takeover/inflight")
+    with RawClient(hive.port) as second:
+        assert second.connect(4, "twin-inflight", clean_start=False).session_present is True
+        redelivered = second.expect(Publish)
+        assert (redelivered.dup, redelivered.packet_id) == (True, delivered.packet_id)
+        first.expect_closed()
+    first.close()
+
+
 # ---------------------------------------------------------------------- keep alive
 
 
@@ -244,7 +313,7 @@ def test_v311_silent_client_is_closed_after_one_and_a_half_keep_alive(hive):
         started = time.monotonic()
         raw.expect_closed(timeout=5)
         elapsed = time.monotonic() - started
-    assert 1.2 <= elapsed <= 3.0, elapsed
+    assert 1.3 <= elapsed <= 2.0, elapsed
 
 
 def test_v5_silent_client_gets_keep_alive_timeout(hive):
@@ -253,7 +322,7 @@ def test_v5_silent_client_gets_keep_alive_timeout(hive):
         started = time.monotonic()
         raw.expect_disconnect(RC.KEEP_ALIVE_TIMEOUT, timeout=5)
         elapsed = time.monotonic() - started
-    assert 1.2 <= elapsed <= 3.0, elapsed
+    assert 1.3 <= elapsed <= 2.0, elapsed
 
 
 def test_pings_keep_a_client_alive(hive):
@@ -275,13 +344,15 @@ def test_server_keep_alive_caps_the_client_request(hive_factory, clients):
     assert not hasattr(modest.connack_props, "ServerKeepAlive")
 
 
+def test_unlimited_keep_alive_refused_gets_the_maximum(hive_factory, clients):
+    node = node_with(hive_factory, mqtt="<keep-alive><allow-unlimited>false</allow-unlimited>"
+                                        "<max-keep-alive>20</max-keep-alive></keep-alive>")
+    client = clients(node.port, "forever", keepalive=0).connect()
+    assert client.connack_props is not None
+    assert client.connack_props.ServerKeepAlive == 20
+
+
 # ---------------------------------------------------------------------- wills
-
-
-def will_watcher(clients: Clients, port: int, topic: str = "wills/#") -> PahoClient:
-    watcher = clients(port, "watcher").connect()
-    watcher.subscribe(topic, qos=1)
-    return watcher
 
 
 def test_will_published_on_abnormal_close(hive, clients):
@@ -339,6 +410,18 @@ def test_will_delay_cancelled_when_the_session_resumes(hive, clients):
         assert again.connect(5, "back", clean_start=False,
                              SESSION_EXPIRY_INTERVAL=60).session_present is True
         watcher.no_message(3.0)
+
+
+def test_clean_start_takeover_publishes_a_delayed_will_at_once(hive, clients):
+    watcher = will_watcher(clients, hive.port)
+    will = Will("wills/replaced", b"session over", 1, False, {P.WILL_DELAY_INTERVAL: 30})
+    first = RawClient(hive.port)
+    first.connect(5, "replaced", clean_start=False, SESSION_EXPIRY_INTERVAL=60, will=will)
+    with RawClient(hive.port) as second:
+        assert second.connect(5, "replaced", clean_start=True).session_present is False
+        assert watcher.next_message(timeout=2).payload == b"session over"
+        first.expect_disconnect(RC.SESSION_TAKEN_OVER)
+    first.close()
 
 
 def test_will_published_when_the_session_expires_before_the_delay(hive, clients):
@@ -413,7 +496,7 @@ def test_connection_without_connect_is_closed_at_the_deadline(hive_factory):
         started = time.monotonic()
         assert raw.expect_closed(timeout=5) == []
         elapsed = time.monotonic() - started
-    assert 0.4 <= elapsed <= 1.5, elapsed
+    assert 0.4 <= elapsed <= 1.0, elapsed
 
 
 def test_max_connections_refuses_v5_with_quota_exceeded(hive_factory, clients):
@@ -436,6 +519,16 @@ def test_max_connections_refuses_v311_with_server_unavailable(hive_factory, clie
         assert raw.connect(4, "four").reason_code == 0
 
 
+def test_max_connections_still_allows_a_takeover(hive_factory, clients):
+    node = node_with(hive_factory, restrictions="<max-connections>2</max-connections>")
+    first = clients(node.port, "one").connect()
+    clients(node.port, "two").connect()
+    clients(node.port, "one").connect()  # replaces a connection: the count does not grow
+    assert first.wait_disconnected() == RC.SESSION_TAKEN_OVER
+    refused = clients(node.port, "three").connect(expect_success=False)
+    assert refused.reason_code == RC.QUOTA_EXCEEDED
+
+
 # ---------------------------------------------------------------------- persistence across kill -9
 
 
@@ -451,6 +544,17 @@ def test_queued_qos1_messages_survive_kill9_mosquitto(hive):
     got = mosquitto_sub(hive.port, "persist/q", "-c", "-i", "durable", "-C", str(len(sent)),
                         "-W", "8")
     assert got.stdout.split() == sent, got.stderr
+
+
+def test_mosquitto_v5_session_with_expiry_gets_queued_messages(hive):
+    session = ("-c", "-x", "60", "-i", "durable-mosq5")
+    subscribed = mosquitto_sub(hive.port, "persist/m5", *session, "-E", version="mqttv5")
+    assert subscribed.returncode == 0, subscribed.stderr
+    for payload in ("a", "b", "c"):
+        mosquitto_pub(hive.port, "persist/m5", payload, qos=1, version="mqttv5")
+    got = mosquitto_sub(hive.port, "persist/m5", *session, "-C", "3", "-W", "5",
+                        version="mqttv5")
+    assert got.stdout.split() == ["a", "b", "c"], got.stderr
 
 
 def test_queued_qos1_messages_survive_kill9_v5(hive, clients):
@@ -470,6 +574,26 @@ def test_queued_qos1_messages_survive_kill9_v5(hive, clients):
     got = [back.next_message().payload for _ in sent]
     assert got == sent
     back.no_message(0.3)
+
+
+def test_pipelined_qos1_messages_survive_kill9(hive, clients):
+    subscriber = clients(hive.port, "durable-many", version=4, clean=False).connect()
+    subscriber.subscribe("persist/many", qos=1)
+    subscriber.disconnect()
+    publisher = clients(hive.port, "pub-many")
+    publisher.client.max_inflight_messages_set(10)  # paho ignores the server's receive maximum
+    publisher.connect()
+    sent = [f"n{i}".encode() for i in range(300)]
+    infos = [publisher.client.publish("persist/many", payload, qos=1) for payload in sent]
+    for info in infos:  # all in flight together: acknowledged in batches by group commit
+        info.wait_for_publish(WAIT)
+        assert info.is_published()
+
+    hive.kill()
+    hive.start()
+    back = clients(hive.port, "durable-many", version=4, clean=False).connect()
+    got = [back.next_message().payload for _ in sent]
+    assert got == sent
 
 
 def test_retained_message_survives_kill9(hive, clients):
@@ -492,6 +616,25 @@ def test_retained_message_cleared_before_kill9_stays_cleared(hive, clients):
     reader = clients(hive.port, "reader").connect()
     reader.subscribe("persist/cleared", qos=1)
     reader.no_message(0.5)
+
+
+def test_unsubscribe_survives_kill9(hive, clients):
+    client = clients(hive.port, "fickle", version=4, clean=False).connect()
+    client.subscribe("persist/a", qos=1)
+    client.subscribe("persist/b", qos=1)
+    client.client.unsubscribe("persist/a")
+    client.disconnect()
+    publisher = clients(hive.port, "pub", version=4).connect()
+    publisher.publish("persist/a", b"not for you", qos=1)
+    publisher.publish("persist/b", b"for you", qos=1)
+    publisher.close()
+
+    hive.kill()
+    hive.start()
+    back = clients(hive.port, "fickle", version=4, clean=False).connect()
+    assert back.session_present is True
+    assert back.next_message().payload == b"for you"
+    back.no_message(0.5)
 
 
 def unacked_delivery(port: int, client_id: str, topic: str) -> tuple[RawClient, Publish]:
@@ -540,6 +683,8 @@ def test_unacked_qos1_is_redelivered_with_dup_after_kill9(hive):
 def test_session_expiry_keeps_counting_across_restart(hive, clients):
     client = clients(hive.port, "mortal", expiry=2, clean=False).connect()
     client.disconnect()
+    # A durable write acknowledged after the DISCONNECT: the disconnect time is on disk too.
+    mosquitto_pub(hive.port, "sync/barrier", "x", qos=1, retain=True)
     hive.kill()
     time.sleep(2.5)
     hive.start()
