@@ -13,7 +13,16 @@ import paho.mqtt.client as mqtt
 import pytest
 from e2e.rawclient import RawClient
 
-from hive_core.mqtt import PropertyId, PubAck, Publish, ReasonCode
+from hive_core.mqtt import (
+    PropertyId,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    ReasonCode,
+    encode_packet,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -73,6 +82,57 @@ def test_client_maximum_packet_size_skips_larger_messages(hive, qos):
             got.append(packet.payload)
             if qos:
                 sub.send(PubAck(packet.packet_id))
+        sub.expect_nothing(0.5)
+        assert got == [b"small", b"after"]
+
+
+def test_max_packet_size_boundary_inbound(hive_factory):
+    node = hive_factory(body=small_packets(1000))
+    exact = Publish("edge", b"x" * 900, 1, False, False, 1)
+    exact.payload += b"x" * (1000 - len(encode_packet(exact, 5)))
+    assert len(encode_packet(exact, 5)) == 1000
+    with RawClient(node.port) as pub:
+        pub.connect(5, "edge-pub")
+        pub.send(exact)
+        assert pub.expect(PubAck).packet_id == 1
+        pub.publish("edge", exact.payload + b"x", 1)
+        pub.expect_disconnect(RC.PACKET_TOO_LARGE)
+
+
+def test_max_packet_size_boundary_outbound(hive):
+    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
+        sub.connect(5, "edge-sub", MAXIMUM_PACKET_SIZE=100)
+        sub.subscribe("edge", 1)
+        pub.connect(5, "edge-pub")
+        sized = Publish("edge", b"", 1, False, False, 1)
+        fits = b"f" * (100 - len(encode_packet(sized, 5)))
+        pub.publish("edge", fits + b"+", 1)
+        pub.expect(PubAck)
+        pub.publish("edge", fits, 1)
+        pub.expect(PubAck)
+        packet = sub.expect(Publish)
+        assert packet.payload == fits
+        assert len(encode_packet(packet, 5)) == 100
+
+
+def test_client_maximum_packet_size_applies_to_queued_messages(hive):
+    sub = RawClient(hive.port)
+    sub.connect(5, "small-offline", SESSION_EXPIRY_INTERVAL=300, MAXIMUM_PACKET_SIZE=200)
+    sub.subscribe("sized/offline", 1)
+    sub.disconnect()
+    with RawClient(hive.port) as pub:
+        pub.connect(5, "sized-offline-pub")
+        for payload in (b"L" * 500, b"small", b"L" * 400, b"after"):
+            pub.publish("sized/offline", payload, 1)
+            pub.expect(PubAck)
+    with RawClient(hive.port) as sub:
+        sub.connect(5, "small-offline", clean_start=False, SESSION_EXPIRY_INTERVAL=300,
+                    MAXIMUM_PACKET_SIZE=200)
+        got = []
+        for _ in range(2):
+            packet = sub.expect(Publish)
+            sub.send(PubAck(packet.packet_id))
+            got.append(packet.payload)
         sub.expect_nothing(0.5)
         assert got == [b"small", b"after"]
 
@@ -333,6 +393,57 @@ def test_v311_subscriber_gets_payload_without_properties(hive):
         assert (packet.topic, packet.payload, packet.qos) == ("props/311", b"plain", 1)
 
 
+# ---------------------------------------------------------------------- payloads and topics
+
+
+@pytest.mark.parametrize("version", [4, 5])
+@pytest.mark.parametrize("qos", [0, 1, 2])
+def test_multibyte_topic_and_odd_payloads(hive, version, qos):
+    topic = "größe/蜂/🐝"
+    payloads = [b"", b"\x00\xff" * 3, bytes(range(256)) * 600]  # the last needs a 3 byte length
+    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
+        sub.connect(version, "odd-sub")
+        sub.subscribe("größe/+/#", 2)
+        pub.connect(version, "odd-pub")
+        for payload in payloads:
+            pid = pub.publish(topic, payload, qos)
+            if qos == 1:
+                pub.expect(PubAck)
+            elif qos == 2:
+                pub.expect(PubRec)
+                pub.send(PubRel(pid))
+                pub.expect(PubComp)
+        got = [sub.expect(Publish) for _ in payloads]
+        assert [(p.topic, p.payload, p.qos) for p in got] == [(topic, b, qos) for b in payloads]
+        for packet in got:
+            if qos == 1:
+                sub.send(PubAck(packet.packet_id))
+            elif qos == 2:
+                sub.send(PubRec(packet.packet_id))
+                assert sub.expect(PubRel).packet_id == packet.packet_id
+                sub.send(PubComp(packet.packet_id))
+        sub.expect_nothing(0.2)
+
+
+def test_megabyte_payload_with_paho(hive):
+    client, messages = paho_subscriber(hive.port, "big/payload", version=5)
+    try:
+        publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="big-paho",
+                                protocol=mqtt.MQTTv311)
+        publisher.connect("127.0.0.1", hive.port, 30)
+        publisher.loop_start()
+        payload = bytes(range(256)) * 4096  # 1 MiB
+        for qos in (1, 2):
+            publisher.publish("big/payload", payload, qos).wait_for_publish(WAIT)
+            message = messages.get(timeout=WAIT)
+            assert message.payload == payload and message.qos == qos
+        publisher.disconnect()
+        publisher.loop_stop()
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
 # ---------------------------------------------------------------------- request / response
 
 
@@ -374,6 +485,7 @@ def test_request_response_round_trip(hive):
 
 # ---------------------------------------------------------------------- interoperability
 
+LINE_BUFFERED = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
 needs_mosquitto = pytest.mark.skipif(
     shutil.which("mosquitto_pub") is None or shutil.which("mosquitto_sub") is None,
     reason="mosquitto clients not on PATH",
@@ -387,7 +499,7 @@ def paho_subscriber(port: int, topic: str, version: int = 4) -> tuple[mqtt.Clien
                          protocol=mqtt.MQTTv5 if version == 5 else mqtt.MQTTv311)
     client.on_message = lambda c, u, m: messages.put(m)
     client.on_subscribe = lambda *args: subscribed.set()
-    client.on_connect = lambda c, u, f, rc, p: c.subscribe(topic, 1)
+    client.on_connect = lambda c, u, f, rc, p: c.subscribe(topic, 2)
     client.connect("127.0.0.1", port, 30)
     client.loop_start()
     assert subscribed.wait(WAIT)
@@ -414,11 +526,11 @@ def test_mosquitto_pub_to_paho(hive, version):
 
 
 @needs_mosquitto
-@pytest.mark.parametrize("version", ["mqttv311", "mqttv5"])
+@pytest.mark.parametrize("version", ["mqttv31", "mqttv311", "mqttv5"])
 def test_paho_to_mosquitto_sub(hive, version):
     sub = subprocess.Popen(
-        ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(hive.port), "-V", version, "-q", "2",
-         "-t", "interop/out", "-C", "3", "-W", "10", "-v", "-d"],
+        [*LINE_BUFFERED, "mosquitto_sub", "-h", "127.0.0.1", "-p", str(hive.port),
+         "-V", version, "-q", "2", "-t", "interop/out", "-C", "3", "-W", "10", "-v", "-d"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
@@ -470,3 +582,14 @@ def test_mosquitto_v5_user_properties_reach_paho(hive):
     finally:
         client.disconnect()
         client.loop_stop()
+
+
+def test_message_expiry_capped_by_node_maximum(hive_factory):
+    node = hive_factory(body="<mqtt><message-expiry><max-interval>10</max-interval>"
+                             "</message-expiry></mqtt>")
+    with RawClient(node.port) as sub, RawClient(node.port) as pub:
+        sub.connect(5, "cap-sub")
+        sub.subscribe("cap", 0)
+        pub.connect(5, "cap-pub")
+        pub.publish("cap", b"x", MESSAGE_EXPIRY_INTERVAL=100)
+        assert 9 <= sub.expect(Publish).properties[P.MESSAGE_EXPIRY_INTERVAL] <= 10

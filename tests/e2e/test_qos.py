@@ -21,6 +21,8 @@ from hive_core.mqtt import (
     PubRel,
     ReasonCode,
     SubAck,
+    Will,
+    encode_packet,
 )
 
 pytestmark = pytest.mark.timeout(30)
@@ -105,7 +107,7 @@ def test_granted_qos_is_min_of_publish_and_subscription(hive, paho_clients, vers
         subscriber.nothing(0.2)
 
 
-@pytest.mark.parametrize("version", [4, 5])
+@pytest.mark.parametrize("version", [3, 4, 5])
 def test_qos1_flow_on_the_wire(hive, version):
     with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
         sub.connect(version, "sub1")
@@ -126,7 +128,7 @@ def test_qos1_flow_on_the_wire(hive, version):
         sub.expect_nothing(0.3)
 
 
-@pytest.mark.parametrize("version", [4, 5])
+@pytest.mark.parametrize("version", [3, 4, 5])
 def test_qos2_flow_on_the_wire(hive, version):
     with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
         sub.connect(version, "sub2")
@@ -388,3 +390,287 @@ def test_suback_packet_id_echoed(hive):
         sub._next_id = 4999
         ack = sub.subscribe("x", 1)
         assert isinstance(ack, SubAck) and ack.packet_id == 5000
+
+
+def test_server_receive_maximum_pipelined_qos2_from_persistent_session(hive_factory):
+    """Two QoS 2 publishes at once are within a receive maximum of 2, even while the
+    PUBRECs wait for the store (a persistent publisher session)."""
+    node = hive_factory(body="<mqtt><receive-maximum><server-receive-maximum>2"
+                             "</server-receive-maximum></receive-maximum></mqtt>")
+    with RawClient(node.port) as pub:
+        pub.connect(5, "pipelined", SESSION_EXPIRY_INTERVAL=300)
+        pub.send_raw(encode_packet(Publish("rx", b"1", 2, False, False, 1), 5)
+                     + encode_packet(Publish("rx", b"2", 2, False, False, 2), 5))
+        assert {pub.expect(PubRec).packet_id, pub.expect(PubRec).packet_id} == {1, 2}
+        for pid in (1, 2):
+            pub.send(PubRel(pid))
+            assert pub.expect(PubComp).packet_id == pid
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_inbound_qos2_exactly_once_across_reconnect(hive, paho_clients, version):
+    persistent = {"SESSION_EXPIRY_INTERVAL": 300} if version == 5 else {}
+    subscriber = paho_clients(hive.port, 5)
+    subscriber.subscribe("once/re", 2)
+    pub = RawClient(hive.port)
+    pub.connect(version, "once-re", clean_start=False, **persistent)
+    pub.publish("once/re", b"m", 2, packet_id=11)
+    pub.expect(PubRec)
+    pub.close()  # gone before PUBREL
+    assert subscriber.get().payload == b"m"
+    with RawClient(hive.port) as pub:
+        assert pub.connect(version, "once-re", clean_start=False, **persistent).session_present
+        pub.send(Publish("once/re", b"m", 2, False, True, 11))  # the client's resend
+        assert pub.expect(PubRec).packet_id == 11
+        pub.send(PubRel(11))
+        assert pub.expect(PubComp).packet_id == 11
+    subscriber.nothing(0.5)
+
+
+def test_unacked_messages_redelivered_after_takeover(hive):
+    old = RawClient(hive.port)
+    old.connect(5, "taken", SESSION_EXPIRY_INTERVAL=300)
+    old.subscribe("take", 1)
+    with RawClient(hive.port) as pub:
+        pub.connect(5, "take-pub")
+        pub.publish("take", b"m", 1)
+        pub.expect(PubAck)
+    first = old.expect(Publish)
+    with RawClient(hive.port) as new:
+        assert new.connect(5, "taken", clean_start=False,
+                           SESSION_EXPIRY_INTERVAL=300).session_present
+        again = new.expect(Publish)
+        assert (again.payload, again.dup, again.packet_id) == (b"m", True, first.packet_id)
+        new.send(PubAck(again.packet_id))
+        old.expect_disconnect(RC.SESSION_TAKEN_OVER)
+        new.expect_nothing(0.3)
+    old.close()
+
+
+def test_unacked_messages_redelivered_after_restart(hive):
+    sub = RawClient(hive.port)
+    sub.connect(5, "restarted", SESSION_EXPIRY_INTERVAL=300)
+    sub.subscribe("rs/#", 2)
+    with RawClient(hive.port) as pub:
+        pub.connect(5, "rs-pub")
+        pub.publish("rs/1", b"q1", 1)
+        pub.expect(PubAck)
+        pub.publish("rs/2", b"q2", 2, packet_id=5)
+        pub.expect(PubRec)
+        pub.send(PubRel(5))
+        pub.expect(PubComp)
+    first = {p.payload: p.packet_id for p in (sub.expect(Publish), sub.expect(Publish))}
+    sub.close()
+    hive.restart()
+    with RawClient(hive.port) as sub:
+        assert sub.connect(5, "restarted", clean_start=False,
+                           SESSION_EXPIRY_INTERVAL=300).session_present
+        again = {p.payload: p for p in (sub.expect(Publish), sub.expect(Publish))}
+        assert {k: p.packet_id for k, p in again.items()} == first
+        assert all(p.dup for p in again.values())
+        sub.send(PubAck(again[b"q1"].packet_id))
+        sub.send(PubRec(again[b"q2"].packet_id))
+        assert sub.expect(PubRel).packet_id == again[b"q2"].packet_id
+        sub.send(PubComp(again[b"q2"].packet_id))
+        sub.expect_nothing(0.3)
+
+
+# ---------------------------------------------------------------------- odd acknowledgements
+
+
+def test_unknown_packet_ids_in_acks_v5(hive):
+    with RawClient(hive.port) as client:
+        client.connect(5, "odd-acks")
+        client.send(PubRel(321))
+        comp = client.expect(PubComp)
+        assert (comp.packet_id, comp.reason_code) == (321, RC.PACKET_IDENTIFIER_NOT_FOUND)
+        client.send(PubRec(322))
+        rel = client.expect(PubRel)
+        assert (rel.packet_id, rel.reason_code) == (322, RC.PACKET_IDENTIFIER_NOT_FOUND)
+        client.send(PubAck(323))  # nothing to answer, and no reason to close
+        client.send(PubComp(324))
+        client.expect_nothing(0.3)
+        assert client.subscribe("still/here", 1).reason_codes == [1]
+
+
+def test_qos2_without_subscribers_completes(hive):
+    with RawClient(hive.port) as pub:
+        pub.connect(5, "q2-lonely")
+        pub.publish("nobody", b"x", 2, packet_id=4)
+        assert pub.expect(PubRec).reason_code == RC.NO_MATCHING_SUBSCRIBERS
+        pub.send(PubRel(4))
+        comp = pub.expect(PubComp)
+        assert (comp.packet_id, comp.reason_code) == (4, 0)
+
+
+def test_max_qos_v311_publish_qos2_closes(hive_factory):
+    node = hive_factory(body=MAX_QOS_1)
+    with RawClient(node.port) as pub:
+        pub.connect(4, "too-high-311")
+        pub.publish("mq", b"x", 2)
+        assert pub.expect_closed() == []
+
+
+def test_max_qos_will_qos2_refused_v5(hive_factory):
+    node = hive_factory(body=MAX_QOS_1)
+    with RawClient(node.port) as client:
+        connack = client.connect(5, "will-too-high", will=Will("w", b"x", 2))
+        assert connack.reason_code == RC.QOS_NOT_SUPPORTED
+        client.expect_closed()
+
+
+def test_inflight_window_caps_a_larger_receive_maximum(hive_factory):
+    node = hive_factory(body="<mqtt><inflight-window><max-messages>2</max-messages>"
+                             "</inflight-window></mqtt>")
+    with RawClient(node.port) as sub, RawClient(node.port) as pub:
+        sub.connect(5, "window-v5", RECEIVE_MAXIMUM=10)
+        sub.subscribe("win5", 1)
+        pub.connect(5, "window-v5-pub")
+        for i in range(3):
+            pub.publish("win5", str(i).encode(), 1)
+            pub.expect(PubAck)
+        first = sub.expect(Publish)
+        sub.expect(Publish)
+        sub.expect_nothing(0.5)
+        sub.send(PubAck(first.packet_id))
+        assert sub.expect(Publish).payload == b"2"
+
+
+def test_message_expires_while_waiting_for_the_window(hive):
+    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
+        sub.connect(5, "slow", RECEIVE_MAXIMUM=1)
+        sub.subscribe("slow", 1)
+        pub.connect(5, "slow-pub")
+        pub.publish("slow", b"first", 1)
+        pub.publish("slow", b"expires", 1, MESSAGE_EXPIRY_INTERVAL=1)
+        pub.publish("slow", b"last", 1)
+        for _ in range(3):
+            pub.expect(PubAck)
+        first = sub.expect(Publish)
+        sub.expect_nothing(2.2)
+        sub.send(PubAck(first.packet_id))
+        last = sub.expect(Publish)
+        assert last.payload == b"last"
+
+
+def test_queue_limit_applies_to_a_slow_online_client(hive_factory):
+    node = hive_factory(body=_queue_body("discard"))
+    with RawClient(node.port) as sub, RawClient(node.port) as pub:
+        sub.connect(5, "slow-online", RECEIVE_MAXIMUM=1)
+        sub.subscribe("slowq", 1)
+        pub.connect(5, "slowq-pub")
+        for i in range(6):
+            pub.publish("slowq", str(i).encode(), 1)
+            pub.expect(PubAck)
+        got = []
+        for _ in range(4):  # one in flight, three queued
+            packet = sub.expect(Publish)
+            got.append(packet.payload)
+            sub.send(PubAck(packet.packet_id))
+        sub.expect_nothing(0.5)
+        assert got == [b"0", b"1", b"2", b"3"]
+
+
+def test_dup_flag_not_propagated_to_subscribers(hive):
+    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
+        sub.connect(5, "dup-sub")
+        sub.subscribe("dup", 1)
+        pub.connect(5, "dup-pub")
+        pub.send(Publish("dup", b"resent", 1, False, True, 8))
+        assert pub.expect(PubAck).packet_id == 8
+        packet = sub.expect(Publish)
+        assert (packet.payload, packet.dup) == (b"resent", False)
+
+
+def test_inbound_qos2_exactly_once_across_restart(hive):
+    persistent = {"SESSION_EXPIRY_INTERVAL": 300}
+    sub = RawClient(hive.port)
+    sub.connect(5, "once-restart-sub", **persistent)
+    sub.subscribe("once/restart", 2)
+    pub = RawClient(hive.port)
+    pub.connect(5, "once-restart", **persistent)
+    pub.publish("once/restart", b"m", 2, packet_id=12)
+    pub.expect(PubRec)
+    pub.close()
+    delivered = sub.expect(Publish)
+    assert delivered.payload == b"m"
+    sub.send(PubRec(delivered.packet_id))
+    sub.expect(PubRel)
+    sub.send(PubComp(delivered.packet_id))
+    sub.expect_nothing(0.3)
+    sub.close()
+    hive.restart()
+    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
+        assert sub.connect(5, "once-restart-sub", clean_start=False, **persistent).session_present
+        assert pub.connect(5, "once-restart", clean_start=False, **persistent).session_present
+        pub.send(Publish("once/restart", b"m", 2, False, True, 12))
+        assert pub.expect(PubRec).packet_id == 12
+        pub.send(PubRel(12))
+        assert pub.expect(PubComp).packet_id == 12
+        sub.expect_nothing(0.5)
+
+
+def test_queue_order_survives_restart(hive):
+    sub = RawClient(hive.port)
+    sub.connect(4, "ordered", clean_start=False)
+    sub.subscribe("ord", 2)
+    sub.close()
+    with RawClient(hive.port) as pub:
+        pub.connect(4, "ordered-pub")
+        for i in range(5):
+            pid = pub.publish("ord", str(i).encode(), 1 + i % 2)
+            if i % 2:
+                pub.expect(PubRec)
+                pub.send(PubRel(pid))
+                pub.expect(PubComp)
+            else:
+                pub.expect(PubAck)
+    hive.restart()
+    with RawClient(hive.port) as sub:
+        assert sub.connect(4, "ordered", clean_start=False).session_present
+        got = [sub.expect(Publish) for _ in range(5)]  # all fit in the window
+        for packet in got:
+            sub.send(PubAck(packet.packet_id) if packet.qos == 1 else PubRec(packet.packet_id))
+        for packet in got[1::2]:
+            assert sub.expect(PubRel).packet_id == packet.packet_id
+            sub.send(PubComp(packet.packet_id))
+        sub.expect_nothing(0.3)
+        assert [(p.payload, p.qos) for p in got] == [(str(i).encode(), 1 + i % 2) for i in range(5)]
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_many_messages_arrive_once_and_in_order(hive, paho_clients, qos):
+    subscriber = paho_clients(hive.port, 5)
+    subscriber.subscribe("bulk", qos)
+    publisher = paho_clients(hive.port, 4)
+    infos = [publisher.client.publish("bulk", str(i).encode(), qos) for i in range(300)]
+    for info in infos:
+        info.wait_for_publish(WAIT)
+    got = [int(subscriber.get().payload) for _ in range(300)]
+    assert got == list(range(300))
+    subscriber.nothing(0.3)
+
+
+def test_redelivery_respects_receive_maximum_of_the_new_connection(hive):
+    persistent = {"SESSION_EXPIRY_INTERVAL": 300}
+    sub = RawClient(hive.port)
+    sub.connect(5, "rm-again", RECEIVE_MAXIMUM=4, **persistent)
+    sub.subscribe("rma", 1)
+    with RawClient(hive.port) as pub:
+        pub.connect(5, "rm-again-pub")
+        for i in range(4):
+            pub.publish("rma", str(i).encode(), 1)
+            pub.expect(PubAck)
+    for _ in range(4):
+        sub.expect(Publish)
+    sub.close()
+    with RawClient(hive.port) as sub:
+        sub.connect(5, "rm-again", clean_start=False, RECEIVE_MAXIMUM=2, **persistent)
+        first = [sub.expect(Publish), sub.expect(Publish)]
+        sub.expect_nothing(0.5)
+        sub.send(PubAck(first[0].packet_id))
+        held = sub.expect(Publish)
+        assert (held.payload, held.dup) == (b"2", True)
+        sub.expect_nothing(0.3)
+        sub.send(PubAck(first[1].packet_id))
+        assert sub.expect(Publish).payload == b"3"
