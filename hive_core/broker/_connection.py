@@ -37,6 +37,8 @@ from hive_core.mqtt import (
     Unsubscribe,
     encode_packet,
 )
+from hive_core.persistence import PersistenceError
+from hive_ext_api import ClientInfo
 
 if TYPE_CHECKING:
     from hive_core.broker._broker import Broker
@@ -65,10 +67,31 @@ class ClientConnection:
     """Also an asyncio protocol, so the event loop calls straight into it (no adapter per read)."""
 
     __slots__ = (
-        "_ack_needs_commit", "_ack_task", "_acks_waiting", "_inbound_aliases", "accepted_at",
-        "broker", "client_id", "closed", "congested", "deadline", "decoder", "keep_alive",
-        "last_read", "listener", "max_out_packet", "out", "out_alias_max", "problem_info",
-        "send_window", "session", "transport", "version", "will_sent_ok",
+        "_ack_needs_commit",
+        "_ack_task",
+        "_acks_waiting",
+        "_inbound_aliases",
+        "accepted_at",
+        "broker",
+        "client_id",
+        "closed",
+        "congested",
+        "deadline",
+        "decoder",
+        "keep_alive",
+        "last_read",
+        "listener",
+        "max_out_packet",
+        "out",
+        "out_alias_max",
+        "problem_info",
+        "requested_expiry",
+        "send_window",
+        "session",
+        "transport",
+        "username",
+        "version",
+        "will_sent_ok",
     )
 
     def __init__(self, broker: Broker, listener: str = "tcp") -> None:
@@ -89,6 +112,8 @@ class ClientConnection:
         self.out_alias_max = 0
         self.problem_info = True
         self.will_sent_ok = False  # DISCONNECT 0x00 received: the will is discarded
+        self.requested_expiry = 0  # what CONNECT asked for, before the node's cap
+        self.username: str | None = None
         self._inbound_aliases: dict[int, str] = {}
         self._acks_waiting: list[bytes] = []
         self._ack_needs_commit = False
@@ -152,6 +177,16 @@ class ClientConnection:
         self.congested = False
         if self.session is not None:
             self.broker.drain(self.session)
+
+    def client_info(self) -> ClientInfo:
+        """This client as extensions see it."""
+        peer = self.transport.get_extra_info("peername")
+        cert = None
+        ssl_object = self.transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            cert = ssl_object.getpeercert(binary_form=True)
+        return ClientInfo(self.client_id, self.version, self.username, self.listener,
+                          (peer[0], peer[1]) if peer else None, cert)
 
     # ------------------------------------------------------------------ output
 
@@ -250,7 +285,7 @@ class ClientConnection:
         self.keep_alive = keep_alive
 
         if v5:
-            expiry = props.get(P.SESSION_EXPIRY_INTERVAL, 0)
+            expiry = self.requested_expiry = props.get(P.SESSION_EXPIRY_INTERVAL, 0)
             if expiry > settings.max_session_expiry:
                 expiry = settings.max_session_expiry
                 ack[P.SESSION_EXPIRY_INTERVAL] = expiry
@@ -264,6 +299,7 @@ class ClientConnection:
             expiry = 0 if connect.clean_start else min(0xFFFFFFFF, settings.max_session_expiry)
 
         self.client_id = client_id
+        self.username = connect.username
         session, present = broker.attach(self, client_id, version, connect.clean_start, expiry,
                                          will)
         self.session = session
@@ -397,7 +433,12 @@ class ClientConnection:
                 batch, needs_commit = self._acks_waiting, self._ack_needs_commit
                 self._acks_waiting, self._ack_needs_commit = [], False
                 if needs_commit:
-                    await self.broker.store.commit()
+                    try:
+                        await self.broker.store.commit()
+                    except PersistenceError as exc:
+                        # Not on disk, so not acknowledged: the client sends it again (DUP).
+                        self._refuse(RC.UNSPECIFIED_ERROR, f"cannot store the message: {exc}")
+                        return
                 for data in batch:
                     self.send(data)
         finally:
@@ -474,9 +515,8 @@ class ClientConnection:
         if self.version == 5:
             expiry = packet.properties.get(P.SESSION_EXPIRY_INTERVAL)
             if expiry is not None:
-                # With a maximum of 0 the CONNECT may have asked for more: not the client's error.
                 max_expiry = self.broker.settings.max_session_expiry
-                if session.expiry_interval == 0 and expiry != 0 and max_expiry != 0:
+                if self.requested_expiry == 0 and expiry != 0:
                     self._refuse(RC.PROTOCOL_ERROR, "session expiry raised from 0 at DISCONNECT")
                     return
                 session.expiry_interval = min(expiry, max_expiry)

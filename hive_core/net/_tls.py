@@ -63,7 +63,8 @@ def server_context(
         versions = []
         for name in protocols:
             if name not in _PROTOCOLS:
-                raise TLSConfigError(f"unsupported TLS protocol {name!r}: use TLSv1, TLSv1.1, TLSv1.2 or TLSv1.3")
+                raise TLSConfigError(f"unsupported TLS protocol {name!r}: "
+                                     "use TLSv1, TLSv1.1, TLSv1.2 or TLSv1.3")
             versions.append(_PROTOCOLS[name])
         context.minimum_version = min(versions)
         context.maximum_version = max(versions)
