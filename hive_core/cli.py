@@ -62,6 +62,35 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _extensions(args: argparse.Namespace) -> int:
+    """List installed extensions: name, version, source, whether active, and why not."""
+    from hive_core.config import ConfigError, load_config
+    from hive_core.plugins import ExtensionManager
+    from hive_ext_api import API_VERSION
+
+    logging.basicConfig(level=logging.CRITICAL)
+    disabled: tuple[str, ...] = ()
+    config_path: Path | None = args.config
+    if config_path is None and DEFAULT_CONFIG.is_file():
+        config_path = DEFAULT_CONFIG
+    if config_path is not None:
+        try:
+            disabled = load_config(config_path).extensions.disabled
+        except ConfigError as exc:
+            print(f"hive: {exc}", file=sys.stderr)
+            return 2
+    manager = ExtensionManager(disabled)
+    print(f"Hive {__version__}, extension API {API_VERSION}")
+    rows = [("NAME", "VERSION", "ACTIVE", "SOURCE", "WHY NOT")]
+    rows += [(r.name, r.version or "-", "yes" if r.active else "no", r.source, r.reason)
+             for r in manager.records]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+              + "  " + row[4])
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hive", description="Hive, a clustered MQTT broker")
     parser.add_argument("--version", action="version", version=f"hive {__version__}")
@@ -75,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--log-level", default="info",
                      choices=["debug", "info", "warning", "error"])
     run.set_defaults(handler=_run)
+    listing = commands.add_parser("extensions", help="list installed extensions")
+    listing.add_argument("--config", type=Path, default=None,
+                         help="config.xml whose <extensions><disabled> to apply")
+    listing.set_defaults(handler=_extensions)
     args = parser.parse_args(argv)
     return int(args.handler(args))
 

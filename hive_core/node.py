@@ -7,18 +7,34 @@ import logging
 import signal
 import socket
 import time
+import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hive_core import __version__
 from hive_core.broker import Broker, BrokerSettings, ClientConnection
+from hive_core.broker._services import NodeServices
 from hive_core.config import HiveConfig
 from hive_core.net import WebSocketProtocol, server_context
-from hive_core.persistence import FileSessionStore, MemorySessionStore
-from hive_core.persistence._model import SessionStore
+from hive_core.persistence import MemorySessionStore
+from hive_core.plugins import ExtensionManager, Extensions
+from hive_ext_api import ExtensionContext
 
 log = logging.getLogger("hive")
+
+
+def node_id(data_dir: Path) -> str:
+    """This node's persistent id, made once and kept in its data folder."""
+    path = data_dir / "node-id"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        new_id = uuid.uuid4().hex[:12]
+        path.write_text(new_id + "\n")
+        return new_id
 
 
 def settings_from(config: HiveConfig) -> BrokerSettings:
@@ -58,48 +74,70 @@ class BoundListener:
 
 
 class HiveNode:
-    def __init__(self, config: HiveConfig, data_dir: Path) -> None:
+    def __init__(self, config: HiveConfig, data_dir: Path, extra_extensions: Iterable[Any] = (),
+                 load_installed: bool = True) -> None:
         self.config = config
         self.data_dir = data_dir
         self.listeners: list[BoundListener] = []
         self.broker: Broker | None = None
+        manager = ExtensionManager(config.extensions.disabled,
+                                   discover_installed=load_installed)
+        for plugin in extra_extensions:
+            manager.register(getattr(plugin, "__name__", type(plugin).__name__), plugin)
+        self.extensions = Extensions(manager)
+        self.services = NodeServices(node_id=node_id(data_dir), version=__version__)
         self._stopping = asyncio.Event()
 
-    def _open_store(self) -> SessionStore:
-        persistence = self.config.persistence
-        if persistence.mode == "in-memory":
-            return MemorySessionStore()
-        return FileSessionStore(self.data_dir, commit_interval=persistence.commit_interval / 1000,
-                                sync=persistence.sync)
+    def _context(self, name: str) -> ExtensionContext:
+        folder = self.data_dir / "extensions" / name
+        return ExtensionContext(name, folder, self.services, logging.getLogger(f"hive.ext.{name}"),
+                                self.config, self.data_dir)
 
-    async def run(self) -> None:
-        started = time.monotonic()
+    async def run(self, started: Callable[[], None] | None = None,
+                  install_signal_handlers: bool = True) -> None:
+        begun = time.monotonic()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log.info("Starting Hive %s, data folder %s", __version__, self.data_dir)
-        # Signals first: a stop asked for while the store opens ends the start cleanly.
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self.stop)
-        store = self._open_store()
+        # Signals first: a stop asked for while the store opens ends the start cleanly.
+        if install_signal_handlers:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self.stop)
+        for record in self.extensions.manager.records:
+            if not record.active:
+                log.warning("Extension %s is not active: %s", record.name, record.reason)
+        store = await self.extensions.session_store(self._context("persistence"))
+        if store is None:  # every store plugin disabled: nothing may be kept
+            log.warning("No session store: persistent sessions live in memory only")
+            store = MemorySessionStore()
         snapshot = await store.open()
-        broker = self.broker = Broker(settings_from(self.config), store)
+        broker = self.broker = Broker(settings_from(self.config), store, self.extensions)
+        self.services.bind(broker)
         broker.start(snapshot)
+        extensions_started = False
         try:
+            await self.extensions.start(self._context)
+            extensions_started = True
             for listener in self.config.listeners:
                 if self._stopping.is_set():
                     break
                 await self._bind(listener)
             else:
-                log.info("Started Hive in %d ms", (time.monotonic() - started) * 1000)
+                log.info("Started Hive in %d ms", (time.monotonic() - begun) * 1000)
+                if started is not None:
+                    started()
             await self._stopping.wait()
             log.info("Shutting down Hive")
         finally:
             for bound in self.listeners:
                 bound.server.close()
             await broker.stop()
+            if extensions_started:
+                await self.extensions.stop(self._context)
             await store.close()
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(signum)
+            if install_signal_handlers:
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(signum)
             log.info("Hive stopped")
 
     def stop(self) -> None:

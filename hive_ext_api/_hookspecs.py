@@ -158,23 +158,28 @@ def hive_intercept_connect(connect: ConnectInfo) -> None:
     """
 
 
-@hookspec
+@hookspec(firstresult=True)
 def hive_intercept_publish_inbound(client: ClientInfo, publish: PublishMessage) -> int | None:
     """Look at, change, or stop a PUBLISH a client sent, before it is routed.
 
-    Every implementation is called in turn and may change ``publish`` in place (topic, payload,
-    QoS, retain, properties). Returning a reason code (>= 0x80) prevents delivery: the
-    publisher's PUBACK / PUBREC carries it. ``None`` lets it through.
+    Called after ``hive_authorize_publish`` allowed it. Implementations are called in turn, each
+    seeing the changes of the ones before, and may change ``publish`` in place (topic, payload,
+    QoS, retain, properties). Returning a reason code (>= 0x80) stops the message there: the
+    publisher's PUBACK / PUBREC carries it and later interceptors are not asked. ``None`` passes
+    it on. An ``async`` interceptor holds the client's later packets back until it answers.
     """
 
 
-@hookspec
+@hookspec(firstresult=True)
 def hive_intercept_publish_outbound(client: ClientInfo, publish: PublishMessage) -> bool | None:
     """Look at, change, or stop one delivery to one subscriber.
 
-    Called per delivery, with a copy of the message that only this subscriber gets. Returning
-    ``False`` skips this subscriber (as if it were delivered); ``None`` or ``True`` delivers.
-    This hook costs a call per delivery: implement it only when you need it.
+    Called per delivery, just before it is sent, with a copy of the message that only this
+    subscriber gets (changes to it reach this subscriber only). The first answer that is not
+    ``None`` decides: ``False`` skips this subscriber (as if it were delivered), ``True``
+    delivers without asking the remaining interceptors. This hook costs a call per delivery:
+    implement it only when you need it; an ``async`` one holds that client's later deliveries
+    back until it answers, so their order is kept.
     """
 
 

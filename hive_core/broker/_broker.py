@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hive_core.broker import _extension_flow as flow
 from hive_core.broker._message import Message
 from hive_core.broker._session import Outbound, Pending, Session
 from hive_core.broker._settings import BrokerSettings
@@ -37,9 +39,11 @@ from hive_core.persistence._model import (
     StoredSession,
     StoredSubscription,
 )
+from hive_core.plugins import Extensions
 
 if TYPE_CHECKING:
     from hive_core.broker._connection import ClientConnection
+    from hive_ext_api import PublishMessage
 
 log = logging.getLogger("hive.broker")
 P = PropertyId
@@ -58,9 +62,11 @@ class Metrics:
 
 
 class Broker:
-    def __init__(self, settings: BrokerSettings, store: SessionStore) -> None:
+    def __init__(self, settings: BrokerSettings, store: SessionStore,
+                 extensions: Extensions | None = None) -> None:
         self.settings = settings
         self.store = store
+        self.extensions = extensions if extensions is not None else Extensions.none()
         self.metrics = Metrics()
         self.sessions: dict[str, Session] = {}
         self.subscriptions = TopicTree()
@@ -191,6 +197,8 @@ class Broker:
         session = conn.session
         if session is None or session.connection is not conn:
             return
+        if conn.info is not None and self.extensions.watches_clients:
+            self.spawn(self.extensions.client_disconnected(conn.info, conn.will_sent_ok))
         self.connected_count -= 1
         session.connection = None
         session.disconnected_at = time.time()
@@ -287,7 +295,8 @@ class Broker:
             granted = delivery.qos if delivery.qos < qos else qos
             retain = message.retain and delivery.retain_as_published
             conn = session.connection
-            if granted == 0 and conn is not None and not conn.congested and not conn.out_alias_max:
+            if (granted == 0 and conn is not None and not conn.congested
+                    and not conn.out_alias_max and not self.extensions.intercepts_outbound):
                 # The hot path: QoS 0 to a connected client, encoded once per variant.
                 data = message.encoded(conn.version, 0, retain, delivery.subscription_ids)[0]
                 if len(data) <= conn.max_out_packet:
@@ -353,6 +362,15 @@ class Broker:
         if message.expiry_at is not None and message.expired(time.time()):
             self.metrics.messages_dropped += 1
             return
+        if self.extensions.intercepts_outbound and conn.info is not None:
+            intercepted = self._intercept_outbound(conn, session, pending)
+            if intercepted is None:
+                return
+            pending = intercepted
+        self._deliver_now(conn, session, pending)
+
+    def _deliver_now(self, conn: ClientConnection, session: Session, pending: Pending) -> None:
+        message = pending.message
         alias_max = conn.out_alias_max
         aliases_before = len(session.outbound_aliases)
         if alias_max:
@@ -380,6 +398,64 @@ class Broker:
             self.store.save_inflight(StoredInflight(session.client_id, pid, "out", "publish",
                                                     self._stored(pending)))
         conn.send(head + pid.to_bytes(2, "big") + tail)
+
+    def _intercept_outbound(self, conn: ClientConnection, session: Session,
+                            pending: Pending) -> Pending | None:
+        """Run the outbound interceptors: the (possibly rewritten) delivery, or None to skip.
+
+        An ``async`` interceptor, or one still pending for this connection, makes the delivery
+        wait in a chain per connection, so deliveries keep their order.
+        """
+        publish = flow.to_publish_message(pending.message)
+        if conn.outbound_chain is None or conn.outbound_chain.done():
+            answer = self.extensions.first("hive_intercept_publish_outbound", client=conn.info,
+                                           publish=publish)
+            if not inspect.isawaitable(answer):
+                return self._intercepted(session, pending, publish, answer)
+        else:
+            answer = None
+        conn.outbound_chain = self.spawn(self._send_when_intercepted(
+            conn, session, pending, publish, answer, conn.outbound_chain))
+        return None
+
+    async def _send_when_intercepted(self, conn: ClientConnection, session: Session,
+                                     pending: Pending, publish: PublishMessage, answer: Any,
+                                     previous: asyncio.Task[None] | None) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        if answer is None:
+            answer = self.extensions.first("hive_intercept_publish_outbound", client=conn.info,
+                                           publish=publish)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        rewritten = self._intercepted(session, pending, publish, answer)
+        if rewritten is None:
+            return
+        if conn.closed or session.connection is not conn:
+            if rewritten.qos:
+                self._enqueue(session, rewritten)
+            return
+        self._deliver_now(conn, session, rewritten)
+
+    def _intercepted(self, session: Session, pending: Pending, publish: PublishMessage,
+                     answer: Any) -> Pending | None:
+        if answer is False:
+            self.metrics.messages_dropped += 1
+            if pending.seq:
+                self.store.dequeue(session.client_id, pending.seq)
+            return None
+        original = pending.message
+        copy = Message(original.topic, original.payload, original.qos, original.retain,
+                       dict(original.properties) if original.properties else None,
+                       original.publisher_id, original.expiry_at)
+        try:
+            flow.apply_publish_message(copy, publish)
+        except MQTTError:
+            log.error("an outbound interceptor set the invalid topic %r: message dropped",
+                      publish.topic)
+            return None
+        return Pending(copy, min(pending.qos, copy.qos), pending.subscription_ids, copy.retain,
+                       pending.seq)
 
     def _with_alias(self, conn: ClientConnection, session: Session,
                     pending: Pending) -> tuple[bytes, bytes]:

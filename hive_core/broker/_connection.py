@@ -11,15 +11,16 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from hive_core.broker import _extension_flow as flow
 from hive_core.broker._message import Message
 from hive_core.broker._session import Outbound, Pending, Session
 from hive_core.mqtt import (
     Auth,
     ConnAck,
     Connect,
-    ConnectReturnCode,
     Disconnect,
     MQTTError,
     PacketDecoder,
@@ -70,20 +71,25 @@ class ClientConnection:
         "_ack_needs_commit",
         "_ack_task",
         "_acks_waiting",
+        "_auth_waiter",
+        "_deferred",
         "_inbound_aliases",
         "accepted_at",
+        "auth_method",
         "broker",
         "client_id",
         "closed",
         "congested",
         "deadline",
         "decoder",
+        "info",
         "keep_alive",
         "last_read",
         "listener",
         "max_out_packet",
         "out",
         "out_alias_max",
+        "outbound_chain",
         "problem_info",
         "requested_expiry",
         "send_window",
@@ -119,6 +125,12 @@ class ClientConnection:
         self._ack_needs_commit = False
         self._ack_task: asyncio.Task[None] | None = None
         self.deadline: asyncio.TimerHandle | None = None  # CONNECT deadline, then keep alive
+        # While an extension answers, later packets wait here (None: not waiting).
+        self._deferred: list[Any] | None = None
+        self._auth_waiter: asyncio.Future[Auth | None] | None = None
+        self.info: ClientInfo | None = None  # made at CONNECT when extensions need it
+        self.auth_method: str | None = None
+        self.outbound_chain: asyncio.Task[None] | None = None  # async outbound interceptors
 
     # ------------------------------------------------------------------ input
 
@@ -146,10 +158,17 @@ class ClientConnection:
 
     def _handle(self, packets: list[Any]) -> None:
         session = self.session
-        for packet in packets:
+        for index, packet in enumerate(packets):
             if self.closed:
                 return
             kind = type(packet)
+            if self._deferred is not None:
+                if kind is Auth and self._auth_waiter is not None:
+                    waiter, self._auth_waiter = self._auth_waiter, None
+                    waiter.set_result(packet)
+                    continue
+                self._deferred.extend(packets[index:])
+                return
             if kind is Publish:
                 self._on_publish(packet)
             elif session is None:
@@ -168,6 +187,9 @@ class ClientConnection:
     def connection_lost(self, exc: BaseException | None = None) -> None:
         self.closed = True
         self.out = []
+        if self._auth_waiter is not None:
+            self._auth_waiter.set_result(None)
+            self._auth_waiter = None
         self.broker.connection_closed(self)
 
     def pause_writing(self) -> None:
@@ -177,6 +199,38 @@ class ClientConnection:
         self.congested = False
         if self.session is not None:
             self.broker.drain(self.session)
+
+    def _defer(self, step: Awaitable[Any]) -> None:
+        """Hold later packets back until an extension's answer is in, then go on in order."""
+        self._deferred = []
+        self.broker.spawn(self._resume_after(step))
+
+    async def _resume_after(self, step: Awaitable[Any]) -> None:
+        try:
+            await step
+        except Exception:
+            log.exception("internal error in an extension step for %r", self.client_id or "?")
+            self._refuse(RC.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+        backlog, self._deferred = self._deferred, None
+        if backlog and not self.closed:
+            try:
+                self._handle(backlog)
+            except Exception:
+                log.exception("internal error on the connection of %r", self.client_id or "?")
+                self._refuse(RC.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+        self.flush()
+
+    async def next_auth_packet(self) -> Auth | None:
+        """The client's next AUTH packet during an exchange (None when the connection ended)."""
+        if self.closed:
+            return None
+        waiter = self._auth_waiter = asyncio.get_running_loop().create_future()
+        deadline = self.broker.settings.connect_timeout
+        try:
+            return await asyncio.wait_for(waiter, deadline)
+        except TimeoutError:
+            self._refuse(RC.NOT_AUTHORIZED, "no AUTH reply in time")
+            return None
 
     def client_info(self) -> ClientInfo:
         """This client as extensions see it."""
@@ -237,13 +291,38 @@ class ClientConnection:
     # ------------------------------------------------------------------ CONNECT
 
     def _on_connect(self, connect: Connect) -> None:
+        extensions = self.broker.extensions
+        if (extensions.authenticates or extensions.intercepts_connect
+                or P.AUTHENTICATION_METHOD in connect.properties
+                or (connect.will is not None and extensions.authorizes_publish)):
+            self._defer(flow.connect(self, connect))
+        else:
+            self.accept_connect(connect, {})
+
+    def refuse_connect(self, reason: int, reason_string: str | None = None) -> None:
+        """CONNACK with a refusal (an MQTT 3 return code for 3.x clients), then close."""
+        log.info("refusing CONNECT of %r: reason 0x%02X %s", self.client_id, reason,
+                 reason_string or "")
+        if self.version == 5:
+            props = {P.REASON_STRING: reason_string} if reason_string else {}
+            self.send_packet(ConnAck(False, reason, props))
+        else:
+            self.send_packet(ConnAck(False, flow.v3_return_code(reason)))
+        self.close()
+
+    def refuse_auth(self, reason: int, reason_string: str | None, connecting: bool) -> None:
+        if connecting:
+            self.refuse_connect(reason, reason_string)
+        else:
+            self._refuse(reason, reason_string or "re-authentication failed")
+
+    def accept_connect(self, connect: Connect, ack: dict[PropertyId, Any]) -> None:
+        """Everything after authentication: limits, the session, CONNACK, what was in flight."""
         broker = self.broker
         settings = broker.settings
         version = self.version = connect.protocol_version
         v5 = version == 5
         props = connect.properties
-        ack: dict[PropertyId, Any] = {}
-
         client_id = connect.client_id
         if not client_id:
             if v5 or (version == 4 and connect.clean_start):
@@ -251,29 +330,24 @@ class ClientConnection:
                 if v5:
                     ack[P.ASSIGNED_CLIENT_IDENTIFIER] = client_id
             else:
-                self._connack_refuse(RC.CLIENT_IDENTIFIER_NOT_VALID,
-                                     ConnectReturnCode.IDENTIFIER_REJECTED)
+                self.refuse_connect(RC.CLIENT_IDENTIFIER_NOT_VALID)
                 return
         if len(client_id) > settings.max_client_id_length:
-            self._connack_refuse(RC.CLIENT_IDENTIFIER_NOT_VALID,
-                                 ConnectReturnCode.IDENTIFIER_REJECTED)
+            self.refuse_connect(RC.CLIENT_IDENTIFIER_NOT_VALID)
             return
-        if P.AUTHENTICATION_METHOD in props:
-            self._connack_refuse(RC.BAD_AUTHENTICATION_METHOD,
-                                 ConnectReturnCode.NOT_AUTHORIZED)
-            return
+        self.auth_method = ack.get(P.AUTHENTICATION_METHOD)
         if settings.max_connections >= 0 and broker.connected_count >= settings.max_connections:
             current = broker.sessions.get(client_id)
             if current is None or current.connection is None:  # a takeover adds no connection
-                self._connack_refuse(RC.QUOTA_EXCEEDED, ConnectReturnCode.SERVER_UNAVAILABLE)
+                self.refuse_connect(RC.QUOTA_EXCEEDED)
                 return
         will = connect.will
         if will is not None:
             if will.qos > settings.maximum_qos:
-                self._connack_refuse(RC.QOS_NOT_SUPPORTED, ConnectReturnCode.NOT_AUTHORIZED)
+                self.refuse_connect(RC.QOS_NOT_SUPPORTED)
                 return
             if will.retain and not settings.retain_available:
-                self._connack_refuse(RC.RETAIN_NOT_SUPPORTED, ConnectReturnCode.NOT_AUTHORIZED)
+                self.refuse_connect(RC.RETAIN_NOT_SUPPORTED)
                 return
 
         keep_alive = connect.keep_alive
@@ -327,14 +401,11 @@ class ClientConnection:
         # MQTT 3.1 has no session present flag: that CONNACK byte is reserved, always 0.
         self.send_packet(ConnAck(present and version >= 4, 0, ack))
         broker.resume(session)
-
-    def _connack_refuse(self, reason: RC, v3_code: int) -> None:
-        log.info("refusing CONNECT of %r: %s", self.client_id, reason.name)
-        if self.version == 5:
-            self.send_packet(ConnAck(False, reason))
-        else:
-            self.send_packet(ConnAck(False, v3_code))
-        self.close()
+        extensions = broker.extensions
+        if extensions.any_client_hooks:
+            info = self.info = self.client_info()
+            if extensions.watches_clients:
+                broker.spawn(extensions.client_connected(info, present))
 
     # ------------------------------------------------------------------ PUBLISH in
 
@@ -401,6 +472,37 @@ class ClientConnection:
             return
         message = Message(topic, packet.payload, qos, packet.retain, props, session.client_id,
                           expiry_at)
+        if broker.extensions.on_publish:
+            verdict = flow.check_publish(self, message)
+            if verdict is not None:
+                if isinstance(verdict, int):
+                    self._publish_refused(packet, verdict)
+                else:
+                    self._defer(self._publish_when_checked(packet, message, verdict))
+                return
+        self._route(packet, message)
+
+    async def _publish_when_checked(self, packet: Publish, message: Message,
+                                    verdict: Awaitable[int | None]) -> None:
+        code = await verdict
+        if self.closed:
+            return
+        if code is None:
+            self._route(packet, message)
+        else:
+            self._publish_refused(packet, code)
+
+    def _publish_refused(self, packet: Publish, code: int) -> None:
+        log.debug("publish of %r to %r stopped by an extension (0x%02X)", self.client_id,
+                  packet.topic, code)
+        if packet.qos:
+            self._ack_publish(packet, code, False)
+
+    def _route(self, packet: Publish, message: Message) -> None:
+        session = self.session
+        assert session is not None
+        broker = self.broker
+        qos = packet.qos
         matched, durable = broker.publish(message)
         if qos:
             if qos == 2:
@@ -492,8 +594,34 @@ class ClientConnection:
             self._refuse(RC.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED,
                          "subscription identifiers are disabled")
             return
+        extensions = self.broker.extensions
+        if extensions.intercepts_subscribe or extensions.authorizes_subscribe:
+            self._defer(flow.subscribe(self, packet))
+        else:
+            self.finish_subscribe(packet, {})
+
+    def finish_subscribe(self, packet: Subscribe, refused: dict[int, int]) -> None:
+        """Subscribe what extensions let through; ``refused`` holds their reason codes by index."""
+        if self.closed:
+            return
+        sub_ids = packet.properties.get(P.SUBSCRIPTION_IDENTIFIER)
         sub_id = sub_ids[0] if sub_ids else None
-        codes, existed = self.broker.subscribe(self, packet.subscriptions, sub_id)
+        requests = packet.subscriptions
+        allowed = [r for i, r in enumerate(requests) if i not in refused]
+        codes, existed = self.broker.subscribe(self, allowed, sub_id)
+        if refused:
+            merged_codes: list[int] = []
+            merged_existed: list[bool] = []
+            answers = iter(zip(codes, existed, strict=False))
+            for index in range(len(requests)):
+                if index in refused:
+                    merged_codes.append(refused[index])
+                    merged_existed.append(False)
+                else:
+                    code, was = next(answers, (RC.UNSPECIFIED_ERROR, False))
+                    merged_codes.append(code)
+                    merged_existed.append(was)
+            codes, existed = merged_codes, merged_existed
         if self.closed:
             return
         wire = codes if self.version == 5 else [c if c < 0x80 else 0x80 for c in codes]
@@ -501,8 +629,19 @@ class ClientConnection:
         self.broker.send_retained_for(self, packet.subscriptions, codes, existed)
 
     def _on_unsubscribe(self, packet: Unsubscribe) -> None:
-        codes = self.broker.unsubscribe(self, packet.topic_filters)
-        self.send_packet(UnsubAck(packet.packet_id, codes))
+        if self.broker.extensions.intercepts_unsubscribe:
+            self._defer(self._unsubscribe_intercepted(packet))
+        else:
+            self._finish_unsubscribe(packet.packet_id, packet.topic_filters)
+
+    async def _unsubscribe_intercepted(self, packet: Unsubscribe) -> None:
+        filters = await flow.unsubscribe(self, list(packet.topic_filters))
+        if not self.closed:
+            self._finish_unsubscribe(packet.packet_id, filters[:len(packet.topic_filters)])
+
+    def _finish_unsubscribe(self, packet_id: int, filters: list[str]) -> None:
+        codes = self.broker.unsubscribe(self, filters)
+        self.send_packet(UnsubAck(packet_id, codes))
 
     # ------------------------------------------------------------------ the rest
 
@@ -521,6 +660,9 @@ class ClientConnection:
                     return
                 session.expiry_interval = min(expiry, max_expiry)
         self.will_sent_ok = packet.reason_code != RC.DISCONNECT_WITH_WILL_MESSAGE
+        extensions = self.broker.extensions
+        if extensions.watches_clients and self.info is not None:
+            self.broker.spawn(extensions.intercept_disconnect(self.info, packet.reason_code))
         self.flush()
         self.closed = True
         self.transport.close()
@@ -530,7 +672,10 @@ class ClientConnection:
         self._refuse(RC.PROTOCOL_ERROR, "second CONNECT")
 
     def _on_auth(self, packet: Auth) -> None:
-        self._refuse(RC.PROTOCOL_ERROR, "AUTH without an authentication method")
+        if self.auth_method is None or not self.broker.extensions.enhanced_auth:
+            self._refuse(RC.PROTOCOL_ERROR, "AUTH without an authentication method")
+        else:
+            self._defer(flow.reauthenticate(self, packet, self.auth_method))
 
 
     data_received = feed

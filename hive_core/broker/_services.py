@@ -50,13 +50,23 @@ class Metrics:
 class NodeServices:
     """What an extension may ask of the node; backed by the broker."""
 
-    def __init__(self, broker: Broker, members: Callable[[], list[ClusterMember]] | None = None,
-                 node_id: str = "", version: str = "") -> None:
-        self._broker = broker
+    def __init__(self, node_id: str = "", version: str = "",
+                 members: Callable[[], list[ClusterMember]] | None = None) -> None:
+        self._broker_or_none: Broker | None = None
         self._members = members
         self._node_id = node_id
         self._version = version
         self._metrics = Metrics()
+
+    def bind(self, broker: Broker) -> None:
+        """The broker exists once the store is open; extensions use the services after that."""
+        self._broker_or_none = broker
+
+    @property
+    def _broker(self) -> Broker:
+        if self._broker_or_none is None:
+            raise RuntimeError("the node's services are available once the node has started")
+        return self._broker_or_none
 
     @property
     def metrics(self) -> Metrics:

@@ -78,6 +78,16 @@ class Extensions:
                                     impls["hive_client_connected"] or
                                     impls["hive_client_disconnected"])
         self.on_publish = self.authorizes_publish or self.intercepts_inbound
+        # Hooks that need to know the client: its ClientInfo is made once, at CONNECT.
+        self.any_client_hooks = (self.on_publish or self.intercepts_outbound
+                                 or self.authorizes_subscribe or self.intercepts_subscribe
+                                 or self.intercepts_unsubscribe or self.watches_clients
+                                 or self.enhanced_auth)
+
+    @classmethod
+    def none(cls) -> Extensions:
+        """No extension at all: what a bare broker (unit tests) runs with."""
+        return cls(ExtensionManager(builtins=(), discover_installed=False))
 
     # ------------------------------------------------------------------ the chain
 

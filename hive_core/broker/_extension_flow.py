@@ -1,0 +1,278 @@
+"""The steps of the MQTT flows where extensions have a say: CONNECT, AUTH, PUBLISH, SUBSCRIBE.
+
+Only taken when an extension implements the hook concerned; a node without extensions never
+enters this module. Each step answers synchronously when every implementation is a plain
+``def``; an ``async`` implementation makes it return an awaitable, and the connection then holds
+its later packets back until the answer is in (so order is kept).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from hive_core.broker._message import Message
+from hive_core.mqtt import (
+    Auth,
+    Connect,
+    ConnectReturnCode,
+    MQTTError,
+    PropertyId,
+    ReasonCode,
+    Subscribe,
+    SubscriptionRequest,
+    validate_topic_name,
+)
+from hive_ext_api import AuthExchange, ConnectInfo, PublishMessage, SubscriptionInfo
+
+if TYPE_CHECKING:
+    from hive_core.broker._connection import ClientConnection
+
+P = PropertyId
+RC = ReasonCode
+
+_V3_CODES = {
+    RC.BAD_USER_NAME_OR_PASSWORD: ConnectReturnCode.BAD_USERNAME_OR_PASSWORD,
+    RC.CLIENT_IDENTIFIER_NOT_VALID: ConnectReturnCode.IDENTIFIER_REJECTED,
+    RC.SERVER_UNAVAILABLE: ConnectReturnCode.SERVER_UNAVAILABLE,
+    RC.SERVER_BUSY: ConnectReturnCode.SERVER_UNAVAILABLE,
+    RC.QUOTA_EXCEEDED: ConnectReturnCode.SERVER_UNAVAILABLE,
+    RC.UNSUPPORTED_PROTOCOL_VERSION: ConnectReturnCode.UNACCEPTABLE_PROTOCOL_VERSION,
+}
+
+
+def v3_return_code(reason: int) -> int:
+    """The MQTT 3 CONNACK return code closest to an MQTT 5 reason code."""
+    return int(_V3_CODES.get(reason, ConnectReturnCode.NOT_AUTHORIZED))  # type: ignore[call-overload]
+
+
+def refusal(answer: Any) -> int | None:
+    """An authorizer's answer as a reason code to refuse with, or None to allow."""
+    if answer is None or answer is True:
+        return None
+    if answer is False:
+        return RC.NOT_AUTHORIZED
+    code = int(answer)
+    return code if code >= 0x80 else None
+
+
+# ---------------------------------------------------------------------------- CONNECT and AUTH
+
+
+async def connect(conn: ClientConnection, packet: Connect) -> None:
+    """Authenticate (simple or enhanced), authorize the will, run the connect interceptors."""
+    extensions = conn.broker.extensions
+    props = packet.properties
+    conn.version = packet.protocol_version
+    conn.username = packet.username
+    conn.client_id = packet.client_id
+    info = conn.client_info()
+    request = ConnectInfo(info, packet.password, packet.clean_start, packet.keep_alive,
+                          props.get(P.SESSION_EXPIRY_INTERVAL, 0),
+                          list(props.get(P.USER_PROPERTY, ())),
+                          props.get(P.AUTHENTICATION_METHOD), props.get(P.AUTHENTICATION_DATA))
+    ack: dict[PropertyId, Any] = {}
+    method = request.authentication_method
+    if method is not None:
+        exchange = AuthExchange(info, method, request.authentication_data, 0)
+        outcome = await authenticate_enhanced(conn, exchange, connecting=True)
+        if outcome is None:
+            return
+        ack[P.AUTHENTICATION_METHOD] = method
+        if outcome:
+            ack[P.AUTHENTICATION_DATA] = outcome
+    else:
+        decision = await extensions.authenticate(request)
+        if not decision.allow:
+            conn.refuse_connect(decision.reason_code, decision.reason_string)
+            return
+    will = packet.will
+    if will is not None and extensions.authorizes_publish:
+        answer = await extensions.resolved(
+            extensions.authorize_publish(info, will.topic, will.qos, will.retain))
+        code = refusal(answer)
+        if code is not None:
+            conn.refuse_connect(code, "the will may not be published")
+            return
+    if extensions.intercepts_connect:
+        await extensions.intercept_connect(request)
+        packet.client_id = info.client_id
+        packet.keep_alive = request.keep_alive
+        if request.user_properties:
+            props[P.USER_PROPERTY] = list(request.user_properties)
+    conn.accept_connect(packet, ack)
+
+
+async def authenticate_enhanced(conn: ClientConnection, exchange: AuthExchange,
+                                connecting: bool) -> bytes | None:
+    """Run an AUTH exchange to its end: the final data (b"" when none) or None when refused."""
+    extensions = conn.broker.extensions
+    method = exchange.method
+    while True:
+        step = await extensions.enhanced_authenticate(exchange)
+        if step is None:
+            conn.refuse_auth(RC.BAD_AUTHENTICATION_METHOD, f"no extension handles {method!r}",
+                             connecting)
+            return None
+        if step.outcome == "success":
+            return step.data or b""
+        if step.outcome != "continue":
+            conn.refuse_auth(step.reason_code, step.reason_string, connecting)
+            return None
+        props: dict[PropertyId, Any] = {P.AUTHENTICATION_METHOD: method}
+        if step.data is not None:
+            props[P.AUTHENTICATION_DATA] = step.data
+        conn.send_packet(Auth(RC.CONTINUE_AUTHENTICATION, props))
+        conn.flush()
+        reply = await conn.next_auth_packet()
+        if reply is None:
+            return None
+        if (reply.reason_code != RC.CONTINUE_AUTHENTICATION
+                or reply.properties.get(P.AUTHENTICATION_METHOD) != method):
+            conn.refuse_auth(RC.PROTOCOL_ERROR, "AUTH with another method or reason", connecting)
+            return None
+        exchange.data = reply.properties.get(P.AUTHENTICATION_DATA)
+        exchange.step += 1
+
+
+async def reauthenticate(conn: ClientConnection, packet: Auth, method: str | None) -> None:
+    """A connected client asked to authenticate again (AUTH 0x19)."""
+    props = packet.properties
+    if method is None or props.get(P.AUTHENTICATION_METHOD) != method \
+            or packet.reason_code != RC.RE_AUTHENTICATE:
+        conn.refuse_auth(RC.PROTOCOL_ERROR, "re-authentication must use the CONNECT's method",
+                         False)
+        return
+    exchange = AuthExchange(conn.client_info(), method, props.get(P.AUTHENTICATION_DATA), 0)
+    outcome = await authenticate_enhanced(conn, exchange, connecting=False)
+    if outcome is not None:
+        done: dict[PropertyId, Any] = {P.AUTHENTICATION_METHOD: method}
+        if outcome:
+            done[P.AUTHENTICATION_DATA] = outcome
+        conn.send_packet(Auth(RC.SUCCESS, done))
+
+
+# ---------------------------------------------------------------------------- PUBLISH
+
+
+def to_publish_message(message: Message) -> PublishMessage:
+    props = message.properties or {}
+    remaining = None
+    if message.expiry_at is not None:
+        remaining = int(message.properties_for(None).get(P.MESSAGE_EXPIRY_INTERVAL, 0))
+    return PublishMessage(
+        message.topic, message.payload, message.qos, message.retain,
+        list(props.get(P.USER_PROPERTY, ())), props.get(P.CONTENT_TYPE),
+        props.get(P.RESPONSE_TOPIC), props.get(P.CORRELATION_DATA),
+        props.get(P.PAYLOAD_FORMAT_INDICATOR), remaining)
+
+
+def apply_publish_message(message: Message, publish: PublishMessage) -> None:
+    """Write an interceptor's changes back into a message nobody else holds yet."""
+    validate_topic_name(publish.topic)
+    message.topic = publish.topic
+    message.payload = bytes(publish.payload)
+    message.qos = min(max(int(publish.qos), 0), 2)
+    message.retain = bool(publish.retain)
+    props: dict[PropertyId, Any] = dict(message.properties or {})
+    for key, value in ((P.CONTENT_TYPE, publish.content_type),
+                       (P.RESPONSE_TOPIC, publish.response_topic),
+                       (P.CORRELATION_DATA, publish.correlation_data),
+                       (P.PAYLOAD_FORMAT_INDICATOR, publish.payload_format_indicator)):
+        if value is None:
+            props.pop(key, None)
+        else:
+            props[key] = value
+    if publish.user_properties:
+        props[P.USER_PROPERTY] = [(str(k), str(v)) for k, v in publish.user_properties]
+    else:
+        props.pop(P.USER_PROPERTY, None)
+    message.properties = props or None
+    message.release_cache()
+
+
+def check_publish(conn: ClientConnection, message: Message) -> int | Awaitable[int | None] | None:
+    """Authorization, then the inbound interceptors: None lets the message through."""
+    extensions = conn.broker.extensions
+    info = conn.info
+    assert info is not None
+    if extensions.authorizes_publish:
+        answer = extensions.authorize_publish(info, message.topic, message.qos, message.retain)
+        if inspect.isawaitable(answer):
+            return _check_publish_later(conn, message, answer)
+        code = refusal(answer)
+        if code is not None:
+            return code
+    if extensions.intercepts_inbound:
+        return _intercept_inbound(conn, message)
+    return None
+
+
+async def _check_publish_later(conn: ClientConnection, message: Message,
+                               answer: Awaitable[Any]) -> int | None:
+    code = refusal(await answer)
+    if code is not None:
+        return code
+    if conn.broker.extensions.intercepts_inbound:
+        result = _intercept_inbound(conn, message)
+        return await result if inspect.isawaitable(result) else result
+    return None
+
+
+def _intercept_inbound(conn: ClientConnection,
+                       message: Message) -> int | Awaitable[int | None] | None:
+    extensions = conn.broker.extensions
+    publish = to_publish_message(message)
+    answer = extensions.first("hive_intercept_publish_inbound", client=conn.info, publish=publish)
+    if inspect.isawaitable(answer):
+        return _finish_intercept(message, publish, answer)
+    return _applied(message, publish, answer)
+
+
+async def _finish_intercept(message: Message, publish: PublishMessage,
+                            answer: Awaitable[Any]) -> int | None:
+    return _applied(message, publish, await answer)
+
+
+def _applied(message: Message, publish: PublishMessage, answer: Any) -> int | None:
+    if answer is not None and int(answer) >= 0x80:
+        return int(answer)
+    try:
+        apply_publish_message(message, publish)
+    except MQTTError:
+        return RC.TOPIC_NAME_INVALID
+    return None
+
+
+# ---------------------------------------------------------------------------- SUBSCRIBE
+
+
+async def subscribe(conn: ClientConnection, packet: Subscribe) -> None:
+    extensions = conn.broker.extensions
+    info = conn.info
+    assert info is not None
+    requests = packet.subscriptions
+    if extensions.intercepts_subscribe:
+        wanted = [SubscriptionInfo(r.topic_filter, r.qos, r.no_local, r.retain_as_published,
+                                   r.retain_handling) for r in requests]
+        await extensions.intercept_subscribe(info, wanted)
+        requests = [SubscriptionRequest(w.topic_filter, w.qos, w.no_local, w.retain_as_published,
+                                        w.retain_handling) for w in wanted[:len(requests)]]
+    refused: dict[int, int] = {}
+    if extensions.authorizes_subscribe:
+        for index, request in enumerate(requests):
+            answer = await extensions.resolved(
+                extensions.authorize_subscribe(info, request.topic_filter, request.qos))
+            code = refusal(answer)
+            if code is not None:
+                refused[index] = code
+    packet.subscriptions = requests
+    conn.finish_subscribe(packet, refused)
+
+
+async def unsubscribe(conn: ClientConnection, filters: list[str]) -> list[str]:
+    info = conn.info
+    assert info is not None
+    await conn.broker.extensions.intercept_unsubscribe(info, filters)
+    return filters

@@ -1,0 +1,91 @@
+"""A Hive node in a background thread, for extension authors' tests."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from hive_core.config import HiveConfig, parse_config
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RunningNode:
+    """A started node: ``host`` and ``port`` of its MQTT listener, ``stop()`` to end it."""
+
+    def __init__(self, config: HiveConfig, data_dir: Path, extensions: Iterable[Any],
+                 load_installed: bool) -> None:
+        from hive_core.node import HiveNode
+
+        self.node = HiveNode(config, data_dir, extra_extensions=list(extensions),
+                             load_installed=load_installed)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, name="hive-node", daemon=True)
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        loop: asyncio.AbstractEventLoop
+        try:
+            import uvloop
+        except ImportError:  # plain asyncio is fine for tests
+            loop = asyncio.new_event_loop()
+        else:
+            loop = uvloop.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self.node.run(started=self._ready.set,
+                                                  install_signal_handlers=False))
+        except BaseException as exc:  # reported to the test thread by start()
+            self._error = exc
+        finally:
+            self._ready.set()
+            loop.close()
+
+    def start(self, timeout: float = 20.0) -> RunningNode:
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError(f"the Hive node did not start within {timeout} s")
+        if self._error is not None or not self.node.listeners:
+            raise RuntimeError("the Hive node failed to start") from self._error
+        return self
+
+    @property
+    def host(self) -> str:
+        return self.node.listeners[0].host
+
+    @property
+    def port(self) -> int:
+        return self.node.listeners[0].port
+
+    @property
+    def extensions(self) -> Any:
+        return self.node.extensions
+
+    def stop(self, timeout: float = 15.0) -> None:
+        loop = self._loop
+        if loop is not None and self._thread.is_alive():
+            loop.call_soon_threadsafe(self.node.stop)
+            self._thread.join(timeout)
+
+
+def start_node(data_dir: Path, extensions: Iterable[Any] = (), config_xml: str = "",
+               load_installed: bool = False) -> RunningNode:
+    """Start a node on a free loopback port with ``extensions`` registered (modules or objects).
+
+    ``config_xml`` is inserted inside ``<hivemq>`` (its ``<listeners>`` is ours). Installed
+    extensions (entry points) are loaded only with ``load_installed=True``.
+    """
+    port = _free_port()
+    listeners = (f"<listeners><tcp-listener><port>{port}</port>"
+                 "<bind-address>127.0.0.1</bind-address></tcp-listener></listeners>")
+    config = parse_config(f"<hivemq>{listeners}{config_xml}</hivemq>", source="<test node>")
+    return RunningNode(config, data_dir, extensions, load_installed).start()

@@ -1,0 +1,54 @@
+"""Fixtures for extension authors, active wherever hive-broker is installed (entry point pytest11).
+
+    def test_my_extension(hive_node_factory):
+        node = hive_node_factory(extensions=[my_extension])
+        client.connect(node.host, node.port)
+
+``hive_node`` is the same with the extensions of the ``hive_extensions`` fixture, which a test
+module overrides to register its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hive_core.testing._inprocess import RunningNode, start_node
+
+NodeFactory = Callable[..., RunningNode]
+
+
+@pytest.fixture
+def hive_extensions() -> list[Any]:
+    """The extensions ``hive_node`` registers: override it in your test module or conftest."""
+    return []
+
+
+@pytest.fixture
+def hive_node_factory(tmp_path: Path) -> Iterator[NodeFactory]:
+    """Start nodes: ``factory(extensions=[...], config_xml="<mqtt>...</mqtt>")``.
+
+    Each node runs in-process on a free loopback port with its own data folder; all are stopped
+    at the end of the test.
+    """
+    nodes: list[RunningNode] = []
+
+    def factory(extensions: list[Any] | tuple[Any, ...] = (), config_xml: str = "",
+                load_installed: bool = False) -> RunningNode:
+        data_dir = tmp_path / f"hive-node-{len(nodes)}"
+        node = start_node(data_dir, extensions, config_xml, load_installed)
+        nodes.append(node)
+        return node
+
+    yield factory
+    for node in nodes:
+        node.stop()
+
+
+@pytest.fixture
+def hive_node(hive_node_factory: NodeFactory, hive_extensions: list[Any]) -> RunningNode:
+    """One running node with ``hive_extensions`` registered."""
+    return hive_node_factory(extensions=hive_extensions)
