@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import sys
 from pathlib import Path
@@ -41,7 +42,12 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"hive: {exc}", file=sys.stderr)
         return 2
-    node = HiveNode(config, args.data_dir.resolve())
+    try:
+        local = [importlib.import_module(name) for name in args.extension]
+    except ImportError as exc:
+        print(f"hive: --extension: cannot import {exc.name!r}: {exc}", file=sys.stderr)
+        return 2
+    node = HiveNode(config, args.data_dir.resolve(), extra_extensions=local)
     try:
         import uvloop
     except ImportError:  # uvloop is optional: plain asyncio works, only slower
@@ -103,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="folder for the node's persistent data (default: ./data)")
     run.add_argument("--log-level", default="info",
                      choices=["debug", "info", "warning", "error"])
+    run.add_argument("--extension", action="append", default=[], metavar="MODULE",
+                     help="also load this extension module (importable, not installed as a "
+                          "package); may be given several times")
     run.set_defaults(handler=_run)
     listing = commands.add_parser("extensions", help="list installed extensions")
     listing.add_argument("--config", type=Path, default=None,

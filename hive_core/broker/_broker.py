@@ -76,6 +76,7 @@ class Broker:
         self._dirty: list[ClientConnection] = []
         self._flush_scheduled = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._client_events: dict[str, asyncio.Task[None]] = {}  # the last one, by client id
         self._seq = 0
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -89,6 +90,9 @@ class Broker:
         for conn in list(self.connections):
             conn.close(RC.SERVER_SHUTTING_DOWN, "the node is shutting down")
         self.flush()
+        if self._client_events:  # extensions hear of the clients the stop disconnected
+            await asyncio.wait(list(self._client_events.values()),
+                               timeout=self.extensions.deadline + 1)
         for task in list(self._tasks):
             task.cancel()
         for session in self.sessions.values():
@@ -102,6 +106,30 @@ class Broker:
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
         return task
+
+    def client_event(self, client_id: str, event: Coroutine[Any, Any, None]) -> None:
+        """Tell extensions about a client, after what they were told about it before.
+
+        Event hooks may be ``async``: without the chain, a takeover's "connected" could reach
+        an extension before the "disconnected" of the connection it replaced.
+        """
+        previous = self._client_events.get(client_id)
+        task = self._client_events[client_id] = self.spawn(self._after(previous, event))
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if self._client_events.get(client_id) is done:
+                del self._client_events[client_id]
+
+        task.add_done_callback(forget)
+        # Cancelled before it ran, the coroutine was never awaited: close it quietly.
+        task.add_done_callback(lambda done: event.close() if done.cancelled() else None)
+
+    @staticmethod
+    async def _after(previous: asyncio.Task[None] | None,
+                     event: Coroutine[Any, Any, None]) -> None:
+        if previous is not None and not previous.done():
+            await asyncio.wait([previous])
+        await event
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
@@ -198,7 +226,8 @@ class Broker:
         if session is None or session.connection is not conn:
             return
         if conn.info is not None and self.extensions.watches_clients:
-            self.spawn(self.extensions.client_disconnected(conn.info, conn.will_sent_ok))
+            self.client_event(session.client_id, self.extensions.client_disconnected(
+                conn.info, conn.disconnect_received))
         self.connected_count -= 1
         session.connection = None
         session.disconnected_at = time.time()
@@ -285,6 +314,8 @@ class Broker:
         deliveries, groups = self.subscriptions.match(message.topic)
         publisher = message.publisher_id
         qos = message.qos
+        plain = not self.extensions.intercepts_outbound
+        sent = 0
         for delivery in deliveries:
             session = delivery.session
             if delivery.no_local_filters and session.client_id == publisher:
@@ -295,18 +326,20 @@ class Broker:
             granted = delivery.qos if delivery.qos < qos else qos
             retain = message.retain and delivery.retain_as_published
             conn = session.connection
-            if (granted == 0 and conn is not None and not conn.congested
-                    and not conn.out_alias_max and not self.extensions.intercepts_outbound):
+            if (granted == 0 and conn is not None and plain and not conn.congested
+                    and not conn.out_alias_max):
                 # The hot path: QoS 0 to a connected client, encoded once per variant.
                 data = message.encoded(conn.version, 0, retain, delivery.subscription_ids)[0]
                 if len(data) <= conn.max_out_packet:
-                    if not conn.out:
+                    out = conn.out
+                    if not out:
                         self.mark_dirty(conn)
-                    conn.out.append(data)
-                    self.metrics.messages_out += 1
+                    out.append(data)
+                    sent += 1
                 continue
             if self._deliver(session, Pending(message, granted, delivery.subscription_ids, retain)):
                 durable = True
+        self.metrics.messages_out += sent
         matched = bool(deliveries)
         for group in groups:
             member = group.pick()

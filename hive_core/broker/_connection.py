@@ -82,6 +82,7 @@ class ClientConnection:
         "congested",
         "deadline",
         "decoder",
+        "disconnect_received",
         "info",
         "keep_alive",
         "last_read",
@@ -118,6 +119,7 @@ class ClientConnection:
         self.out_alias_max = 0
         self.problem_info = True
         self.will_sent_ok = False  # DISCONNECT 0x00 received: the will is discarded
+        self.disconnect_received = False  # the client said goodbye (any reason code)
         self.requested_expiry = 0  # what CONNECT asked for, before the node's cap
         self.username: str | None = None
         self._inbound_aliases: dict[int, str] = {}
@@ -405,7 +407,7 @@ class ClientConnection:
         if extensions.any_client_hooks:
             info = self.info = self.client_info()
             if extensions.watches_clients:
-                broker.spawn(extensions.client_connected(info, present))
+                broker.client_event(client_id, extensions.client_connected(info, present))
 
     # ------------------------------------------------------------------ PUBLISH in
 
@@ -472,6 +474,9 @@ class ClientConnection:
             return
         message = Message(topic, packet.payload, qos, packet.retain, props, session.client_id,
                           expiry_at)
+        if not qos and not broker.extensions.on_publish:
+            broker.publish(message)  # QoS 0: nothing to acknowledge
+            return
         if broker.extensions.on_publish:
             verdict = flow.check_publish(self, message)
             if verdict is not None:
@@ -660,9 +665,11 @@ class ClientConnection:
                     return
                 session.expiry_interval = min(expiry, max_expiry)
         self.will_sent_ok = packet.reason_code != RC.DISCONNECT_WITH_WILL_MESSAGE
+        self.disconnect_received = True
         extensions = self.broker.extensions
         if extensions.watches_clients and self.info is not None:
-            self.broker.spawn(extensions.intercept_disconnect(self.info, packet.reason_code))
+            self.broker.client_event(session.client_id, extensions.intercept_disconnect(
+                self.info, packet.reason_code))
         self.flush()
         self.closed = True
         self.transport.close()

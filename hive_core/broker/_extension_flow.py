@@ -98,9 +98,15 @@ async def connect(conn: ClientConnection, packet: Connect) -> None:
     if extensions.intercepts_connect:
         await extensions.intercept_connect(request)
         packet.client_id = info.client_id
-        packet.keep_alive = request.keep_alive
+        packet.username = info.username
+        keep_alive = min(max(int(request.keep_alive), 0), 0xFFFF)
+        if keep_alive != packet.keep_alive and conn.version == 5:
+            ack[P.SERVER_KEEP_ALIVE] = keep_alive  # else the client pings on its own schedule
+        packet.keep_alive = keep_alive
         if request.user_properties:
-            props[P.USER_PROPERTY] = list(request.user_properties)
+            props[P.USER_PROPERTY] = [(str(k), str(v)) for k, v in request.user_properties]
+        else:
+            props.pop(P.USER_PROPERTY, None)
     conn.accept_connect(packet, ack)
 
 
@@ -235,9 +241,22 @@ async def _finish_intercept(message: Message, publish: PublishMessage,
     return _applied(message, publish, await answer)
 
 
+def _unchanged(message: Message, publish: PublishMessage) -> bool:
+    props = message.properties or {}
+    return (publish.topic == message.topic and publish.payload is message.payload
+            and publish.qos == message.qos and publish.retain == message.retain
+            and publish.user_properties == list(props.get(P.USER_PROPERTY, ()))
+            and publish.content_type == props.get(P.CONTENT_TYPE)
+            and publish.response_topic == props.get(P.RESPONSE_TOPIC)
+            and publish.correlation_data == props.get(P.CORRELATION_DATA)
+            and publish.payload_format_indicator == props.get(P.PAYLOAD_FORMAT_INDICATOR))
+
+
 def _applied(message: Message, publish: PublishMessage, answer: Any) -> int | None:
     if answer is not None and int(answer) >= 0x80:
         return int(answer)
+    if _unchanged(message, publish):
+        return None
     try:
         apply_publish_message(message, publish)
     except MQTTError:

@@ -66,7 +66,7 @@ class Message:
         cache = self._encoded
         if cache is None:
             cache = self._encoded = {}
-        elif self.expiry_at is None or not v5:
+        elif self.expiry_at is None or not v5:  # a v5 expiry counts down: encode afresh
             hit = cache.get(key)
             if hit is not None:
                 return hit

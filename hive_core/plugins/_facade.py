@@ -237,10 +237,10 @@ class Extensions:
 
     async def intercept_publish_outbound(self, client: ClientInfo,
                                          publish: PublishMessage) -> bool:
-        """False when an extension stopped this delivery."""
-        answers = await self.each("hive_intercept_publish_outbound", client=client,
-                                  publish=publish)
-        return all(answer is not False for answer in answers)
+        """False when an extension stopped this delivery; the first answer decides."""
+        answer = await self.resolved(self.first("hive_intercept_publish_outbound", client=client,
+                                                publish=publish))
+        return answer is not False
 
     async def intercept_subscribe(self, client: ClientInfo,
                                   subscriptions: list[SubscriptionInfo]) -> None:

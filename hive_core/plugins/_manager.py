@@ -99,11 +99,29 @@ class ExtensionManager:
             record = ExtensionRecord(name, version or str(getattr(plugin, "__version__", "")),
                                      "registered", problem is None, problem or "", None)
             if problem is None:
-                self.pm.register(plugin, name=name)
-            else:
+                problem = self._register_checked(name, plugin)
+            if problem is not None:
+                record.active, record.reason = False, problem
                 log.error("%s", problem)
         self.records.append(record)
         return record
+
+    def _register_checked(self, name: str, plugin: Any) -> str | None:
+        """Register with pluggy; why not (a name taken, a hook that does not exist), or None."""
+        try:
+            self.pm.register(plugin, name=name)
+        except (ValueError, pluggy.PluginValidationError) as exc:
+            return f"extension {name} does not fit the hookspecs: {exc}"
+        # pluggy accepts an implementation of an unknown hook (a typo) and never calls it.
+        unknown = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or ()
+                         if caller.spec is None and any(
+                             not impl.optionalhook for impl in caller.get_hookimpls()
+                             if impl.plugin is plugin))
+        if unknown:
+            self.pm.unregister(plugin, name=name)
+            return (f"extension {name} implements {', '.join(unknown)}, which "
+                    f"{'is not a Hive hook' if len(unknown) == 1 else 'are not Hive hooks'}")
+        return None
 
     def _load(self, name: str, source: str, target: str, entry_point: EntryPoint | None) -> None:
         if name in self.disabled:
@@ -127,16 +145,11 @@ class ExtensionManager:
         module = loaded if isinstance(loaded, ModuleType) else None
         version = _module_version(module, entry_point) if module else hive_version
         problem = _api_range_problem(name, module) if module else None
+        if problem is None:
+            problem = self._register_checked(name, loaded)
         if problem is not None:
             log.error("%s", problem)
             self.records.append(ExtensionRecord(name, version, source, False, problem, module))
-            return
-        try:
-            self.pm.register(loaded, name=name)
-        except (ValueError, pluggy.PluginValidationError) as exc:
-            reason = f"extension {name} does not fit the hookspecs: {exc}"
-            log.error("%s", reason)
-            self.records.append(ExtensionRecord(name, version, source, False, reason, module))
             return
         self.records.append(ExtensionRecord(name, version, source, True, "", module))
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hive_core.config import HiveConfig, parse_config
+
+T = TypeVar("T")
 
 
 def _free_port() -> int:
@@ -69,6 +71,26 @@ class RunningNode:
     @property
     def extensions(self) -> Any:
         return self.node.extensions
+
+    @property
+    def services(self) -> Any:
+        """The node's ``HiveServices``; use them through :meth:`call` (they are not thread-safe)."""
+        return self.node.services
+
+    def call(self, function: Callable[..., T], *args: Any, timeout: float = 10.0) -> T:
+        """Run ``function(*args)`` on the node's event loop and return its result.
+
+        The node runs in another thread: anything that touches it (its services, its broker)
+        must run there, e.g. ``node.call(node.services.publish, "t", b"x")``.
+        """
+        loop = self._loop
+        if loop is None or not self._thread.is_alive():
+            raise RuntimeError("the Hive node is not running")
+
+        async def run() -> T:
+            return function(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), loop).result(timeout)
 
     def stop(self, timeout: float = 15.0) -> None:
         loop = self._loop
