@@ -16,6 +16,7 @@ from typing import Any
 from hive_core import __version__
 from hive_core.broker import Broker, BrokerSettings, ClientConnection
 from hive_core.broker._services import NodeServices
+from hive_core.cluster import Cluster, ClusterSettings
 from hive_core.config import HiveConfig
 from hive_core.net import WebSocketProtocol, server_context
 from hive_core.persistence import MemorySessionStore
@@ -35,6 +36,29 @@ def node_id(data_dir: Path) -> str:
         new_id = uuid.uuid4().hex[:12]
         path.write_text(new_id + "\n")
         return new_id
+
+
+def cluster_settings(config: HiveConfig) -> ClusterSettings:
+    cluster = config.cluster
+    transport = cluster.effective_transport()
+    if cluster.transport_kind != "tcp":
+        raise ClusterConfigError(
+            "this Hive runs the cluster on the TCP transport only: set <transport><tcp>")
+    bind_host = transport.bind_address or "0.0.0.0"
+    external_host = transport.external_address or (
+        bind_host if bind_host not in ("0.0.0.0", "::") else socket.gethostbyname(
+            socket.gethostname()))
+    heartbeat = cluster.effective_heartbeat()
+    return ClusterSettings(
+        bind_host, transport.bind_port, external_host,
+        transport.external_port or transport.bind_port,
+        heartbeat_interval=heartbeat.interval_ms / 1000,
+        heartbeat_timeout=(heartbeat.timeout_ms / 1000) if heartbeat.enabled else float("inf"),
+    )
+
+
+class ClusterConfigError(Exception):
+    """A cluster configuration this node cannot run; the message says what to change."""
 
 
 def settings_from(config: HiveConfig) -> BrokerSettings:
@@ -80,6 +104,7 @@ class HiveNode:
         self.data_dir = data_dir
         self.listeners: list[BoundListener] = []
         self.broker: Broker | None = None
+        self.cluster: Cluster | None = None
         manager = ExtensionManager(config.extensions.disabled,
                                    discover_installed=load_installed)
         for plugin in extra_extensions:
@@ -115,9 +140,14 @@ class HiveNode:
         self.services.bind(broker)
         broker.start(snapshot)
         extensions_started = False
+        cluster: Cluster | None = None
         try:
             await self.extensions.start(self._context)
             extensions_started = True
+            if self.config.cluster.enabled:
+                cluster = self.cluster = Cluster(self.services.node_id, cluster_settings(
+                    self.config), broker, self.extensions)
+                await cluster.start()
             for listener in self.config.listeners:
                 if self._stopping.is_set():
                     break
@@ -131,6 +161,8 @@ class HiveNode:
         finally:
             for bound in self.listeners:
                 bound.server.close()
+            if cluster is not None:
+                await cluster.stop()
             await broker.stop()
             if extensions_started:
                 await self.extensions.stop(self._context)

@@ -15,6 +15,7 @@ from hive_core.broker._message import Message
 from hive_core.broker._session import Outbound, Pending, Session
 from hive_core.broker._settings import BrokerSettings
 from hive_core.broker._topic_tree import (
+    SharedGroup,
     Subscription,
     TopicTree,
     aggregate_without_no_local,
@@ -43,6 +44,7 @@ from hive_core.plugins import Extensions
 
 if TYPE_CHECKING:
     from hive_core.broker._connection import ClientConnection
+    from hive_core.cluster import Cluster
     from hive_ext_api import PublishMessage
 
 log = logging.getLogger("hive.broker")
@@ -67,6 +69,7 @@ class Broker:
         self.settings = settings
         self.store = store
         self.extensions = extensions if extensions is not None else Extensions.none()
+        self.cluster: Cluster | None = None  # set while this node is part of a cluster
         self.metrics = Metrics()
         self.sessions: dict[str, Session] = {}
         self.subscriptions = TopicTree()
@@ -186,6 +189,8 @@ class Broker:
         session.will = will
         session.outbound_aliases = {}
         self.connected_count += 1
+        if self.cluster is not None:
+            self.cluster.client_connected(client_id)
         self._watch(conn, conn.keep_alive * 1.5)
         if session.persistent:
             self._save_session(session)
@@ -305,11 +310,16 @@ class Broker:
 
     # ------------------------------------------------------------------ routing
 
-    def publish(self, message: Message) -> tuple[bool, bool]:
-        """Route a message to every matching session; (anyone matched, a durable write made)."""
+    def publish(self, message: Message, from_cluster: bool = False) -> tuple[bool, bool]:
+        """Route a message to every matching session; (anyone matched, a durable write made).
+
+        A message from a local client also goes to the other nodes that want it; one that came
+        from another node (``from_cluster``) reaches only this node's plain subscribers: the
+        node it was published on chose who in each shared group gets it.
+        """
         self.metrics.messages_in += 1
         durable = False
-        if message.retain:
+        if message.retain and not from_cluster:
             durable = self._retain(message)
         deliveries, groups = self.subscriptions.match(message.topic)
         publisher = message.publisher_id
@@ -341,18 +351,46 @@ class Broker:
                 durable = True
         self.metrics.messages_out += sent
         matched = bool(deliveries)
+        cluster = self.cluster
+        if cluster is not None:
+            if from_cluster:
+                return matched, durable
+            forwarded, remote_groups = cluster.forward(message)
+            matched = matched or forwarded
+            if remote_groups:
+                local = {(g.name, g.topic_filter): g for g in groups}
+                groups = []
+                for key in local.keys() | remote_groups.keys():
+                    group = local.get(key)
+                    target = cluster.pick_shared(key, remote_groups.get(key, frozenset()),
+                                                 group is not None)
+                    if target is not None:
+                        cluster.send_shared(target, key, message)
+                        matched = True
+                    elif group is not None:
+                        groups.append(group)
         for group in groups:
-            member = group.pick()
-            if member is None:
-                continue
-            matched = True
-            granted = member.qos if member.qos < qos else qos
-            sid = member.subscription_id
-            retain = message.retain and member.retain_as_published  # MQTT-3.3.1-12/13
-            if self._deliver(member.session, Pending(message, granted, (sid,) if sid else None,
-                                                     retain)):
-                durable = True
+            delivered, wrote = self._deliver_to_group(group, message)
+            matched = matched or delivered
+            durable = durable or wrote
         return matched, durable
+
+    def _deliver_to_group(self, group: SharedGroup, message: Message) -> tuple[bool, bool]:
+        """One member of a shared group gets the message: (someone did, the store was written)."""
+        member = group.pick()
+        if member is None:
+            return False, False
+        granted = min(member.qos, message.qos)
+        sid = member.subscription_id
+        retain = message.retain and member.retain_as_published  # MQTT-3.3.1-12/13
+        return True, self._deliver(member.session, Pending(message, granted,
+                                                           (sid,) if sid else None, retain))
+
+    def deliver_shared(self, group_name: str, topic_filter: str, message: Message) -> None:
+        """Another node chose this one to serve shared group ``group_name`` for a message."""
+        group = self.subscriptions.shared_group(topic_filter, group_name)
+        if group is not None:
+            self._deliver_to_group(group, message)
 
     def _deliver(self, session: Session, pending: Pending) -> bool:
         """Send now if the window allows, else queue; True when the store was written."""
@@ -553,6 +591,14 @@ class Broker:
     # ------------------------------------------------------------------ retained
 
     def _retain(self, message: Message) -> bool:
+        if self.cluster is not None:
+            self.cluster.retained_changed(message)
+        return self.apply_retained(message)
+
+    def apply_retained(self, message: Message, only_if_absent: bool = False) -> bool:
+        """Set or clear a retained message here (no replication); True when it hit the store."""
+        if only_if_absent and message.topic in self.retained:
+            return False
         if not message.payload:
             if self.retained.pop(message.topic, None) is not None:
                 self.store.delete_retained(message.topic)
@@ -626,7 +672,8 @@ class Broker:
                 session, topic_filter, granted, request.no_local, request.retain_as_published,
                 request.retain_handling, subscription_id, shared[0] if shared else None)
             session.subscriptions[topic_filter] = subscription
-            self.subscriptions.add(plain, subscription)
+            if self.subscriptions.add(plain, subscription) and self.cluster is not None:
+                self.cluster.filter_added(topic_filter)
             codes.append(granted)
         if session.persistent:
             self._save_session(session)
@@ -650,8 +697,22 @@ class Broker:
     def _remove_from_tree(self, subscription: Subscription) -> None:
         shared = parse_shared_subscription(subscription.topic_filter)
         plain = shared[1] if shared else subscription.topic_filter
-        self.subscriptions.remove(plain, subscription.session.client_id,
-                                  subscription.share_group)
+        removed = self.subscriptions.remove(plain, subscription.session.client_id,
+                                            subscription.share_group)
+        if removed and self.cluster is not None:
+            self.cluster.filter_removed(subscription.topic_filter)
+
+    def taken_over_elsewhere(self, client_id: str) -> None:
+        """The client connected on another node: its connection here is closed (0x8E)."""
+        session = self.sessions.get(client_id)
+        if session is not None and session.connection is not None:
+            log.info("client %r connected on another node: closing it here", client_id)
+            session.connection.close(RC.SESSION_TAKEN_OVER,
+                                     "another connection took the session over")
+
+    def local_filters(self) -> list[str]:
+        """Every topic filter a local session holds, once per session (for the cluster)."""
+        return [f for session in self.sessions.values() for f in session.subscriptions]
 
     # ------------------------------------------------------------------ timers
 

@@ -9,6 +9,8 @@ its later packets back until the answer is in (so order is kept).
 from __future__ import annotations
 
 import inspect
+import logging
+import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,8 @@ from hive_ext_api import AuthExchange, ConnectInfo, PublishMessage, Subscription
 
 if TYPE_CHECKING:
     from hive_core.broker._connection import ClientConnection
+
+log = logging.getLogger("hive.extensions")
 
 P = PropertyId
 RC = ReasonCode
@@ -162,11 +166,16 @@ async def reauthenticate(conn: ClientConnection, packet: Auth, method: str | Non
 # ---------------------------------------------------------------------------- PUBLISH
 
 
+def _remaining(message: Message) -> int | None:
+    """The message expiry interval a subscriber would see now (None: never expires)."""
+    if message.expiry_at is None:
+        return None
+    return int(message.properties_for(None).get(P.MESSAGE_EXPIRY_INTERVAL, 0))
+
+
 def to_publish_message(message: Message) -> PublishMessage:
     props = message.properties or {}
-    remaining = None
-    if message.expiry_at is not None:
-        remaining = int(message.properties_for(None).get(P.MESSAGE_EXPIRY_INTERVAL, 0))
+    remaining = _remaining(message)
     return PublishMessage(
         message.topic, message.payload, message.qos, message.retain,
         list(props.get(P.USER_PROPERTY, ())), props.get(P.CONTENT_TYPE),
@@ -195,6 +204,11 @@ def apply_publish_message(message: Message, publish: PublishMessage) -> None:
     else:
         props.pop(P.USER_PROPERTY, None)
     message.properties = props or None
+    interval = publish.message_expiry_interval
+    if interval is None:
+        message.expiry_at = None
+    elif interval != _remaining(message):  # unchanged: keep the exact deadline
+        message.expiry_at = time.time() + max(0, int(interval))
     message.release_cache()
 
 
@@ -249,7 +263,8 @@ def _unchanged(message: Message, publish: PublishMessage) -> bool:
             and publish.content_type == props.get(P.CONTENT_TYPE)
             and publish.response_topic == props.get(P.RESPONSE_TOPIC)
             and publish.correlation_data == props.get(P.CORRELATION_DATA)
-            and publish.payload_format_indicator == props.get(P.PAYLOAD_FORMAT_INDICATOR))
+            and publish.payload_format_indicator == props.get(P.PAYLOAD_FORMAT_INDICATOR)
+            and publish.message_expiry_interval == _remaining(message))
 
 
 def _applied(message: Message, publish: PublishMessage, answer: Any) -> int | None:
@@ -276,8 +291,14 @@ async def subscribe(conn: ClientConnection, packet: Subscribe) -> None:
         wanted = [SubscriptionInfo(r.topic_filter, r.qos, r.no_local, r.retain_as_published,
                                    r.retain_handling) for r in requests]
         await extensions.intercept_subscribe(info, wanted)
-        requests = [SubscriptionRequest(w.topic_filter, w.qos, w.no_local, w.retain_as_published,
-                                        w.retain_handling) for w in wanted[:len(requests)]]
+        if len(wanted) == len(requests):
+            requests = [SubscriptionRequest(w.topic_filter, min(max(int(w.qos), 0), 2),
+                                            w.no_local, w.retain_as_published, w.retain_handling)
+                        for w in wanted]
+        else:  # the SUBACK must answer every filter the client sent, in order
+            log.error("a subscribe interceptor changed the number of subscriptions of %r from "
+                      "%d to %d: its changes are ignored", conn.client_id, len(requests),
+                      len(wanted))
     refused: dict[int, int] = {}
     if extensions.authorizes_subscribe:
         for index, request in enumerate(requests):

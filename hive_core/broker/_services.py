@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hive_core.broker._message import Message
-from hive_core.mqtt import PropertyId, topic_matches
+from hive_core.mqtt import MQTTError, PropertyId, topic_matches, validate_topic_name
 from hive_ext_api import (
     ClientInfo,
     ClusterMember,
@@ -58,6 +58,10 @@ class NodeServices:
         self._version = version
         self._metrics = Metrics()
 
+    @property
+    def node_id(self) -> str:
+        return self._node_id
+
     def bind(self, broker: Broker) -> None:
         """The broker exists once the store is open; extensions use the services after that."""
         self._broker_or_none = broker
@@ -74,7 +78,14 @@ class NodeServices:
 
     def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False,
                 user_properties: list[tuple[str, str]] | None = None) -> None:
-        props = {PropertyId.USER_PROPERTY: list(user_properties)} if user_properties else None
+        try:
+            validate_topic_name(topic)
+        except MQTTError as exc:  # extensions see Python's errors, not the codec's
+            raise ValueError(f"cannot publish to {topic!r}: {exc}") from None
+        if qos not in (0, 1, 2):
+            raise ValueError(f"QoS must be 0, 1 or 2, not {qos!r}")
+        props = ({PropertyId.USER_PROPERTY: [(str(k), str(v)) for k, v in user_properties]}
+                 if user_properties else None)
         self._broker.publish(Message(topic, bytes(payload), qos, retain, props, ""))
         self._broker.flush()
 
@@ -103,6 +114,9 @@ class NodeServices:
                 if topic_matches(topic_filter, topic)]
 
     def cluster_members(self) -> list[ClusterMember]:
+        cluster = self._broker.cluster
+        if cluster is not None:
+            return cluster.view()
         if self._members is not None:
             return self._members()
         return [ClusterMember(self._node_id, ClusterNodeAddress("127.0.0.1", 0), "RUNNING",

@@ -164,6 +164,15 @@ class TopicTree:
             if single is not None:
                 self._collect(single, levels, depth + 1, dollar, out, groups)
 
+    def shared_group(self, topic_filter: str, name: str) -> SharedGroup | None:
+        node = self._root
+        for level in topic_filter.split("/"):
+            child = node.children.get(level)
+            if child is None:
+                return None
+            node = child
+        return node.shared.get(name)
+
     def filters(self) -> Iterator[Subscription]:
         stack = [self._root]
         while stack:

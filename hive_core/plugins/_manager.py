@@ -22,6 +22,7 @@ log = logging.getLogger("hive.extensions")
 
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "hive_core.plugins.file_persistence",
+    "hive_core.plugins.static_discovery",
 )
 """Hive's own plugins, registered like any installed extension (and disabled the same way)."""
 
@@ -51,7 +52,7 @@ def _module_version(module: ModuleType, entry_point: EntryPoint | None) -> str:
     return str(getattr(module, "__version__", hive_version))
 
 
-def _api_range_problem(name: str, module: ModuleType) -> str | None:
+def _api_range_problem(name: str, module: Any) -> str | None:
     """Why this extension's declared API range excludes this Hive, or None when it fits."""
     declared = getattr(module, "HIVE_API", None)
     if declared is None:
@@ -95,7 +96,7 @@ class ExtensionManager:
         if name in self.disabled:
             record = ExtensionRecord(name, version, "registered", False, "disabled by the operator")
         else:
-            problem = _api_range_problem(name, plugin) if isinstance(plugin, ModuleType) else None
+            problem = _api_range_problem(name, plugin)
             record = ExtensionRecord(name, version or str(getattr(plugin, "__version__", "")),
                                      "registered", problem is None, problem or "", None)
             if problem is None:
@@ -112,6 +113,13 @@ class ExtensionManager:
             self.pm.register(plugin, name=name)
         except (ValueError, pluggy.PluginValidationError) as exc:
             return f"extension {name} does not fit the hookspecs: {exc}"
+        wrappers = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or ()
+                          for impl in caller.get_hookimpls()
+                          if impl.plugin is plugin and (impl.wrapper or impl.hookwrapper))
+        if wrappers:  # the facade walks the chain itself: there is nothing to wrap
+            self.pm.unregister(plugin, name=name)
+            return f"extension {name} declares hook wrappers, which Hive does not support: " \
+                   f"{', '.join(wrappers)}"
         # pluggy accepts an implementation of an unknown hook (a typo) and never calls it.
         unknown = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or ()
                          if caller.spec is None and any(
@@ -145,6 +153,9 @@ class ExtensionManager:
         module = loaded if isinstance(loaded, ModuleType) else None
         version = _module_version(module, entry_point) if module else hive_version
         problem = _api_range_problem(name, module) if module else None
+        factory = getattr(loaded, "create_plugin", None)
+        if problem is None and module is not None and callable(factory):
+            loaded = factory()  # a plugin with state: one instance per node
         if problem is None:
             problem = self._register_checked(name, loaded)
         if problem is not None:

@@ -1,0 +1,8 @@
+"""Many nodes, one logical broker: membership, node transport, routing between nodes."""
+
+from hive_core.cluster._cluster import Cluster, ClusterMetrics, ClusterSettings, Member
+from hive_core.cluster._routing import RoutingTable
+from hive_core.cluster._wire import PROTOCOL_VERSION, FrameDecoder, FrameKind, encode_frame
+
+__all__ = ["PROTOCOL_VERSION", "Cluster", "ClusterMetrics", "ClusterSettings", "FrameDecoder",
+           "FrameKind", "Member", "RoutingTable", "encode_frame"]

@@ -1,0 +1,358 @@
+"""Membership and routing: many nodes, one logical broker.
+
+Full mesh and masterless. Discovery only proposes addresses; joining, leaving and failure
+handling are done here. Every node tells every other which topic filters have subscribers on
+it, so a PUBLISH crosses to a node only when that node wants it, once per node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hive_core import __version__
+from hive_core.broker._message import Message
+from hive_core.cluster._link import PeerLink
+from hive_core.cluster._routing import RoutingTable, SharedKey
+from hive_core.cluster._wire import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, FrameKind
+from hive_core.mqtt import decode_properties, encode_properties
+from hive_ext_api import ClusterMember, ClusterNodeAddress
+
+if TYPE_CHECKING:
+    from hive_core.broker import Broker
+    from hive_core.plugins import Extensions
+
+log = logging.getLogger("hive.cluster")
+
+
+@dataclass(slots=True)
+class ClusterSettings:
+    bind_host: str
+    bind_port: int
+    external_host: str
+    external_port: int
+    heartbeat_interval: float = 3.0
+    heartbeat_timeout: float = 9.0
+    connect_timeout: float = 5.0
+    server_ssl: ssl.SSLContext | None = None
+    client_ssl: ssl.SSLContext | None = None
+
+
+@dataclass(slots=True)
+class Member:
+    node_id: str
+    address: ClusterNodeAddress
+    version: str
+    protocol: int
+    link: PeerLink
+    joined_at: float = field(default_factory=time.monotonic)
+    last_heard: float = field(default_factory=time.monotonic)
+
+
+@dataclass(slots=True)
+class ClusterMetrics:
+    publishes_forwarded: int = 0
+    publishes_received: int = 0
+    frames_in: Counter[str] = field(default_factory=Counter)
+
+
+def message_body(message: Message) -> list[Any]:
+    props = encode_properties(message.properties) if message.properties else b""
+    return [message.topic, message.payload, message.qos, message.retain, props,
+            message.expiry_at, message.publisher_id]
+
+
+def message_from(body: list[Any]) -> Message:
+    topic, payload, qos, retain, props, expiry_at, publisher = body[:7]
+    return Message(topic, payload, qos, retain, decode_properties(props) if props else None,
+                   publisher, expiry_at)
+
+
+class Cluster:
+    def __init__(self, node_id: str, settings: ClusterSettings, broker: Broker,
+                 extensions: Extensions) -> None:
+        self.node_id = node_id
+        self.settings = settings
+        self.broker = broker
+        self.extensions = extensions
+        self.members: dict[str, Member] = {}
+        self.table = RoutingTable()
+        self.metrics = ClusterMetrics()
+        self.address = ClusterNodeAddress(settings.external_host, settings.external_port)
+        self._local_filters: Counter[str] = Counter()
+        self._links: set[PeerLink] = set()
+        self._dialing: set[ClusterNodeAddress] = set()
+        self._shared_turn: dict[SharedKey, int] = {}
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._local_filters.update(self.broker.local_filters())
+        settings = self.settings
+        self._server = await loop.create_server(
+            lambda: PeerLink(self._on_frame, self._on_lost, outbound=False),
+            settings.bind_host, settings.bind_port, ssl=settings.server_ssl, reuse_address=True)
+        bound = self._server.sockets[0].getsockname()
+        if not self.settings.external_port:
+            self.address = ClusterNodeAddress(self.address.host, bound[1])
+        log.info("Cluster node %s listening on %s:%d (external %s:%d)", self.node_id,
+                 bound[0], bound[1], self.address.host, self.address.port)
+        self.broker.cluster = self
+        await self.extensions.discovery_init(self.address, self.node_id)
+        log.info("Starting cluster join process...")
+        self._tasks = [asyncio.create_task(self._discover()),
+                       asyncio.create_task(self._heartbeat())]
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for member in list(self.members.values()):
+            member.link.send(FrameKind.BYE, self.node_id)
+            member.link.close()
+        for link in list(self._links):
+            link.close()
+        if self._server is not None:
+            self._server.close()
+        await self.extensions.discovery_destroy(self.address)
+        self.broker.cluster = None
+
+    # ------------------------------------------------------------------ discovery and joining
+
+    async def _discover(self) -> None:
+        first = True
+        while not self._stopping:
+            try:
+                addresses = await self.extensions.discovery_reload()
+            except Exception:
+                log.exception("cluster discovery failed; trying again at the next reload")
+                addresses = None
+            for address in addresses or ():
+                self._dial(address)
+            if first:
+                first = False
+                await asyncio.sleep(min(1.0, self.settings.connect_timeout))
+                log.info("Finished cluster join process successfully.")
+                self._log_view()
+            interval = await self.extensions.discovery_reload_interval()
+            await asyncio.sleep(interval)
+
+    def _known(self, address: ClusterNodeAddress) -> bool:
+        if address == self.address:
+            return True
+        return any(m.address == address for m in self.members.values())
+
+    def _dial(self, address: ClusterNodeAddress) -> None:
+        if self._stopping or self._known(address) or address in self._dialing:
+            return
+        self._dialing.add(address)
+        task = asyncio.create_task(self._connect(address))
+        task.add_done_callback(lambda _t: self._dialing.discard(address))
+
+    async def _connect(self, address: ClusterNodeAddress) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.settings.connect_timeout):
+                _, link = await loop.create_connection(
+                    lambda: PeerLink(self._on_frame, self._on_lost, outbound=True),
+                    address.host, address.port, ssl=self.settings.client_ssl,
+                    server_hostname=address.host if self.settings.client_ssl else None)
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            log.debug("cannot reach cluster node %s:%d: %s", address.host, address.port, exc)
+            return
+        self._links.add(link)
+        link.send(FrameKind.HELLO, self._hello())
+
+    def _hello(self) -> dict[str, Any]:
+        return {"id": self.node_id, "protocol": PROTOCOL_VERSION,
+                "min_protocol": MIN_PROTOCOL_VERSION, "version": __version__,
+                "host": self.address.host, "port": self.address.port}
+
+    def _establish(self, link: PeerLink, hello: dict[str, Any]) -> None:
+        peer_id = str(hello["id"])
+        if peer_id == self.node_id:
+            link.close()  # discovery listed this node itself
+            return
+        protocol = min(int(hello["protocol"]), PROTOCOL_VERSION)
+        if protocol < max(int(hello.get("min_protocol", 1)), MIN_PROTOCOL_VERSION):
+            log.error("node %s speaks node protocol %s, this node %d to %d: not joining",
+                      peer_id, hello["protocol"], MIN_PROTOCOL_VERSION, PROTOCOL_VERSION)
+            link.close()
+            return
+        existing = self.members.get(peer_id)
+        if existing is not None and not existing.link.closed:
+            # Both dialled at once: keep the link opened by the node with the smaller id.
+            keep_new = (link.outbound and self.node_id < peer_id) or (
+                not link.outbound and peer_id < self.node_id)
+            if not keep_new:
+                link.close()
+                return
+            existing.link.peer_id = None
+            existing.link.close()
+        link.peer_id = peer_id
+        address = ClusterNodeAddress(str(hello["host"]), int(hello["port"]))
+        self.members[peer_id] = Member(peer_id, address, str(hello.get("version", "")),
+                                       protocol, link)
+        log.info("Cluster node %s (%s:%d, Hive %s) joined the cluster", peer_id, address.host,
+                 address.port, hello.get("version"))
+        link.send(FrameKind.FILTERS, sorted(self._local_filters))
+        link.send(FrameKind.RETAINED, [message_body(m) for m in self.broker.retained.values()])
+        link.send(FrameKind.MEMBERS, [[m.address.host, m.address.port]
+                                      for m in self.members.values() if m.node_id != peer_id])
+        self._log_view()
+
+    def _log_view(self) -> None:
+        names = sorted([self.node_id, *self.members])
+        log.info("Cluster size = %d, members : %s.", len(names), names)
+
+    def _on_lost(self, link: PeerLink) -> None:
+        self._links.discard(link)
+        peer_id = link.peer_id
+        if peer_id is not None and self.members.get(peer_id) is not None \
+                and self.members[peer_id].link is link:
+            self._remove(peer_id, "its connection closed")
+
+    def _remove(self, peer_id: str, why: str) -> None:
+        member = self.members.pop(peer_id, None)
+        if member is None:
+            return
+        member.link.close()
+        self.table.drop(peer_id)
+        log.warning("Cluster node %s left the cluster: %s", peer_id, why)
+        self._log_view()
+
+    # ------------------------------------------------------------------ failure detection
+
+    async def _heartbeat(self) -> None:
+        interval = self.settings.heartbeat_interval
+        timeout = self.settings.heartbeat_timeout
+        while not self._stopping:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for member in list(self.members.values()):
+                if now - member.last_heard > timeout:
+                    self._remove(member.node_id,
+                                 f"no heartbeat for {now - member.last_heard:.1f} s")
+                else:
+                    member.link.send(FrameKind.HEARTBEAT)
+
+    # ------------------------------------------------------------------ frames
+
+    def _on_frame(self, link: PeerLink, kind: FrameKind, body: Any) -> None:
+        self.metrics.frames_in[kind.name] += 1
+        if kind is FrameKind.HELLO:
+            self._links.add(link)
+            self._establish(link, body)
+            if link.peer_id is not None:
+                link.send(FrameKind.WELCOME, self._hello())
+            return
+        if kind is FrameKind.WELCOME:
+            self._establish(link, body)
+            return
+        peer_id = link.peer_id
+        member = self.members.get(peer_id) if peer_id else None
+        if member is None or member.link is not link:
+            return  # a frame before the handshake, or on a link that lost the tie-break
+        member.last_heard = time.monotonic()
+        if kind is FrameKind.PUBLISH:
+            self.metrics.publishes_received += 1
+            self.broker.publish(message_from(body), from_cluster=True)
+            self.broker.flush()
+        elif kind is FrameKind.SHARED_PUBLISH:
+            self.metrics.publishes_received += 1
+            self.broker.deliver_shared(body[0], body[1], message_from(body[2]))
+            self.broker.flush()
+        elif kind is FrameKind.FILTER_ADD:
+            self.table.add(member.node_id, body)
+        elif kind is FrameKind.FILTER_REMOVE:
+            self.table.remove(member.node_id, body)
+        elif kind is FrameKind.FILTERS:
+            self.table.replace(member.node_id, list(body))
+        elif kind is FrameKind.RETAIN:
+            self.broker.apply_retained(message_from(body))
+        elif kind is FrameKind.RETAINED:
+            for item in body:
+                self.broker.apply_retained(message_from(item), only_if_absent=True)
+        elif kind is FrameKind.CLIENT_CONNECTED:
+            self.broker.taken_over_elsewhere(str(body))
+        elif kind is FrameKind.MEMBERS:
+            for host, port in body:
+                self._dial(ClusterNodeAddress(str(host), int(port)))
+        elif kind is FrameKind.BYE:
+            self._remove(member.node_id, "it shut down")
+
+    def _broadcast(self, kind: FrameKind, body: Any) -> None:
+        for member in self.members.values():
+            member.link.send(kind, body)
+
+    # ------------------------------------------------------------------ the broker's side
+
+    def filter_added(self, topic_filter: str) -> None:
+        """A local session subscribed to ``topic_filter`` (as sent, $share included)."""
+        self._local_filters[topic_filter] += 1
+        if self._local_filters[topic_filter] == 1:
+            self._broadcast(FrameKind.FILTER_ADD, topic_filter)
+
+    def filter_removed(self, topic_filter: str) -> None:
+        count = self._local_filters[topic_filter] - 1
+        if count > 0:
+            self._local_filters[topic_filter] = count
+            return
+        del self._local_filters[topic_filter]
+        self._broadcast(FrameKind.FILTER_REMOVE, topic_filter)
+
+    def forward(self, message: Message) -> tuple[bool, dict[SharedKey, frozenset[str]]]:
+        """Send a local publisher's message to every interested node, once per node.
+
+        Returns whether any node got it, and the shared groups with members elsewhere.
+        """
+        nodes, groups = self.table.match(message.topic)
+        if nodes:
+            body = message_body(message)
+            for node_id in nodes:
+                member = self.members.get(node_id)
+                if member is not None:
+                    member.link.send(FrameKind.PUBLISH, body)
+                    self.metrics.publishes_forwarded += 1
+        return bool(nodes), groups
+
+    def pick_shared(self, key: SharedKey, remote: frozenset[str], local: bool) -> str | None:
+        """Which node delivers this message to group ``key``: None for this node."""
+        candidates = sorted(n for n in remote if n in self.members)
+        if local:
+            candidates.append(self.node_id)
+        if not candidates:
+            return None
+        turn = self._shared_turn.get(key, 0)
+        self._shared_turn[key] = turn + 1
+        chosen = candidates[turn % len(candidates)]
+        return None if chosen == self.node_id else chosen
+
+    def send_shared(self, node_id: str, key: SharedKey, message: Message) -> None:
+        member = self.members.get(node_id)
+        if member is not None:
+            member.link.send(FrameKind.SHARED_PUBLISH, [key[0], key[1], message_body(message)])
+            self.metrics.publishes_forwarded += 1
+
+    def retained_changed(self, message: Message) -> None:
+        self._broadcast(FrameKind.RETAIN, message_body(message))
+
+    def client_connected(self, client_id: str) -> None:
+        self._broadcast(FrameKind.CLIENT_CONNECTED, client_id)
+
+    # ------------------------------------------------------------------ views
+
+    def view(self) -> list[ClusterMember]:
+        own = ClusterMember(self.node_id, self.address, "RUNNING", __version__)
+        return [own, *(ClusterMember(m.node_id, m.address, "RUNNING", m.version)
+                       for m in self.members.values())]

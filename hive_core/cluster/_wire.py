@@ -1,0 +1,181 @@
+"""The node protocol's serialization: compact, versioned frames, not MQTT.
+
+A frame is ``length (u32) | kind (u8) | body``; the body is one value in a small self-describing
+binary form (None, bool, int, bytes, str, list, dict with str keys). Frames travel in batches:
+a sender joins whatever is pending into one write.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+from typing import Any
+
+PROTOCOL_VERSION = 1
+"""Bumped when a frame changes; peers speak the lower of their two versions."""
+MIN_PROTOCOL_VERSION = 1
+MAX_FRAME = 64 * 1024 * 1024
+
+
+class FrameKind(IntEnum):
+    HELLO = 1  # node id, protocol version, address, Hive version, cluster members it knows
+    WELCOME = 2  # the answer to HELLO: the same about the accepting node
+    HEARTBEAT = 3
+    BYE = 4  # a node leaves on purpose
+    MEMBERS = 5  # the members a node knows (gossip, so a mesh forms from any entry point)
+    FILTERS = 10  # the full set of topic filters with subscribers on a node
+    FILTER_ADD = 11
+    FILTER_REMOVE = 12
+    PUBLISH = 20  # a message for the subscribers on the receiving node
+    SHARED_PUBLISH = 21  # a message for one member of a shared group on the receiving node
+    RETAIN = 22  # set (payload) or clear (empty payload) a retained message
+    RETAINED = 23  # every retained message a node holds (on join)
+    CLIENT_CONNECTED = 30  # a client id is now connected on the sender: close yours
+
+
+class WireError(Exception):
+    """A frame that does not decode: the link is closed."""
+
+
+_NONE, _FALSE, _TRUE, _INT, _NEG, _BYTES, _STR, _LIST, _DICT, _FLOAT = range(10)
+_u32 = struct.Struct(">I")
+_f64 = struct.Struct(">d")
+
+
+def _varint(value: int, out: bytearray) -> None:
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _pack(value: Any, out: bytearray) -> None:
+    if value is None:
+        out.append(_NONE)
+    elif value is True:
+        out.append(_TRUE)
+    elif value is False:
+        out.append(_FALSE)
+    elif isinstance(value, int):
+        if value >= 0:
+            out.append(_INT)
+            _varint(value, out)
+        else:
+            out.append(_NEG)
+            _varint(-value, out)
+    elif isinstance(value, float):
+        out.append(_FLOAT)
+        out += _f64.pack(value)
+    elif isinstance(value, bytes | bytearray | memoryview):
+        out.append(_BYTES)
+        _varint(len(value), out)
+        out += value
+    elif isinstance(value, str):
+        raw = value.encode()
+        out.append(_STR)
+        _varint(len(raw), out)
+        out += raw
+    elif isinstance(value, list | tuple):
+        out.append(_LIST)
+        _varint(len(value), out)
+        for item in value:
+            _pack(item, out)
+    elif isinstance(value, dict):
+        out.append(_DICT)
+        _varint(len(value), out)
+        for key, item in value.items():
+            _pack(str(key), out)
+            _pack(item, out)
+    else:
+        raise TypeError(f"cannot put {type(value).__name__} on the node wire")
+
+
+def _unpack(data: memoryview, at: int) -> tuple[Any, int]:
+    tag = data[at]
+    at += 1
+    if tag == _NONE:
+        return None, at
+    if tag == _TRUE:
+        return True, at
+    if tag == _FALSE:
+        return False, at
+    if tag == _FLOAT:
+        return _f64.unpack_from(data, at)[0], at + 8
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            break
+        shift += 7
+    if tag == _INT:
+        return value, at
+    if tag == _NEG:
+        return -value, at
+    if tag == _BYTES:
+        end = at + value
+        if end > len(data):
+            raise WireError("bytes run past the frame")
+        return bytes(data[at:end]), end
+    if tag == _STR:
+        end = at + value
+        if end > len(data):
+            raise WireError("string runs past the frame")
+        return str(data[at:end], "utf-8"), end
+    if tag == _LIST:
+        items = []
+        for _ in range(value):
+            item, at = _unpack(data, at)
+            items.append(item)
+        return items, at
+    if tag == _DICT:
+        mapping = {}
+        for _ in range(value):
+            key, at = _unpack(data, at)
+            mapping[key], at = _unpack(data, at)
+        return mapping, at
+    raise WireError(f"unknown value tag {tag}")
+
+
+def encode_frame(kind: FrameKind, body: Any = None) -> bytes:
+    out = bytearray(b"\x00\x00\x00\x00")
+    out.append(kind)
+    _pack(body, out)
+    out[0:4] = _u32.pack(len(out) - 4)
+    return bytes(out)
+
+
+class FrameDecoder:
+    """Bytes from a link in, whole frames out (sans-IO, like the MQTT codec)."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[FrameKind, Any]]:
+        buffer = self._buffer
+        buffer += data
+        frames = []
+        at = 0
+        try:
+            while len(buffer) - at >= 4:
+                size = _u32.unpack_from(buffer, at)[0]
+                if size < 1 or size > MAX_FRAME:
+                    raise WireError(f"frame of {size} bytes")
+                if len(buffer) - at - 4 < size:
+                    break
+                frame = memoryview(bytes(buffer[at + 4:at + 4 + size]))
+                try:
+                    kind = FrameKind(frame[0])
+                except ValueError:
+                    kind = None  # a newer peer's frame: skipped, so versions can mix
+                body, end = _unpack(frame, 1) if len(frame) > 1 else (None, 1)
+                if end != len(frame):
+                    raise WireError("trailing bytes in a frame")
+                if kind is not None:
+                    frames.append((kind, body))
+                at += 4 + size
+        except (IndexError, UnicodeDecodeError, struct.error) as exc:
+            raise WireError(f"malformed frame: {exc}") from exc
+        del buffer[:at]
+        return frames
