@@ -108,9 +108,30 @@ class Cluster:
                  bound[0], bound[1], self.address.host, self.address.port)
         self.broker.cluster = self
         await self.extensions.discovery_init(self.address, self.node_id)
-        log.info("Starting cluster join process...")
+        log.info("Starting cluster join process. This may take a while. "
+                 "Please do not shut down Hive.")
+        await self._join()
+        log.info("Finished cluster join process successfully.")
+        self._log_view()
         self._tasks = [asyncio.create_task(self._discover()),
                        asyncio.create_task(self._heartbeat())]
+
+    async def _join(self) -> None:
+        """First round of discovery: reach every node proposed, within the connect timeout."""
+        try:
+            addresses = await self.extensions.discovery_reload()
+        except Exception:
+            log.exception("cluster discovery failed; trying again at the next reload")
+            return
+        pending = [asyncio.create_task(self._connect(a)) for a in addresses or ()
+                   if not self._known(a)]
+        if pending:
+            await asyncio.wait(pending, timeout=self.settings.connect_timeout)
+        # Give the handshakes the links just opened a moment to finish.
+        deadline = time.monotonic() + min(1.0, self.settings.connect_timeout)
+        while time.monotonic() < deadline and any(
+                link.peer_id is None for link in self._links if link.outbound):
+            await asyncio.sleep(0.02)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -130,8 +151,9 @@ class Cluster:
     # ------------------------------------------------------------------ discovery and joining
 
     async def _discover(self) -> None:
-        first = True
         while not self._stopping:
+            interval = await self.extensions.discovery_reload_interval()
+            await asyncio.sleep(interval)
             try:
                 addresses = await self.extensions.discovery_reload()
             except Exception:
@@ -139,13 +161,6 @@ class Cluster:
                 addresses = None
             for address in addresses or ():
                 self._dial(address)
-            if first:
-                first = False
-                await asyncio.sleep(min(1.0, self.settings.connect_timeout))
-                log.info("Finished cluster join process successfully.")
-                self._log_view()
-            interval = await self.extensions.discovery_reload_interval()
-            await asyncio.sleep(interval)
 
     def _known(self, address: ClusterNodeAddress) -> bool:
         if address == self.address:
