@@ -6,4 +6,5 @@ bash scripts/setup.sh
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 .venv/bin/ruff check hive_core hive_ext_api tests
 .venv/bin/mypy
-.venv/bin/python -m pytest -q "$@"
+# Two workers: the tests start real broker processes on free ports, so they run side by side.
+.venv/bin/python -m pytest -q -n 2 "$@"

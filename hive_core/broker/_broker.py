@@ -625,7 +625,12 @@ class Broker:
                 continue  # shared subscriptions get no retained messages
             sub = session.subscriptions.get(topic_filter)
             sid = sub.subscription_id if sub is not None else None
-            for topic, message in list(self.retained.items()):
+            if "+" in topic_filter or "#" in topic_filter:
+                candidates = list(self.retained.items())
+            else:  # no wildcard: one lookup, not a scan of every retained message
+                exact = self.retained.get(topic_filter)
+                candidates = [(topic_filter, exact)] if exact is not None else []
+            for topic, message in candidates:
                 if message.expired(now):
                     del self.retained[topic]
                     self.store.delete_retained(topic)
