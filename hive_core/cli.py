@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 from hive_core import __version__
+from hive_core.certs import add_certs_command
 
 DEFAULT_CONFIG = Path("conf/config.xml")
+DEFAULT_REST = "http://127.0.0.1:8888"
 
 
 def _configure_logging(level: str) -> None:
@@ -97,6 +99,42 @@ def _extensions(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster_status(args: argparse.Namespace) -> int:
+    """Ask a running node's REST API for the members it sees and print them as a table."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    url = args.rest.rstrip("/") + "/api/v1/cluster/nodes"
+    try:
+        with urllib.request.urlopen(url, timeout=args.timeout) as response:
+            members = json.load(response)["items"]
+    except urllib.error.HTTPError as exc:
+        print(f"hive: {url} answered {exc.code} {exc.reason}", file=sys.stderr)
+        return 1
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        print(f"hive: cannot reach the REST API at {args.rest}: {reason} "
+              "(is <rest-api> enabled on that node?)", file=sys.stderr)
+        return 1
+    except (ValueError, KeyError, TypeError) as exc:
+        print(f"hive: {url} did not answer with a member list: {exc}", file=sys.stderr)
+        return 1
+    rows = [("NODE", "STATE", "ADDRESS", "VERSION", "")]
+    for member in members:
+        address = "-" if member.get("address") is None else \
+            f"{member['address']}:{member['port']}"
+        rows.append((str(member["id"]), str(member["state"]), address,
+                     str(member.get("version") or "-"),
+                     "(this node)" if member.get("this_node") else ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    print(f"Cluster size: {len(members)}")
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+              + ("  " + row[4] if row[4] else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hive", description="Hive, a clustered MQTT broker")
     parser.add_argument("--version", action="version", version=f"hive {__version__}")
@@ -117,6 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     listing.add_argument("--config", type=Path, default=None,
                          help="config.xml whose <extensions><disabled> to apply")
     listing.set_defaults(handler=_extensions)
+    cluster = commands.add_parser("cluster", help="ask a running node about its cluster")
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True)
+    status = cluster_commands.add_parser(
+        "status", help="the members a running node sees: id, state, address, version")
+    status.add_argument("--rest", default=DEFAULT_REST, metavar="URL",
+                        help=f"the node's REST API (default: {DEFAULT_REST})")
+    status.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+                        help="how long to wait for the answer (default: 5)")
+    status.set_defaults(handler=_cluster_status)
+    add_certs_command(commands)
     args = parser.parse_args(argv)
     return int(args.handler(args))
 

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from hive_core import __version__
+from hive_core.admin import RestApi
 from hive_core.broker import Broker, BrokerSettings, ClientConnection
 from hive_core.broker._services import NodeServices
 from hive_core.cluster import Cluster, ClusterSettings
 from hive_core.config import HiveConfig
-from hive_core.net import WebSocketProtocol, server_context
+from hive_core.net import WebSocketProtocol, cluster_contexts, server_context
 from hive_core.persistence import MemorySessionStore
 from hive_core.plugins import ExtensionManager, Extensions
 from hive_ext_api import ExtensionContext
@@ -49,11 +50,16 @@ def cluster_settings(config: HiveConfig) -> ClusterSettings:
         bind_host if bind_host not in ("0.0.0.0", "::") else socket.gethostbyname(
             socket.gethostname()))
     heartbeat = cluster.effective_heartbeat()
+    tls = getattr(transport, "tls", None)
+    # Node links use TLS both ways: accepting (server_ssl) and dialing (client_ssl).
+    server_ssl, client_ssl = cluster_contexts(tls) if tls is not None and tls.enabled else (
+        None, None)
     return ClusterSettings(
         bind_host, transport.bind_port, external_host,
         transport.external_port or transport.bind_port,
         heartbeat_interval=heartbeat.interval_ms / 1000,
         heartbeat_timeout=(heartbeat.timeout_ms / 1000) if heartbeat.enabled else float("inf"),
+        server_ssl=server_ssl, client_ssl=client_ssl,
     )
 
 
@@ -105,6 +111,7 @@ class HiveNode:
         self.listeners: list[BoundListener] = []
         self.broker: Broker | None = None
         self.cluster: Cluster | None = None
+        self.rest_api: RestApi | None = None
         manager = ExtensionManager(config.extensions.disabled,
                                    discover_installed=load_installed)
         for plugin in extra_extensions:
@@ -144,6 +151,9 @@ class HiveNode:
         try:
             await self.extensions.start(self._context)
             extensions_started = True
+            if self.config.rest_api.enabled:  # before the join, so health answers during it
+                self.rest_api = RestApi(self)
+                await self.rest_api.start(self.config.rest_api.effective_listeners())
             if self.config.cluster.enabled:
                 cluster = self.cluster = Cluster(self.services.node_id, cluster_settings(
                     self.config), broker, self.extensions)
@@ -161,6 +171,8 @@ class HiveNode:
         finally:
             for bound in self.listeners:
                 bound.server.close()
+            if self.rest_api is not None:
+                self.rest_api.close()
             if cluster is not None:
                 await cluster.stop()
             await broker.stop()

@@ -185,10 +185,11 @@ def hive_intercept_publish_outbound(client: ClientInfo, publish: PublishMessage)
 
 @hookspec
 def hive_intercept_subscribe(client: ClientInfo, subscriptions: list[SubscriptionInfo]) -> None:
-    """Look at, or change, the subscriptions of a SUBSCRIBE (after authorization).
+    """Look at, or change, the subscriptions of a SUBSCRIBE (before authorization).
 
     Every implementation is called in turn; it may change the items (filter, QoS, options) but
-    not their number. The return value is ignored.
+    not their number (a changed number is logged and the changes are ignored).
+    ``hive_authorize_subscribe`` then sees the changed filters. The return value is ignored.
     """
 
 

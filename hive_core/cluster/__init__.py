@@ -2,7 +2,15 @@
 
 from hive_core.cluster._cluster import Cluster, ClusterMetrics, ClusterSettings, Member
 from hive_core.cluster._routing import RoutingTable
+from hive_core.cluster._transport import (
+    MemoryNetwork,
+    MemoryTransport,
+    NodeTransport,
+    NodeUnreachable,
+    TcpTransport,
+)
 from hive_core.cluster._wire import PROTOCOL_VERSION, FrameDecoder, FrameKind, encode_frame
 
 __all__ = ["PROTOCOL_VERSION", "Cluster", "ClusterMetrics", "ClusterSettings", "FrameDecoder",
-           "FrameKind", "Member", "RoutingTable", "encode_frame"]
+           "FrameKind", "Member", "MemoryNetwork", "MemoryTransport", "NodeTransport",
+           "NodeUnreachable", "RoutingTable", "TcpTransport", "encode_frame"]

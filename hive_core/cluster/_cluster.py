@@ -19,6 +19,7 @@ from hive_core import __version__
 from hive_core.broker._message import Message
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._routing import RoutingTable, SharedKey
+from hive_core.cluster._transport import NodeTransport, NodeUnreachable, TcpTransport
 from hive_core.cluster._wire import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, FrameKind
 from hive_core.mqtt import decode_properties, encode_properties
 from hive_ext_api import ClusterMember, ClusterNodeAddress
@@ -75,7 +76,7 @@ def message_from(body: list[Any]) -> Message:
 
 class Cluster:
     def __init__(self, node_id: str, settings: ClusterSettings, broker: Broker,
-                 extensions: Extensions) -> None:
+                 extensions: Extensions, transport: NodeTransport | None = None) -> None:
         self.node_id = node_id
         self.settings = settings
         self.broker = broker
@@ -88,24 +89,21 @@ class Cluster:
         self._links: set[PeerLink] = set()
         self._dialing: set[ClusterNodeAddress] = set()
         self._shared_turn: dict[SharedKey, int] = {}
-        self._server: asyncio.AbstractServer | None = None
+        self.transport = transport if transport is not None else TcpTransport(
+            settings.bind_host, settings.bind_port, settings.server_ssl, settings.client_ssl)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
         self._local_filters.update(self.broker.local_filters())
-        settings = self.settings
-        self._server = await loop.create_server(
-            lambda: PeerLink(self._on_frame, self._on_lost, outbound=False),
-            settings.bind_host, settings.bind_port, ssl=settings.server_ssl, reuse_address=True)
-        bound = self._server.sockets[0].getsockname()
+        bound = await self.transport.listen(
+            lambda: PeerLink(self._on_frame, self._on_lost, outbound=False))
         if not self.settings.external_port:
-            self.address = ClusterNodeAddress(self.address.host, bound[1])
+            self.address = ClusterNodeAddress(self.address.host, bound.port)
         log.info("Cluster node %s listening on %s:%d (external %s:%d)", self.node_id,
-                 bound[0], bound[1], self.address.host, self.address.port)
+                 bound.host, bound.port, self.address.host, self.address.port)
         self.broker.cluster = self
         await self.extensions.discovery_init(self.address, self.node_id)
         log.info("Starting cluster join process. This may take a while. "
@@ -143,8 +141,7 @@ class Cluster:
             member.link.close()
         for link in list(self._links):
             link.close()
-        if self._server is not None:
-            self._server.close()
+        await self.transport.close()
         await self.extensions.discovery_destroy(self.address)
         self.broker.cluster = None
 
@@ -175,14 +172,11 @@ class Cluster:
         task.add_done_callback(lambda _t: self._dialing.discard(address))
 
     async def _connect(self, address: ClusterNodeAddress) -> None:
-        loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(self.settings.connect_timeout):
-                _, link = await loop.create_connection(
-                    lambda: PeerLink(self._on_frame, self._on_lost, outbound=True),
-                    address.host, address.port, ssl=self.settings.client_ssl,
-                    server_hostname=address.host if self.settings.client_ssl else None)
-        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            link = await self.transport.dial(
+                address, lambda: PeerLink(self._on_frame, self._on_lost, outbound=True),
+                self.settings.connect_timeout)
+        except NodeUnreachable as exc:
             log.debug("cannot reach cluster node %s:%d: %s", address.host, address.port, exc)
             return
         self._links.add(link)
@@ -193,7 +187,7 @@ class Cluster:
                 "min_protocol": MIN_PROTOCOL_VERSION, "version": __version__,
                 "host": self.address.host, "port": self.address.port}
 
-    def _establish(self, link: PeerLink, hello: dict[str, Any]) -> None:
+    def _establish(self, link: PeerLink, hello: dict[str, Any], answer: bool = False) -> None:
         peer_id = str(hello["id"])
         if peer_id == self.node_id:
             link.close()  # discovery listed this node itself
@@ -220,6 +214,8 @@ class Cluster:
                                        protocol, link)
         log.info("Cluster node %s (%s:%d, Hive %s) joined the cluster", peer_id, address.host,
                  address.port, hello.get("version"))
+        if answer:  # WELCOME first: the dialling node drops every frame before it
+            link.send(FrameKind.WELCOME, self._hello())
         link.send(FrameKind.FILTERS, sorted(self._local_filters))
         link.send(FrameKind.RETAINED, [message_body(m) for m in self.broker.retained.values()])
         link.send(FrameKind.MEMBERS, [[m.address.host, m.address.port]
@@ -267,9 +263,7 @@ class Cluster:
         self.metrics.frames_in[kind.name] += 1
         if kind is FrameKind.HELLO:
             self._links.add(link)
-            self._establish(link, body)
-            if link.peer_id is not None:
-                link.send(FrameKind.WELCOME, self._hello())
+            self._establish(link, body, answer=True)
             return
         if kind is FrameKind.WELCOME:
             self._establish(link, body)

@@ -55,6 +55,7 @@ from ._mqtt import (
     TopicAlias,
 )
 from ._node import Extensions, Persistence
+from ._rest_api import HttpListener, RestApi
 from ._root import HiveConfig, default_config
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "FeatureSwitch",
     "Heartbeat",
     "HiveConfig",
+    "HttpListener",
     "InflightWindow",
     "KeepAlive",
     "Keystore",
@@ -88,6 +90,7 @@ __all__ = [
     "QueuedMessages",
     "ReceiveMaximum",
     "Replication",
+    "RestApi",
     "Restrictions",
     "SessionExpiry",
     "StaticDiscovery",

@@ -9,6 +9,7 @@ from ._cluster import Cluster
 from ._listeners import Listeners, default_listeners
 from ._mqtt import Mqtt, Restrictions
 from ._node import Extensions, Persistence
+from ._rest_api import RestApi
 
 __all__ = ["HiveConfig", "default_config"]
 
@@ -26,6 +27,7 @@ class HiveConfig(ConfigModel, tag="hivemq"):
     cluster: Cluster = element(default_factory=Cluster)
     persistence: Persistence = element(default_factory=Persistence)
     extensions: Extensions = element(default_factory=Extensions)
+    rest_api: RestApi = element(default_factory=RestApi)
 
 
 def default_config() -> HiveConfig:

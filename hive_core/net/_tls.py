@@ -7,6 +7,7 @@ import ssl
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
@@ -14,6 +15,9 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
     pkcs12,
 )
+
+if TYPE_CHECKING:
+    from hive_core.config import ClusterTls
 
 _PROTOCOLS = {
     "TLSv1": ssl.TLSVersion.TLSv1,
@@ -47,18 +51,7 @@ def _pkcs12_to_pem(path: Path, password: str | None) -> tuple[bytes, bytes, list
     return key_pem, cert_pem, [c.public_bytes(Encoding.PEM) for c in extra or ()]
 
 
-def server_context(
-    keystore: str | os.PathLike[str],
-    keystore_password: str | None = None,
-    private_key_password: str | None = None,
-    truststore: str | os.PathLike[str] | None = None,
-    truststore_password: str | None = None,
-    client_authentication: str = "NONE",
-    protocols: Sequence[str] = (),
-    cipher_suites: Sequence[str] = (),
-) -> ssl.SSLContext:
-    """A server-side context. A PEM key store holds the certificate chain and the key."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+def _limit(context: ssl.SSLContext, protocols: Sequence[str], cipher_suites: Sequence[str]) -> None:
     if protocols:
         versions = []
         for name in protocols:
@@ -73,29 +66,60 @@ def server_context(
             context.set_ciphers(":".join(cipher_suites))
         except ssl.SSLError as exc:
             raise TLSConfigError(f"no usable cipher suite in {list(cipher_suites)}") from exc
-    keystore = Path(keystore)
+
+
+def _load_keystore(context: ssl.SSLContext, keystore: str | os.PathLike[str],
+                   password: str | None, private_key_password: str | None) -> None:
+    path = Path(keystore)
     try:
-        if _is_pkcs12(keystore):
-            key_pem, cert_pem, chain = _pkcs12_to_pem(keystore, keystore_password)
+        if _is_pkcs12(path):
+            key_pem, cert_pem, chain = _pkcs12_to_pem(path, password)
             with tempfile.TemporaryDirectory() as folder:
-                bundle = Path(folder) / "server.pem"
+                bundle = Path(folder) / "keystore.pem"
                 bundle.touch(0o600)
                 bundle.write_bytes(cert_pem + b"".join(chain) + key_pem)
                 context.load_cert_chain(bundle)
         else:
-            context.load_cert_chain(keystore, password=private_key_password or keystore_password)
+            context.load_cert_chain(path, password=private_key_password or password)
     except (ssl.SSLError, OSError) as exc:
-        raise TLSConfigError(f"cannot load key store {keystore}: {exc}") from exc
+        raise TLSConfigError(f"cannot load key store {path}: {exc}") from exc
+
+
+def _load_truststore(context: ssl.SSLContext, truststore: str | os.PathLike[str],
+                     password: str | None) -> None:
+    path = Path(truststore)
+    try:
+        if _is_pkcs12(path):
+            _, cert_pem, chain = _pkcs12_to_pem(path, password)
+            if not cert_pem and not chain:
+                raise TLSConfigError(f"trust store {path} holds no certificate")
+            context.load_verify_locations(cadata=(cert_pem + b"".join(chain)).decode())
+        else:
+            context.load_verify_locations(path)
+    except (ssl.SSLError, OSError) as exc:
+        raise TLSConfigError(f"cannot load trust store {path}: {exc}") from exc
+
+
+def server_context(
+    keystore: str | os.PathLike[str],
+    keystore_password: str | None = None,
+    private_key_password: str | None = None,
+    truststore: str | os.PathLike[str] | None = None,
+    truststore_password: str | None = None,
+    client_authentication: str = "NONE",
+    protocols: Sequence[str] = (),
+    cipher_suites: Sequence[str] = (),
+) -> ssl.SSLContext:
+    """A server-side context. A PEM key store holds the certificate chain and the key.
+
+    With ``client_authentication`` OPTIONAL or REQUIRED, a client's certificate is checked
+    against ``truststore`` (which is then required).
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _limit(context, protocols, cipher_suites)
+    _load_keystore(context, keystore, keystore_password, private_key_password)
     if truststore is not None:
-        truststore = Path(truststore)
-        try:
-            if _is_pkcs12(truststore):
-                _, cert_pem, chain = _pkcs12_to_pem(truststore, truststore_password)
-                context.load_verify_locations(cadata=(cert_pem + b"".join(chain)).decode())
-            else:
-                context.load_verify_locations(truststore)
-        except (ssl.SSLError, OSError) as exc:
-            raise TLSConfigError(f"cannot load trust store {truststore}: {exc}") from exc
+        _load_truststore(context, truststore, truststore_password)
     mode = client_authentication.upper()
     if mode not in _CLIENT_AUTH:
         raise TLSConfigError(f"client-authentication-mode {mode!r}: use NONE, OPTIONAL or REQUIRED")
@@ -103,3 +127,69 @@ def server_context(
         raise TLSConfigError(f"client-authentication-mode {mode} needs a truststore")
     context.verify_mode = _CLIENT_AUTH[mode]
     return context
+
+
+def client_context(
+    truststore: str | os.PathLike[str],
+    truststore_password: str | None = None,
+    keystore: str | os.PathLike[str] | None = None,
+    keystore_password: str | None = None,
+    private_key_password: str | None = None,
+    protocols: Sequence[str] = (),
+    cipher_suites: Sequence[str] = (),
+    check_hostname: bool = False,
+) -> ssl.SSLContext:
+    """A client-side context: the server's chain must lead to ``truststore``.
+
+    ``keystore`` (optional) is the certificate presented when the server asks for one.
+    ``check_hostname`` also requires the address dialled (name or IP) in the server
+    certificate's subject alternative names; off by default, see :func:`cluster_contexts`.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = check_hostname
+    context.verify_mode = ssl.CERT_REQUIRED
+    _limit(context, protocols, cipher_suites)
+    _load_truststore(context, truststore, truststore_password)
+    if keystore is not None:
+        _load_keystore(context, keystore, keystore_password, private_key_password)
+    return context
+
+
+def cluster_contexts(tls: ClusterTls, check_hostname: bool = False,
+                     ) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """The (accepting, dialing) contexts for node links, from ``<transport><tcp><tls>``.
+
+    The accepting side presents ``server-keystore`` and, with client-authentication-mode
+    OPTIONAL or REQUIRED, checks the dialing node against ``client-certificate-truststore``
+    (default: ``server-certificate-truststore``, as one cluster CA usually signs every node).
+    The dialing side checks the accepting node against ``server-certificate-truststore`` and
+    presents ``client-authentication-keystore`` (default: ``server-keystore``) when asked.
+
+    Trust means "the chain leads to the trust store", not "the certificate names the address
+    dialled": static discovery addresses nodes by IP, which changes with every redeploy, so
+    requiring it in each certificate's SAN would tie certificates to addresses. The trust
+    store should therefore hold only the cluster's own CA. ``check_hostname=True`` adds the
+    name check for operators who issue certificates per address.
+
+    A server-certificate-truststore is required: without one the only choice would be the
+    system's public CAs, and any certificate a public CA signed could then join the cluster.
+    """
+    if tls.server_keystore is None:
+        raise TLSConfigError("cluster TLS is enabled but has no <server-keystore>")
+    if tls.server_certificate_truststore is None:
+        raise TLSConfigError(
+            "cluster TLS needs a <server-certificate-truststore>: the CA certificate(s) that "
+            "signed the other nodes' certificates")
+    server_store = tls.server_keystore
+    server_trust = tls.server_certificate_truststore
+    client_trust = tls.client_certificate_truststore or server_trust
+    accepting = server_context(
+        server_store.path, server_store.password, server_store.private_key_password,
+        client_trust.path if tls.client_authentication_mode != "NONE" else None,
+        client_trust.password, tls.client_authentication_mode, tls.protocols,
+        tls.cipher_suites)
+    client_store = tls.client_authentication_keystore or server_store
+    dialing = client_context(
+        server_trust.path, server_trust.password, client_store.path, client_store.password,
+        client_store.private_key_password, tls.protocols, tls.cipher_suites, check_hostname)
+    return accepting, dialing
