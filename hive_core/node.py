@@ -115,7 +115,9 @@ class HiveNode:
         manager = ExtensionManager(config.extensions.disabled,
                                    discover_installed=load_installed)
         for plugin in extra_extensions:
-            manager.register(getattr(plugin, "__name__", type(plugin).__name__), plugin)
+            # Modules by their name; objects by class, made unique (two of one class may run).
+            name = getattr(plugin, "__name__", None) or f"{type(plugin).__name__}-{id(plugin):x}"
+            manager.register(name, plugin)
         self.extensions = Extensions(manager)
         self.services = NodeServices(node_id=node_id(data_dir), version=__version__)
         self._stopping = asyncio.Event()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -109,9 +110,10 @@ class NodeServices:
                 for s in session.subscriptions.values()]
 
     def retained(self, topic_filter: str = "#") -> list[RetainedInfo]:
+        now = time.time()
         return [RetainedInfo(topic, message.payload, message.qos)
                 for topic, message in self._broker.retained.items()
-                if topic_matches(topic_filter, topic)]
+                if not message.expired(now) and topic_matches(topic_filter, topic)]
 
     def cluster_members(self) -> list[ClusterMember]:
         cluster = self._broker.cluster

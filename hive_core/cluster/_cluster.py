@@ -275,12 +275,11 @@ class Cluster:
         member.last_heard = time.monotonic()
         if kind is FrameKind.PUBLISH:
             self.metrics.publishes_received += 1
+            # No flush here: mark_dirty flushes once after the whole batch of frames.
             self.broker.publish(message_from(body), from_cluster=True)
-            self.broker.flush()
         elif kind is FrameKind.SHARED_PUBLISH:
             self.metrics.publishes_received += 1
             self.broker.deliver_shared(body[0], body[1], message_from(body[2]))
-            self.broker.flush()
         elif kind is FrameKind.FILTER_ADD:
             self.table.add(member.node_id, body)
         elif kind is FrameKind.FILTER_REMOVE:

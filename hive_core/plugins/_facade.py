@@ -200,7 +200,13 @@ class Extensions:
         answer = await self.resolved(self.first("hive_authenticate", connect=connect))
         if answer is None:
             return AuthDecision.refuse(reason_string="no authenticator accepted the client")
-        return answer
+        if isinstance(answer, AuthDecision):
+            return answer
+        if isinstance(answer, bool):  # a plain yes / no is understood too
+            return AuthDecision.accept() if answer else AuthDecision.refuse()
+        log.error("an authenticator answered %r, not an AuthDecision: refusing the client",
+                  answer)
+        return AuthDecision.refuse(reason_string="authentication failed")
 
     async def enhanced_authenticate(self, exchange: AuthExchange) -> AuthStep | None:
         return await self.resolved(
