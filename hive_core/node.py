@@ -8,6 +8,7 @@ import signal
 import socket
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,10 +115,12 @@ class HiveNode:
         self.rest_api: RestApi | None = None
         manager = ExtensionManager(config.extensions.disabled,
                                    discover_installed=load_installed)
+        taken: Counter[str] = Counter()
         for plugin in extra_extensions:
-            # Modules by their name; objects by class, made unique (two of one class may run).
-            name = getattr(plugin, "__name__", None) or f"{type(plugin).__name__}-{id(plugin):x}"
-            manager.register(name, plugin)
+            # Modules by their name, objects by their class; a second of one class gets "-2".
+            name = getattr(plugin, "__name__", None) or type(plugin).__name__
+            taken[name] += 1
+            manager.register(name if taken[name] == 1 else f"{name}-{taken[name]}", plugin)
         self.extensions = Extensions(manager)
         self.services = NodeServices(node_id=node_id(data_dir), version=__version__)
         self._stopping = asyncio.Event()
