@@ -303,6 +303,7 @@ _TS = struct.Struct("<q")
 class LoadSpec:
     host: str = "127.0.0.1"
     port: int = 1883
+    pub_port: int = 0  # publishers connect here when set (a cluster: publish on another node)
     qos: int = 0
     publishers: int = 1
     subscribers: int = 1
@@ -487,7 +488,7 @@ def _pub_main(sh: _Shared, pidx: int, spec: LoadSpec, run_id: str, first: int, c
     topics = pub_topics[first : first + count]
     socks = []
     for i in range(first, first + count):
-        s = mqtt_connect(spec.host, spec.port, f"bp-{run_id}-{i}")
+        s = mqtt_connect(spec.host, spec.pub_port or spec.port, f"bp-{run_id}-{i}")
         s.setblocking(False)
         socks.append(s)
 

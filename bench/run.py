@@ -45,9 +45,19 @@ HIVE_CONFIG = """<hivemq>
   <listeners>
     <tcp-listener><port>{port}</port><bind-address>127.0.0.1</bind-address></tcp-listener>
   </listeners>
-  <mqtt><queued-messages><max-queue-size>{queue}</max-queue-size></queued-messages></mqtt>
+  <mqtt><queued-messages><max-queue-size>{queue}</max-queue-size></queued-messages></mqtt>{cluster}
 </hivemq>
 """
+
+# The `cluster` scenario's nodes: static discovery lists both nodes' cluster ports.
+HIVE_CLUSTER = """
+  <cluster>
+    <enabled>true</enabled>
+    <transport><tcp>
+      <bind-address>127.0.0.1</bind-address><bind-port>{cluster_port}</bind-port>
+    </tcp></transport>
+    <discovery><static>{nodes}</static></discovery>
+  </cluster>"""
 
 # Mosquitto 2.0 drops an outgoing QoS 0 message when the client's outgoing packet count
 # reaches max_queued_messages (db__ready_for_flight); with max_inflight_messages 0 QoS 0 is
@@ -121,10 +131,10 @@ def rss_kib(pid: int) -> int:
     return total
 
 
-def _pin_broker() -> None:
+def _pin_broker(core: int = loadgen.BROKER_CORE) -> None:
     loadgen.die_with_parent()
     loadgen.apply_nice()  # the broker has its own session (start_new_session)
-    loadgen.pin_to_core(loadgen.BROKER_CORE)
+    loadgen.pin_to_core(core)
     loadgen.raise_nofile()
 
 
@@ -146,6 +156,8 @@ class Broker:
     log_path: Path | None = None
     started_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    core: int = loadgen.BROKER_CORE
+    cluster_xml: str = ""  # a <cluster> section for the default Hive config
 
     @property
     def pid(self) -> int:
@@ -154,7 +166,9 @@ class Broker:
 
     def _hive_config(self, path: Path) -> None:
         if self.d.config_template is None:
-            path.write_text(HIVE_CONFIG.format(port=self.port, queue=QUEUE_SIZE))
+            path.write_text(
+                HIVE_CONFIG.format(port=self.port, queue=QUEUE_SIZE, cluster=self.cluster_xml)
+            )
             return
         tree = ET.parse(self.d.config_template)
         root = tree.getroot()
@@ -217,7 +231,7 @@ class Broker:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             cwd=self.workdir,
-            preexec_fn=_pin_broker,
+            preexec_fn=lambda: _pin_broker(self.core),
             start_new_session=True,
         )
         deadline = t0 + self.args.start_timeout
@@ -249,6 +263,12 @@ class Broker:
         except OSError:
             return "(no log)"
 
+    def all_pids(self) -> list[int]:
+        return _descendants(self.pid)
+
+    def rss(self) -> int:
+        return rss_kib(self.pid)
+
     def stop(self) -> None:
         p = self.proc
         if p is not None:
@@ -273,6 +293,80 @@ class Broker:
             self.workdir = None
 
 
+CLUSTER_FORMED = "Cluster size = 2"
+
+
+@dataclass
+class HiveCluster:
+    """Two Hive nodes clustered on loopback: publishers on node 1, subscribers on node 2.
+
+    Each node is a :class:`Broker` of its own (process, log ``<name>-node<i>.log``, core from
+    ``--cluster-cores``); ``port`` is node 2's listener, ``pub_port`` node 1's.
+    """
+
+    d: BrokerDef
+    args: argparse.Namespace
+    nodes: list[Broker] = field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        return self.nodes[1].port
+
+    @property
+    def pub_port(self) -> int:
+        return self.nodes[0].port
+
+    @property
+    def pid(self) -> int:
+        return self.nodes[0].pid
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.nodes[0].proc
+
+    def start(self) -> None:
+        cores = [int(c) for c in self.args.cluster_cores.split(",")][:2]
+        cores += [loadgen.BROKER_CORE] * (2 - len(cores))
+        cluster_ports: list[int] = []
+        while len(cluster_ports) < 2:
+            port = free_port()
+            if port not in cluster_ports:
+                cluster_ports.append(port)
+        static = "".join(
+            f"<node><host>127.0.0.1</host><port>{p}</port></node>" for p in cluster_ports
+        )
+        for i, (cluster_port, core) in enumerate(zip(cluster_ports, cores, strict=True)):
+            node = Broker(
+                BrokerDef(f"{self.d.name}-node{i + 1}", "hive", self.d.cmd),
+                self.args,
+                core=core,
+                cluster_xml=HIVE_CLUSTER.format(cluster_port=cluster_port, nodes=static),
+            )
+            self.nodes.append(node)
+            node.start()
+        deadline = time.monotonic() + self.args.start_timeout
+        while not all(
+            CLUSTER_FORMED in n.log_path.read_text(errors="replace")  # type: ignore[union-attr]
+            for n in self.nodes
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    "the two Hive nodes did not form a cluster; node 2 log tail:\n"
+                    + self.nodes[1]._log_tail()
+                )
+            time.sleep(0.05)
+
+    def all_pids(self) -> list[int]:
+        return [p for n in self.nodes for p in n.all_pids()]
+
+    def rss(self) -> int:
+        return sum(n.rss() for n in self.nodes)
+
+    def stop(self) -> None:
+        for node in reversed(self.nodes):
+            node.stop()
+
+
 # --------------------------------------------------------------------------------------
 # scenarios
 # --------------------------------------------------------------------------------------
@@ -285,6 +379,7 @@ SCENARIOS: dict[str, tuple[str, str, str, bool]] = {
     "fanin": ("Fan-in 50 -> 1 (bench/x/+)", "rate", "deliveries/s", True),
     "latency": ("Latency QoS 0 1 -> 1 at 2,000 msg/s", "p50_ms", "ms p50", False),
     "conns": ("Idle connections", "kib_per_conn", "KiB/conn", False),
+    "cluster": ("Cluster QoS 0 1 -> 1 (2 nodes)", "rate", "msg/s", True),
 }
 
 # targets for Hive as ratios to Mosquitto (ratio >= for throughput, <= for latency/memory)
@@ -295,11 +390,12 @@ TARGETS: dict[str, tuple[str, float]] = {
     "fanin": (">=", 0.4),
     "latency": ("<=", 2.0),
 }
+CLUSTER_TARGET = 0.6  # cluster / single-node qos0, both Hive, same run
 CONN_KIB_TARGET = 10.0
 CONN_TIME_TARGET = 10.0
 
 
-def run_scenario(name: str, broker: Broker, a: argparse.Namespace) -> dict[str, Any]:
+def run_scenario(name: str, broker: Broker | HiveCluster, a: argparse.Namespace) -> dict[str, Any]:
     if name == "conns":
         before = rss_kib(broker.pid)
 
@@ -325,7 +421,7 @@ def run_scenario(name: str, broker: Broker, a: argparse.Namespace) -> dict[str, 
         if broker.proc is not None and broker.proc.poll() is not None:
             r["error"] = f"broker exited with {broker.proc.returncode}"
         return r
-    kw = dict(loadgen.SCENARIO_SPECS[name])
+    kw = dict(loadgen.SCENARIO_SPECS["qos0" if name == "cluster" else name])
     spec = loadgen.LoadSpec(
         port=broker.port,
         duration=a.duration,
@@ -342,9 +438,11 @@ def run_scenario(name: str, broker: Broker, a: argparse.Namespace) -> dict[str, 
     if name == "latency":
         spec.rate = a.latency_rate
         spec.duration = max(a.duration, a.latency_duration)
-    r = loadgen.run_load(spec, _descendants(broker.pid))
+    if isinstance(broker, HiveCluster):
+        spec.pub_port = broker.pub_port
+    r = loadgen.run_load(spec, broker.all_pids())
     r["rate"] = r["delivered_per_s"]
-    r["rss_kib"] = rss_kib(broker.pid)
+    r["rss_kib"] = broker.rss()
     return r
 
 
@@ -413,6 +511,12 @@ def _report_row(
         if r is not None:
             ok = r >= val if op == ">=" else r <= val
             tgt += " ok" if ok else " MISS"
+    elif s == "cluster":
+        tgt = f"cluster/qos0 (hive) >= {CLUSTER_TARGET:g}"
+        single = _median([float(r["rate"]) for r in res.get(("qos0", "hive"), [])])
+        v = med.get("hive")
+        if single and v is not None:
+            tgt += f": {v / single:.2f}" + (" ok" if v / single >= CLUSTER_TARGET else " MISS")
     elif s == "conns":
         limit = CONN_KIB_TARGET if key == "kib_per_conn" else CONN_TIME_TARGET
         tgt = f"hive <= {limit:g} {unit}" if key == "kib_per_conn" else f"hive < {limit:g} s"
@@ -610,6 +714,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--start-timeout", type=float, default=60.0)
     ap.add_argument(
+        "--cluster-cores",
+        default=f"{loadgen.BROKER_CORE},{loadgen.GEN_CORE}",
+        help="cores for the cluster scenario's node 1 (publisher) and node 2 (subscriber)",
+    )
+    ap.add_argument(
         "--nice",
         type=int,
         default=0,
@@ -631,6 +740,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.extra_hive_config and "hive-extra" not in brokers:
         brokers.append("hive-extra")
     scen = [s.strip() for s in a.scenarios.split(",") if s.strip()]
+    if "cluster" in scen and "qos0" not in scen and "hive" in brokers:
+        scen.insert(scen.index("cluster"), "qos0")  # the single-node figure it is compared to
     bad = [s for s in scen if s not in SCENARIOS] + [
         b for b in brokers if b not in ("hive", "mosquitto", "hive-extra")
     ]
@@ -667,7 +778,9 @@ def main(argv: list[str] | None = None) -> int:
                 for b in brokers:
                     if failed_start.get(b, 0) >= 2:
                         continue  # this broker doesn't start: don't waste time on it
-                    broker = Broker(defs[b], a)
+                    if s == "cluster" and b != "hive":
+                        continue  # only Hive clusters (hive-extra's config has no <cluster>)
+                    broker = HiveCluster(defs[b], a) if s == "cluster" else Broker(defs[b], a)
                     label = f"[{s} {rnd + 1}/{a.rounds}] {b}"
                     print(f"{label}: starting", file=sys.stderr, flush=True)
                     try:
