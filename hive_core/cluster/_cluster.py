@@ -20,7 +20,12 @@ from hive_core.broker._message import Message
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._routing import RoutingTable, SharedKey
 from hive_core.cluster._transport import NodeTransport, NodeUnreachable, TcpTransport
-from hive_core.cluster._wire import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, FrameKind
+from hive_core.cluster._wire import (
+    MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+    FrameKind,
+    encode_publish_frame,
+)
 from hive_core.mqtt import decode_properties, encode_properties
 from hive_ext_api import ClusterMember, ClusterNodeAddress
 
@@ -326,11 +331,11 @@ class Cluster:
         """
         nodes, groups = self.table.match(message.topic)
         if nodes:
-            body = message_body(message)
+            frame = encode_publish_frame(*message_body(message))  # once, whatever the fan-out
             for node_id in nodes:
                 member = self.members.get(node_id)
                 if member is not None:
-                    member.link.send(FrameKind.PUBLISH, body)
+                    member.link.send_encoded(frame)
                     self.metrics.publishes_forwarded += 1
         return bool(nodes), groups
 

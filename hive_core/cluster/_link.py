@@ -65,9 +65,13 @@ class PeerLink(asyncio.Protocol):
 
     def send(self, kind: FrameKind, body: Any = None) -> None:
         """Queue a frame; everything queued in one loop iteration goes out in one write."""
+        self.send_encoded(encode_frame(kind, body))
+
+    def send_encoded(self, frame: bytes) -> None:
+        """Queue a frame that is already encoded (one PUBLISH sent to several nodes)."""
         if self.closed or self.transport is None:
             return
-        self._pending.append(encode_frame(kind, body))
+        self._pending.append(frame)
         self.frames_out += 1
         if not self._flush_scheduled:
             self._flush_scheduled = True
