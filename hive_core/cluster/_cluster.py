@@ -57,14 +57,18 @@ class Member:
     protocol: int
     link: PeerLink
     joined_at: float = field(default_factory=time.monotonic)
-    last_heard: float = field(default_factory=time.monotonic)
 
 
 @dataclass(slots=True)
 class ClusterMetrics:
     publishes_forwarded: int = 0
     publishes_received: int = 0
-    frames_in: Counter[str] = field(default_factory=Counter)
+    frames_by_kind: Counter[int] = field(default_factory=Counter)
+
+    @property
+    def frames_in(self) -> Counter[str]:
+        """Frames received, by kind name."""
+        return Counter({FrameKind(kind).name: n for kind, n in self.frames_by_kind.items()})
 
 
 def message_body(message: Message) -> list[Any]:
@@ -256,16 +260,16 @@ class Cluster:
             await asyncio.sleep(interval)
             now = time.monotonic()
             for member in list(self.members.values()):
-                if now - member.last_heard > timeout:
-                    self._remove(member.node_id,
-                                 f"no heartbeat for {now - member.last_heard:.1f} s")
+                silent = now - member.link.last_read
+                if silent > timeout:
+                    self._remove(member.node_id, f"no heartbeat for {silent:.1f} s")
                 else:
                     member.link.send(FrameKind.HEARTBEAT)
 
     # ------------------------------------------------------------------ frames
 
     def _on_frame(self, link: PeerLink, kind: FrameKind, body: Any) -> None:
-        self.metrics.frames_in[kind.name] += 1
+        self.metrics.frames_by_kind[kind] += 1
         if kind is FrameKind.HELLO:
             self._links.add(link)
             self._establish(link, body, answer=True)
@@ -277,7 +281,6 @@ class Cluster:
         member = self.members.get(peer_id) if peer_id else None
         if member is None or member.link is not link:
             return  # a frame before the handshake, or on a link that lost the tie-break
-        member.last_heard = time.monotonic()
         if kind is FrameKind.PUBLISH:
             self.metrics.publishes_received += 1
             # No flush here: mark_dirty flushes once after the whole batch of frames.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ class PeerLink(asyncio.Protocol):
         self._pending: list[bytes] = []
         self._flush_scheduled = False
         self.frames_in = 0
+        self.last_read = time.monotonic()  # any frame counts as a sign of life
         self.frames_out = 0
 
     @property
@@ -42,6 +44,7 @@ class PeerLink(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
         try:
             frames = self._decoder.feed(data)
         except WireError as exc:

@@ -174,6 +174,9 @@ def decode_publish_body(body: bytes) -> PublishFields:
             expiry if flags & _HAS_EXPIRY else None, publisher)
 
 
+_KINDS = {kind.value: kind for kind in FrameKind}
+
+
 def encode_frame(kind: FrameKind, body: Any = None) -> bytes:
     out = bytearray(b"\x00\x00\x00\x00")
     out.append(kind)
@@ -191,7 +194,7 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[tuple[FrameKind, Any]]:
         buffer = self._buffer
         buffer += data
-        frames = []
+        frames: list[tuple[FrameKind, Any]] = []
         at = 0
         try:
             while len(buffer) - at >= 4:
@@ -200,17 +203,19 @@ class FrameDecoder:
                     raise WireError(f"frame of {size} bytes")
                 if len(buffer) - at - 4 < size:
                     break
+                if buffer[at + 4] == FrameKind.PUBLISH:  # the hot path: no generic decoding
+                    frames.append((FrameKind.PUBLISH,
+                                   decode_publish_body(bytes(buffer[at + 5:at + 4 + size]))))
+                    at += 4 + size
+                    continue
                 frame = memoryview(bytes(buffer[at + 4:at + 4 + size]))
                 try:
-                    kind = FrameKind(frame[0])
-                except ValueError:
+                    kind = _KINDS[frame[0]]
+                except KeyError:
                     kind = None  # a newer peer's frame: skipped, so versions can mix
-                if kind is FrameKind.PUBLISH:
-                    body: Any = decode_publish_body(bytes(frame[1:]))
-                else:
-                    body, end = _unpack(frame, 1) if len(frame) > 1 else (None, 1)
-                    if end != len(frame):
-                        raise WireError("trailing bytes in a frame")
+                body, end = _unpack(frame, 1) if len(frame) > 1 else (None, 1)
+                if end != len(frame):
+                    raise WireError("trailing bytes in a frame")
                 if kind is not None:
                     frames.append((kind, body))
                 at += 4 + size
