@@ -56,6 +56,7 @@ class Member:
     version: str
     protocol: int
     link: PeerLink
+    incarnation: int = 0  # when the peer process started: a higher one means it restarted
     joined_at: float = field(default_factory=time.monotonic)
 
 
@@ -102,6 +103,7 @@ class Cluster:
             settings.bind_host, settings.bind_port, settings.server_ssl, settings.client_ssl)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        self.incarnation = time.time_ns()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -194,7 +196,8 @@ class Cluster:
     def _hello(self) -> dict[str, Any]:
         return {"id": self.node_id, "protocol": PROTOCOL_VERSION,
                 "min_protocol": MIN_PROTOCOL_VERSION, "version": __version__,
-                "host": self.address.host, "port": self.address.port}
+                "host": self.address.host, "port": self.address.port,
+                "incarnation": self.incarnation}
 
     def _establish(self, link: PeerLink, hello: dict[str, Any], answer: bool = False) -> None:
         peer_id = str(hello["id"])
@@ -208,10 +211,14 @@ class Cluster:
             link.close()
             return
         existing = self.members.get(peer_id)
+        incarnation = int(hello.get("incarnation", 0))
         if existing is not None and not existing.link.closed:
-            # Both dialled at once: keep the link opened by the node with the smaller id.
-            keep_new = (link.outbound and self.node_id < peer_id) or (
-                not link.outbound and peer_id < self.node_id)
+            if incarnation > existing.incarnation:
+                keep_new = True  # the peer restarted: its old link is dead, whatever it looks
+            else:
+                # Both dialled at once: keep the link opened by the node with the smaller id.
+                keep_new = (link.outbound and self.node_id < peer_id) or (
+                    not link.outbound and peer_id < self.node_id)
             if not keep_new:
                 link.close()
                 return
@@ -220,7 +227,7 @@ class Cluster:
         link.peer_id = peer_id
         address = ClusterNodeAddress(str(hello["host"]), int(hello["port"]))
         self.members[peer_id] = Member(peer_id, address, str(hello.get("version", "")),
-                                       protocol, link)
+                                       protocol, link, incarnation)
         log.info("Cluster node %s (%s:%d, Hive %s) joined the cluster", peer_id, address.host,
                  address.port, hello.get("version"))
         if answer:  # WELCOME first: the dialling node drops every frame before it

@@ -1,20 +1,25 @@
-"""TLS on node links, with the handshake's outcome said in the log.
+"""TLS on node links, with the handshake's outcome said in the log on both ends.
 
-asyncio reports a failed server-side handshake only in debug mode, and under TLS 1.3 a dialing
-node learns that its certificate was refused only on its first read after the handshake. So
-both ends of a node link go through here, and a failure becomes one WARNING line::
+Left to itself asyncio (and uvloop) would hide why a node cannot join: a failed server-side
+handshake is logged only in debug mode, and the alert OpenSSL writes to tell the other end
+why is dropped when the connection is closed, so that end sees only a reset. Here both ends
+of a node link run asyncio's TLS protocol made by Hive (:class:`_NodeTls`), which sends that
+alert, and a failure becomes one WARNING line on each node::
 
     cluster TLS handshake with 127.0.0.1:7801 failed: REASON
 
-on the dialing node and on the accepting one, so that a node kept out knows why, and so do the
-nodes it tried to join.
+Under TLS 1.3 the dialing node's handshake ends before the accepting node has checked the
+dialer's certificate; a refusal then arrives as an alert on the first read, which
+:class:`_FirstRead` reports the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
+from asyncio import sslproto
 from collections.abc import Callable
 from typing import TypeVar, cast
 
@@ -69,12 +74,37 @@ def _peer(transport: asyncio.BaseTransport) -> str:
     return f"{address[0]}:{address[1]}" if address else "an unknown peer"
 
 
+class _NodeTls(sslproto.SSLProtocol):
+    """asyncio's TLS protocol, sending the alert that says why a handshake failed.
+
+    asyncio's own closes the connection at once, the alert still in its outgoing buffer
+    (CPython 3.11 to 3.13, whose ``_on_handshake_complete`` and ``_process_outgoing`` these
+    are); flushing it first lets the other node log the reason instead of a reset.
+    """
+
+    def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
+        if handshake_exc is not None:
+            with contextlib.suppress(Exception):  # best effort: the link fails either way
+                self._process_outgoing()  # type: ignore[attr-defined]
+        super()._on_handshake_complete(handshake_exc)
+
+
+def _node_tls(app: asyncio.BaseProtocol, context: ssl.SSLContext,
+              handshake: asyncio.Future[None], timeout: float, *, server_side: bool,
+              server_hostname: str | None = None) -> _NodeTls:
+    return _NodeTls(asyncio.get_running_loop(), app, context, handshake,
+                    server_side=server_side, server_hostname=server_hostname,
+                    ssl_handshake_timeout=timeout)  # type: ignore[arg-type]
+
+
 class TlsAcceptor:
     """A protocol factory for ``loop.create_server(..., ssl=None)`` that does TLS itself.
 
-    Each connection is handshaken with ``loop.start_tls`` under a deadline; the link's own
-    protocol (from ``protocol_factory``) sees the connection only once it is secure. A failed
-    handshake is logged and the connection closed.
+    Each accepted connection gets a :class:`_NodeTls`, made here rather than by the loop so
+    that the handshake's outcome can be seen: the link's own protocol (``protocol_factory``)
+    sees the connection once it is secure, and a failed or overdue handshake is logged.
+    (``loop.start_tls`` would be the public way, but under uvloop 0.23 a ClientHello that is
+    already waiting is sometimes not read, and the handshake hangs until its deadline.)
     """
 
     def __init__(self, protocol_factory: Callable[[], asyncio.Protocol],
@@ -82,55 +112,49 @@ class TlsAcceptor:
         self._protocol_factory = protocol_factory
         self._context = context
         self._timeout = handshake_timeout
-        self._handshakes: set[asyncio.Task[None]] = set()
+        self._handshaking: set[asyncio.Transport] = set()
 
     def __call__(self) -> asyncio.Protocol:
         return _Accepting(self)
 
-    def _start(self, transport: asyncio.Transport) -> None:
-        task = asyncio.get_running_loop().create_task(self._handshake(transport))
-        self._handshakes.add(task)
-        task.add_done_callback(self._handshakes.discard)
-
-    async def _handshake(self, transport: asyncio.Transport) -> None:
+    def _secure(self, accepted: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, accepted)  # uvloop's are not asyncio subclasses
+        loop = asyncio.get_running_loop()
         peer = _peer(transport)
-        protocol = self._protocol_factory()
-        try:
-            secure = await asyncio.get_running_loop().start_tls(
-                transport, protocol, self._context, server_side=True,
-                ssl_handshake_timeout=self._timeout)
-        except ssl.SSLError as exc:
-            _warn(peer, exc)
-            transport.abort()
-            return
-        except (TimeoutError, ConnectionAbortedError) as exc:
-            _warn(peer, exc)
-            transport.abort()
-            return
-        except OSError as exc:  # the dialer hung up: nothing the operator can act on
-            log.debug("cluster TLS handshake with %s ended: %s", peer, exc)
-            transport.abort()
-            return
-        if secure is None:  # closed while handshaking
-            return
-        protocol.connection_made(secure)
+        handshake: asyncio.Future[None] = loop.create_future()
+        tls = _node_tls(self._protocol_factory(), self._context, handshake, self._timeout,
+                        server_side=True)
+        # Swapped in before the loop reads anything: the ClientHello goes to the TLS layer.
+        transport.set_protocol(tls)
+        tls.connection_made(transport)
+        self._handshaking.add(transport)
+
+        def done(future: asyncio.Future[None]) -> None:
+            self._handshaking.discard(transport)
+            exc = None if future.cancelled() else future.exception()
+            if isinstance(exc, ssl.SSLError | TimeoutError | ConnectionAbortedError):
+                _warn(peer, exc)
+            elif exc is not None:  # the dialer hung up: nothing the operator can act on
+                log.debug("cluster TLS handshake with %s ended: %r", peer, exc)
+            if exc is not None:
+                transport.abort()
+
+        handshake.add_done_callback(done)
 
     def close(self) -> None:
-        """Abandon the handshakes under way (the server is closing)."""
-        for task in self._handshakes:
-            task.cancel()
+        """Abort the connections still handshaking (the server is closing)."""
+        for transport in list(self._handshaking):
+            transport.abort()
 
 
 class _Accepting(asyncio.Protocol):
-    """Holds a fresh connection still, until its handshake task takes it over."""
+    """A fresh connection's first protocol: hands it to the TLS layer at once."""
 
     def __init__(self, acceptor: TlsAcceptor) -> None:
         self._acceptor = acceptor
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        stream = cast(asyncio.Transport, transport)  # uvloop's are not asyncio subclasses
-        stream.pause_reading()  # the ClientHello waits for the TLS layer
-        self._acceptor._start(stream)
+        self._acceptor._secure(transport)
 
 
 class _FirstRead(asyncio.Protocol):
@@ -145,15 +169,15 @@ class _FirstRead(asyncio.Protocol):
     def __init__(self, link: asyncio.Protocol, peer: str) -> None:
         self.link = link
         self._peer = peer
-        self._transport: asyncio.Transport | None = None
+        self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
+        self.transport = cast(asyncio.Transport, transport)
         self.link.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        if self._transport is not None:
-            self._transport.set_protocol(self.link)
+        if self.transport is not None:
+            self.transport.set_protocol(self.link)
         self.link.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -180,18 +204,22 @@ async def dial_tls(protocol_factory: Callable[[], P], host: str, port: int,
     handshake fails or misses its deadline, and other OSErrors, not logged, when the node
     cannot be reached.
     """
+    loop = asyncio.get_running_loop()
     peer = f"{host}:{port}"
-    links: list[P] = []
-
-    def watched() -> asyncio.Protocol:
-        links.append(protocol_factory())
-        return _FirstRead(links[0], peer)
-
+    link = protocol_factory()
+    watch = _FirstRead(link, peer)
+    handshake: asyncio.Future[None] = loop.create_future()
+    tls = _node_tls(watch, context, handshake, handshake_timeout, server_side=False,
+                    server_hostname=host)
+    transport, _ = await loop.create_connection(lambda: tls, host, port)
     try:
-        transport, _ = await asyncio.get_running_loop().create_connection(
-            watched, host, port, ssl=context, server_hostname=host,
-            ssl_handshake_timeout=handshake_timeout)
+        await handshake
     except (ssl.SSLError, ConnectionAbortedError) as exc:  # the latter: handshake deadline
         _warn(peer, exc)
+        transport.abort()
         raise
-    return transport, links[0]
+    except BaseException:  # cancelled, or the node hung up
+        transport.abort()
+        raise
+    assert watch.transport is not None  # the TLS protocol made the link's connection
+    return watch.transport, link
