@@ -175,8 +175,8 @@ class Extensions:
             except Exception as exc:
                 log.exception("Extension %s failed to start", name)
                 self.manager.deactivate(name, f"failed to start: {exc!r}")
-            else:
-                log.info("Extension %s started", name)
+        for record in self.manager.active():
+            log.info("Extension %s %s started", record.name, record.version or "")
         self.refresh()
 
     async def stop(self, context_for: Callable[[str], ExtensionContext]) -> None:
