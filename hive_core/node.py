@@ -18,7 +18,7 @@ from hive_core import __version__
 from hive_core.admin import RestApi
 from hive_core.broker import Broker, BrokerSettings, ClientConnection
 from hive_core.broker._services import NodeServices
-from hive_core.cluster import Cluster, ClusterSettings
+from hive_core.cluster import Cluster, ClusterSettings, HealthCheckSettings
 from hive_core.config import HiveConfig
 from hive_core.net import WebSocketProtocol, cluster_contexts, server_context
 from hive_core.persistence import MemorySessionStore
@@ -43,9 +43,6 @@ def node_id(data_dir: Path) -> str:
 def cluster_settings(config: HiveConfig) -> ClusterSettings:
     cluster = config.cluster
     transport = cluster.effective_transport()
-    if cluster.transport_kind != "tcp":
-        raise ClusterConfigError(
-            "this Hive runs the cluster on the TCP transport only: set <transport><tcp>")
     bind_host = transport.bind_address or "0.0.0.0"
     external_host = transport.external_address or (
         bind_host if bind_host not in ("0.0.0.0", "::") else socket.gethostbyname(
@@ -61,7 +58,18 @@ def cluster_settings(config: HiveConfig) -> ClusterSettings:
         heartbeat_interval=heartbeat.interval_ms / 1000,
         heartbeat_timeout=(heartbeat.timeout_ms / 1000) if heartbeat.enabled else float("inf"),
         server_ssl=server_ssl, client_ssl=client_ssl,
+        transport_kind=cluster.transport_kind,  # UDP: nodes come from a discovery extension
+        health_check=health_check_settings(config, bind_host),
     )
+
+
+def health_check_settings(config: HiveConfig, bind_host: str) -> HealthCheckSettings | None:
+    """<tcp-health-check> resolved: None when disabled; binds where the transport does."""
+    check = config.cluster.failure_detection.tcp_health_check
+    if not check.enabled:
+        return None
+    return HealthCheckSettings(check.bind_address or bind_host, check.bind_port,
+                               check.port_range, check.external_address, check.external_port)
 
 
 class ClusterConfigError(Exception):

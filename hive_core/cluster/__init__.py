@@ -1,6 +1,7 @@
 """Many nodes, one logical broker: membership, node transport, routing between nodes."""
 
 from hive_core.cluster._cluster import Cluster, ClusterMetrics, ClusterSettings, Member
+from hive_core.cluster._health import HealthCheck, HealthCheckSettings
 from hive_core.cluster._routing import RoutingTable
 from hive_core.cluster._transport import (
     MemoryNetwork,
@@ -9,8 +10,10 @@ from hive_core.cluster._transport import (
     NodeUnreachable,
     TcpTransport,
 )
+from hive_core.cluster._udp import UdpTiming, UdpTransport
 from hive_core.cluster._wire import PROTOCOL_VERSION, FrameDecoder, FrameKind, encode_frame
 
 __all__ = ["PROTOCOL_VERSION", "Cluster", "ClusterMetrics", "ClusterSettings", "FrameDecoder",
-           "FrameKind", "Member", "MemoryNetwork", "MemoryTransport", "NodeTransport",
-           "NodeUnreachable", "RoutingTable", "TcpTransport", "encode_frame"]
+           "FrameKind", "HealthCheck", "HealthCheckSettings", "Member", "MemoryNetwork",
+           "MemoryTransport", "NodeTransport", "NodeUnreachable", "RoutingTable", "TcpTransport",
+           "UdpTiming", "UdpTransport", "encode_frame"]

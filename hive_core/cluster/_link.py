@@ -14,6 +14,11 @@ log = logging.getLogger("hive.cluster")
 
 FrameHandler = Callable[["PeerLink", FrameKind, Any], None]
 
+FLUSH_FRAMES = 256
+"""A batch this long goes out at once instead of at the end of the loop iteration: a long read
+on one node (a few thousand PUBLISHes) reaches the next node in slices it can start on, so the
+two nodes work side by side instead of taking turns."""
+
 
 class PeerLink(asyncio.Protocol):
     """One TCP (or TLS) connection between two nodes; either side may have opened it."""
@@ -74,9 +79,13 @@ class PeerLink(asyncio.Protocol):
         """Queue a frame that is already encoded (one PUBLISH sent to several nodes)."""
         if self.closed or self.transport is None:
             return
-        self._pending.append(frame)
+        pending = self._pending
+        pending.append(frame)
         self.frames_out += 1
-        if not self._flush_scheduled:
+        if len(pending) >= FLUSH_FRAMES:
+            self._pending = []
+            self.transport.write(b"".join(pending))
+        elif not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 

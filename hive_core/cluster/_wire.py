@@ -139,6 +139,10 @@ def _unpack(data: memoryview, at: int) -> tuple[Any, int]:
 
 
 _publish_head = struct.Struct(">BBdHHI")  # qos, flags, expiry, topic, publisher, properties sizes
+# frame size, kind, then the head: one pack per frame
+_publish_start = struct.Struct(">IB" + _publish_head.format[1:])
+_PUBLISH_FIXED = 1 + _publish_head.size
+_PUBLISH = 20  # FrameKind.PUBLISH as a plain int: compared once per frame
 _HAS_EXPIRY, _RETAIN = 0x01, 0x02
 
 
@@ -148,29 +152,37 @@ def encode_publish_frame(topic: str, payload: bytes, qos: int, retain: bool, pro
     topic_raw = topic.encode()
     publisher_raw = publisher.encode()
     flags = (_HAS_EXPIRY if expiry_at is not None else 0) | (_RETAIN if retain else 0)
-    head = _publish_head.pack(qos, flags, expiry_at or 0.0, len(topic_raw), len(publisher_raw),
-                              len(properties))
-    size = 1 + len(head) + len(topic_raw) + len(publisher_raw) + len(properties) + len(payload)
-    return b"".join((_u32.pack(size), bytes((FrameKind.PUBLISH,)), head, topic_raw,
-                     publisher_raw, properties, payload))
+    size = (_PUBLISH_FIXED + len(topic_raw) + len(publisher_raw) + len(properties)
+            + len(payload))
+    start = _publish_start.pack(size, _PUBLISH, qos, flags, expiry_at or 0.0, len(topic_raw),
+                                len(publisher_raw), len(properties))
+    if properties:
+        return b"".join((start, topic_raw, publisher_raw, properties, payload))
+    return b"".join((start, topic_raw, publisher_raw, payload))
 
 
 PublishFields = tuple[str, bytes, int, bool, bytes, float | None, str]
 
 
-def decode_publish_body(body: bytes) -> PublishFields:
-    """The fields of a PUBLISH frame body (after the kind byte)."""
-    qos, flags, expiry, topic_size, publisher_size, props_size = _publish_head.unpack_from(body)
-    at = _publish_head.size
-    topic = body[at:at + topic_size].decode()
+def decode_publish_body(data: bytes, at: int = 0, end: int | None = None) -> PublishFields:
+    """The fields of a PUBLISH frame body (after the kind byte): ``data[at:end]``."""
+    if end is None:
+        end = len(data)
+    qos, flags, expiry, topic_size, publisher_size, props_size = _publish_head.unpack_from(
+        data, at)
+    at += _publish_head.size
+    topic = data[at:at + topic_size].decode()
     at += topic_size
-    publisher = body[at:at + publisher_size].decode()
+    publisher = data[at:at + publisher_size].decode()
     at += publisher_size
-    properties = body[at:at + props_size]
-    at += props_size
-    if at > len(body):
+    if props_size:
+        properties = data[at:at + props_size]
+        at += props_size
+    else:
+        properties = b""
+    if at > end:
         raise WireError("PUBLISH frame fields run past the frame")
-    return (topic, body[at:], qos, bool(flags & _RETAIN), properties,
+    return (topic, data[at:end], qos, bool(flags & _RETAIN), properties,
             expiry if flags & _HAS_EXPIRY else None, publisher)
 
 
@@ -189,26 +201,40 @@ class FrameDecoder:
     """Bytes from a link in, whole frames out (sans-IO, like the MQTT codec)."""
 
     def __init__(self) -> None:
-        self._buffer = bytearray()
+        self._rest = bytearray()  # the start of a frame that has not fully arrived
+        self._need = 0  # how long _rest must grow before that frame is whole
 
     def feed(self, data: bytes) -> list[tuple[FrameKind, Any]]:
-        buffer = self._buffer
-        buffer += data
+        rest = self._rest
+        if rest:
+            rest += data
+            if len(rest) < self._need:
+                return []
+            buffer = bytes(rest)
+            rest.clear()
+        else:
+            buffer = bytes(data)  # no copy when data is bytes already
+        # One immutable buffer per read: fields are sliced straight out of it, no copy per frame.
+        length = len(buffer)
+        need = 4
         frames: list[tuple[FrameKind, Any]] = []
+        append = frames.append
+        publish = FrameKind.PUBLISH
         at = 0
         try:
-            while len(buffer) - at >= 4:
+            while length - at >= 4:
                 size = _u32.unpack_from(buffer, at)[0]
                 if size < 1 or size > MAX_FRAME:
                     raise WireError(f"frame of {size} bytes")
-                if len(buffer) - at - 4 < size:
+                end = at + 4 + size
+                if end > length:
+                    need = end - at
                     break
-                if buffer[at + 4] == FrameKind.PUBLISH:  # the hot path: no generic decoding
-                    frames.append((FrameKind.PUBLISH,
-                                   decode_publish_body(bytes(buffer[at + 5:at + 4 + size]))))
-                    at += 4 + size
+                if buffer[at + 4] == _PUBLISH:  # the hot path: no generic decoding
+                    append((publish, decode_publish_body(buffer, at + 5, end)))
+                    at = end
                     continue
-                frame = memoryview(bytes(buffer[at + 4:at + 4 + size]))
+                frame = memoryview(buffer)[at + 4:end]
                 try:
                     kind = _KINDS[frame[0]]
                 except KeyError:
@@ -221,5 +247,7 @@ class FrameDecoder:
                 at += 4 + size
         except (IndexError, UnicodeDecodeError, struct.error) as exc:
             raise WireError(f"malformed frame: {exc}") from exc
-        del buffer[:at]
+        if at < length:
+            rest += memoryview(buffer)[at:]
+            self._need = need
         return frames
