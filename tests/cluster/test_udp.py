@@ -43,6 +43,7 @@ from hive_core.persistence import MemorySessionStore, Snapshot
 from hive_core.plugins import ExtensionManager, Extensions
 from hive_ext_api import ClusterNodeAddress
 
+DEFAULT_TIMING = UdpTiming()
 FAST = UdpTiming(rto_initial=0.05, rto_min=0.05, rto_max=0.1, max_retransmits=6)
 """Quick to give up on a dead peer (under a second)."""
 
@@ -183,7 +184,7 @@ class UdpNode:
 
     def __init__(self, name: str, transport: NodeTransport | None = None,
                  heartbeat: tuple[float, float] = (0.05, 3.0), health: bool = False,
-                 timing: UdpTiming = UdpTiming()) -> None:
+                 timing: UdpTiming = DEFAULT_TIMING) -> None:
         self.name = name
         self.broker = Broker(BrokerSettings(), MemorySessionStore())
         self.discovery = SeedDiscovery([])
