@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from hive_ext_api import PublishMessage
 
 log = logging.getLogger("hive.broker")
+SessionRecords = tuple[StoredSession, list[tuple[int, StoredMessage]], list[StoredInflight]]
 P = PropertyId
 RC = ReasonCode
 _DUP = 0x08
@@ -294,6 +295,7 @@ class Broker:
         self._publish_will(session)
 
     def _publish_will(self, session: Session) -> None:
+        """Publish the session's will now (at most once)."""
         will, session.will = session.will, None
         if will is None:
             return
@@ -787,31 +789,99 @@ class Broker:
             self.retained[topic] = Message(topic, stored.payload, stored.qos, True, props,
                                            stored.publisher_id, stored.expiry_at)
         for client_id, record in snapshot.sessions.items():
-            session = Session(client_id, record.protocol_version, record.expiry_interval)
-            session.disconnected_at = record.disconnected_at or now
-            for topic_filter, sub in record.subscriptions.items():
-                shared = parse_shared_subscription(topic_filter)
-                subscription = Subscription(session, topic_filter, sub.qos, sub.no_local,
-                                            sub.retain_as_published, sub.retain_handling,
-                                            sub.subscription_id, shared[0] if shared else None)
-                session.subscriptions[topic_filter] = subscription
-                self.subscriptions.add(shared[1] if shared else topic_filter, subscription)
-            for seq, stored in snapshot.queues.get(client_id, []):
-                pending = self._pending_from(stored)
-                pending.seq = seq
-                self._seq = max(self._seq, seq)
-                session.queue.append(pending)
-            for inflight in snapshot.inflight.get(client_id, []):
-                if inflight.direction == "in":
-                    session.inbound_qos2.add(inflight.packet_id)
-                elif inflight.message is not None or inflight.state == "pubrel":
-                    pending = (self._pending_from(inflight.message) if inflight.message
-                               else Pending(Message("", b"", 2, False, None, ""), 2, None, False))
-                    session.inflight[inflight.packet_id] = Outbound(pending, inflight.state)
-            self.sessions[client_id] = session
-            if not session.never_expires:
-                remaining = session.expiry_interval - (now - session.disconnected_at)
-                self._schedule_expiry(session, remaining)
+            self._restore_session(record, snapshot.queues.get(client_id, []),
+                                  snapshot.inflight.get(client_id, []), now)
         if snapshot.sessions or snapshot.retained:
             log.info("restored %d sessions and %d retained messages",
                      len(snapshot.sessions), len(snapshot.retained))
+
+    def _restore_session(self, record: StoredSession, queue: list[tuple[int, StoredMessage]],
+                         inflight_records: list[StoredInflight], now: float) -> Session:
+        client_id = record.client_id
+        session = Session(client_id, record.protocol_version, record.expiry_interval)
+        session.disconnected_at = record.disconnected_at or now
+        for topic_filter, sub in record.subscriptions.items():
+            shared = parse_shared_subscription(topic_filter)
+            subscription = Subscription(session, topic_filter, sub.qos, sub.no_local,
+                                        sub.retain_as_published, sub.retain_handling,
+                                        sub.subscription_id, shared[0] if shared else None)
+            session.subscriptions[topic_filter] = subscription
+            if self.subscriptions.add(shared[1] if shared else topic_filter, subscription) \
+                    and self.cluster is not None:
+                self.cluster.filter_added(topic_filter)
+        for seq, stored in queue:
+            pending = self._pending_from(stored)
+            pending.seq = seq
+            self._seq = max(self._seq, seq)
+            session.queue.append(pending)
+        for inflight in inflight_records:
+            if inflight.direction == "in":
+                session.inbound_qos2.add(inflight.packet_id)
+            elif inflight.message is not None or inflight.state == "pubrel":
+                pending = (self._pending_from(inflight.message) if inflight.message
+                           else Pending(Message("", b"", 2, False, None, ""), 2, None, False))
+                session.inflight[inflight.packet_id] = Outbound(pending, inflight.state)
+        self.sessions[client_id] = session
+        if not session.never_expires:
+            remaining = session.expiry_interval - (now - session.disconnected_at)
+            self._schedule_expiry(session, remaining)
+        return session
+
+    # ------------------------------------------------------------------ sessions moving nodes
+
+    def export_session(self, client_id: str) -> SessionRecords | None:
+        """Hand a session to another node: close its connection here, give its state, forget it.
+
+        None when this node has no persistent session for ``client_id``.
+        """
+        session = self.sessions.get(client_id)
+        if session is None:
+            return None
+        if session.connection is not None:
+            log.info("client %r connected on another node: its session moves there", client_id)
+            session.connection.close(RC.SESSION_TAKEN_OVER,
+                                     "another connection took the session over")
+            session = self.sessions.get(client_id)  # closing ends a session with expiry 0
+            if session is None:
+                return None
+        record = StoredSession(
+            session.client_id, session.protocol_version, session.expiry_interval,
+            session.disconnected_at,
+            {f: StoredSubscription(f, s.qos, s.no_local, s.retain_as_published,
+                                   s.retain_handling, s.subscription_id)
+             for f, s in session.subscriptions.items()})
+        queue = [(index, self._stored(p)) for index, p in enumerate(session.queue, 1)]
+        inflight = [StoredInflight(client_id, pid, "out",
+                                   "pubrel" if o.state == "pubrel" else "publish",
+                                   None if o.state == "pubrel" else self._stored(o.pending))
+                    for pid, o in session.inflight.items()]
+        inflight += [StoredInflight(client_id, pid, "in", "pubrec")
+                     for pid in session.inbound_qos2]
+        if session.will_handle is not None:  # the will stays with the session's old home
+            session.will_handle.cancel()
+            session.will_handle = None
+            self._publish_will(session)
+        self._end_session(session)
+        return record, queue, inflight
+
+    def import_session(self, records: SessionRecords) -> None:
+        """Take over a session another node handed over (before this node's CONNACK)."""
+        record, queue, inflight = records
+        existing = self.sessions.get(record.client_id)
+        if existing is not None:
+            if existing.connection is not None:
+                return
+            self._end_session(existing)
+        session = self._restore_session(record, queue, inflight, time.time())
+        self._save_session(session)
+        client_id = session.client_id
+        for pending in session.queue:
+            self._seq += 1
+            pending.seq = self._seq
+            self.store.enqueue(client_id, pending.seq, self._stored(pending))
+        for pid, outbound in session.inflight.items():
+            self.store.save_inflight(StoredInflight(
+                client_id, pid, "out", "pubrel" if outbound.state == "pubrel" else "publish",
+                None if outbound.state == "pubrel" else self._stored(outbound.pending)))
+        for pid in session.inbound_qos2:
+            self.save_inbound_qos2(session, pid)

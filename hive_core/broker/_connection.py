@@ -293,13 +293,35 @@ class ClientConnection:
     # ------------------------------------------------------------------ CONNECT
 
     def _on_connect(self, connect: Connect) -> None:
-        extensions = self.broker.extensions
-        if (extensions.authenticates or extensions.intercepts_connect
-                or P.AUTHENTICATION_METHOD in connect.properties
-                or (connect.will is not None and extensions.authorizes_publish)):
+        cluster = self.broker.cluster
+        if cluster is not None and cluster.members and connect.client_id:
+            self._defer(self._connect_in_cluster(connect))
+        else:
+            self._connect_here(connect)
+
+    async def _connect_in_cluster(self, connect: Connect) -> None:
+        """The session may live on another node: fetch it first, then connect as usual."""
+        cluster = self.broker.cluster
+        if cluster is not None:
+            await cluster.fetch_session(connect.client_id)
+        if self.closed:
+            return
+        if self._extensions_decide(connect):
+            await flow.connect(self, connect)
+        else:
+            self.accept_connect(connect, {})
+
+    def _connect_here(self, connect: Connect) -> None:
+        if self._extensions_decide(connect):
             self._defer(flow.connect(self, connect))
         else:
             self.accept_connect(connect, {})
+
+    def _extensions_decide(self, connect: Connect) -> bool:
+        extensions = self.broker.extensions
+        return bool(extensions.authenticates or extensions.intercepts_connect
+                    or P.AUTHENTICATION_METHOD in connect.properties
+                    or (connect.will is not None and extensions.authorizes_publish))
 
     def refuse_connect(self, reason: int, reason_string: str | None = None) -> None:
         """CONNACK with a refusal (an MQTT 3 return code for 3.x clients), then close."""

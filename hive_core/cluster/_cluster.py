@@ -29,10 +29,18 @@ from hive_core.cluster._wire import (
     encode_publish_frame,
 )
 from hive_core.mqtt import decode_properties, encode_properties
-from hive_ext_api import ClusterMember, ClusterNodeAddress
+from hive_ext_api import (
+    ClusterMember,
+    ClusterNodeAddress,
+    StoredInflight,
+    StoredMessage,
+    StoredSession,
+    StoredSubscription,
+)
 
 if TYPE_CHECKING:
     from hive_core.broker import Broker
+    from hive_core.broker._broker import SessionRecords
     from hive_core.plugins import Extensions
 
 log = logging.getLogger("hive.cluster")
@@ -84,6 +92,50 @@ class ClusterMetrics:
         return counts
 
 
+class _SessionFetch:
+    """The answers to one SESSION_FETCH, from every member asked."""
+
+    def __init__(self, waiting: set[str]) -> None:
+        self.waiting = waiting
+        self.sessions: list[SessionRecords] = []
+        self.done = asyncio.Event()
+
+    def answered(self, node_id: str, records: SessionRecords | None) -> None:
+        self.waiting.discard(node_id)
+        if records is not None:
+            self.sessions.append(records)
+        if not self.waiting:
+            self.done.set()
+
+
+def _message_fields(m: StoredMessage) -> list[Any]:
+    return [m.topic, m.payload, m.qos, m.retain, m.properties, m.expiry_at, m.publisher_id]
+
+
+def session_body(records: SessionRecords) -> list[Any]:
+    record, queue, inflight = records
+    subscriptions = [[s.topic_filter, s.qos, s.no_local, s.retain_as_published,
+                      s.retain_handling, s.subscription_id] for s in record.subscriptions.values()]
+    return [
+        [record.client_id, record.protocol_version, record.expiry_interval,
+         record.disconnected_at, subscriptions],
+        [[seq, _message_fields(m)] for seq, m in queue],
+        [[i.packet_id, i.direction, i.state, _message_fields(i.message) if i.message else None]
+         for i in inflight],
+    ]
+
+
+def session_from(body: list[Any]) -> SessionRecords:
+    (client_id, version, expiry, disconnected_at, subscriptions), queue, inflight = body
+    record = StoredSession(client_id, version, expiry, disconnected_at, {
+        s[0]: StoredSubscription(s[0], s[1], s[2], s[3], s[4], s[5]) for s in subscriptions})
+    return (record,
+            [(seq, StoredMessage(*fields)) for seq, fields in queue],
+            [StoredInflight(client_id, pid, direction, state,
+                            StoredMessage(*fields) if fields else None)
+             for pid, direction, state, fields in inflight])
+
+
 def message_body(message: Message) -> list[Any]:
     props = encode_properties(message.properties) if message.properties else b""
     return [message.topic, message.payload, message.qos, message.retain, props,
@@ -119,6 +171,8 @@ class Cluster:
             node_id, settings.health_check, self._health_failed, settings.connect_timeout)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._fetches: dict[int, _SessionFetch] = {}
+        self._fetch_seq = 0
         self.incarnation = time.time_ns()
 
     # ------------------------------------------------------------------ lifecycle
@@ -358,6 +412,16 @@ class Cluster:
         elif kind is FrameKind.RETAINED:
             for item in body:
                 self.broker.apply_retained(message_from(item), only_if_absent=True)
+        elif kind is FrameKind.SESSION_FETCH:
+            request, client_id = body
+            records = self.broker.export_session(str(client_id))
+            self.broker.flush()
+            link.send(FrameKind.SESSION, [request, client_id,
+                                          session_body(records) if records else None])
+        elif kind is FrameKind.SESSION:
+            waiter = self._fetches.get(body[0])
+            if waiter is not None:
+                waiter.answered(member.node_id, session_from(body[2]) if body[2] else None)
         elif kind is FrameKind.CLIENT_CONNECTED:
             self.broker.taken_over_elsewhere(str(body))
         elif kind is FrameKind.MEMBERS:
@@ -425,6 +489,31 @@ class Cluster:
 
     def retained_changed(self, message: Message) -> None:
         self._broadcast(FrameKind.RETAIN, message_body(message))
+
+    async def fetch_session(self, client_id: str) -> None:
+        """Before a client's CONNACK: the node that holds its session hands it over to this one.
+
+        Every member is asked; whoever has the session closes the client's connection there,
+        sends the session's state and forgets it. Members that do not answer within the
+        connect timeout are not waited for.
+        """
+        peers = [m for m in self.members.values() if not m.link.closed]
+        if not peers:
+            return
+        self._fetch_seq += 1
+        request = self._fetch_seq
+        waiter = self._fetches[request] = _SessionFetch({m.node_id for m in peers})
+        try:
+            for member in peers:
+                member.link.send(FrameKind.SESSION_FETCH, [request, client_id])
+            await asyncio.wait_for(waiter.done.wait(), self.settings.connect_timeout)
+        except TimeoutError:
+            log.warning("nodes %s did not answer about the session of %r in time",
+                        sorted(waiter.waiting), client_id)
+        finally:
+            del self._fetches[request]
+        for records in waiter.sessions:
+            self.broker.import_session(records)
 
     def client_connected(self, client_id: str) -> None:
         self._broadcast(FrameKind.CLIENT_CONNECTED, client_id)

@@ -31,6 +31,8 @@ class FrameKind(IntEnum):
     RETAIN = 22  # set (payload) or clear (empty payload) a retained message
     RETAINED = 23  # every retained message a node holds (on join)
     CLIENT_CONNECTED = 30  # a client id is now connected on the sender: close yours
+    SESSION_FETCH = 31  # a client connects on the sender: hand its session over if you have it
+    SESSION = 32  # the answer: the session's state, or None
 
 
 class WireError(Exception):

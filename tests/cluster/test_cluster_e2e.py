@@ -22,6 +22,7 @@ from cluster._nodes import (
     cluster_nodes,
     metrics,
     node_id,
+    remote_filters,
     start_cluster,
     wait_for,
     wait_for_members,
@@ -266,18 +267,36 @@ def drain(paho: PahoClient) -> list:  # type: ignore[type-arg]
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="sessions are not replicated or moved between nodes yet: "
-                   "a persistent session stays on the node it was made on")
 def test_a_persistent_session_made_on_a_is_resumed_on_b(hive_factory):
     a, b, _c = nodes = start_cluster(hive_factory, 3)
     wait_for_members(nodes, 3)
     first = client(a, "meter-9", clean=False, expiry=300)
     first.subscribe("meter/9/cmd", qos=1)
     first.disconnect()
-    mosquitto_pub(b.port, "meter/9/cmd", "reboot", qos=1)
+    wait_for_route(b, a, "meter/9/cmd")
+    mosquitto_pub(b.port, "meter/9/cmd", "reboot", qos=1)  # queued on A for the offline session
     resumed = client(b, "meter-9", clean=False, expiry=300)
     try:
         assert resumed.session_present is True
         assert resumed.next_message(2).payload == b"reboot"
+        # The session moved: B holds the subscription now, A forgot it.
+        wait_for_route(a, b, "meter/9/cmd")
+        mosquitto_pub(a.port, "meter/9/cmd", "again", qos=1)
+        assert resumed.next_message(2).payload == b"again"
     finally:
         resumed.close()
+
+
+def test_a_clean_start_on_b_discards_the_session_held_on_a(hive_factory):
+    a, b, _c = nodes = start_cluster(hive_factory, 3)
+    wait_for_members(nodes, 3)
+    first = client(a, "meter-10", clean=False, expiry=300)
+    first.subscribe("meter/10/cmd", qos=1)
+    first.disconnect()
+    fresh = client(b, "meter-10", clean=True)
+    try:
+        assert fresh.session_present is False
+        wait_for(lambda: "meter/10/cmd" not in remote_filters(b).get(node_id(a), []), 5,
+                 "A to drop the old session's subscription")
+    finally:
+        fresh.close()
