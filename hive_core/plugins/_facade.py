@@ -129,28 +129,27 @@ class Extensions:
         if result is not None:
             return result
         for impl in impls[1:]:
-            try:
-                result = self._call(impl, kwargs)
-            except Exception:
-                self._failed(impl, hook, "raised")
-                continue
-            if inspect.isawaitable(result):
-                result = await self._settle(impl, hook, result)
+            result = await self._answer(impl, hook, kwargs)
             if result is not None:
                 return result
         return None
+
+    async def _answer(self, impl: HookImpl, hook: str, kwargs: dict[str, Any]) -> Any:
+        """One implementation's answer, awaited if need be; None when it failed."""
+        try:
+            result = self._call(impl, kwargs)
+        except Exception:
+            self._failed(impl, hook, "raised")
+            return None
+        if inspect.isawaitable(result):
+            result = await self._settle(impl, hook, result)
+        return result
 
     async def each(self, hook: str, **kwargs: Any) -> list[Any]:
         """Every implementation in turn; the answers that are not None."""
         answers = []
         for impl in self._impls[hook]:
-            try:
-                result = self._call(impl, kwargs)
-            except Exception:
-                self._failed(impl, hook, "raised")
-                continue
-            if inspect.isawaitable(result):
-                result = await self._settle(impl, hook, result)
+            result = await self._answer(impl, hook, kwargs)
             if result is not None:
                 answers.append(result)
         return answers
@@ -229,17 +228,9 @@ class Extensions:
     async def intercept_publish_inbound(self, client: ClientInfo,
                                         publish: PublishMessage) -> int | None:
         """The first reason code that stops the message, or None."""
-        for impl in self._impls["hive_intercept_publish_inbound"]:
-            try:
-                result = self._call(impl, {"client": client, "publish": publish})
-            except Exception:
-                self._failed(impl, "hive_intercept_publish_inbound", "raised")
-                continue
-            if inspect.isawaitable(result):
-                result = await self._settle(impl, "hive_intercept_publish_inbound", result)
-            if result is not None:
-                return int(result)
-        return None
+        answer = await self.resolved(self.first("hive_intercept_publish_inbound", client=client,
+                                                publish=publish))
+        return None if answer is None else int(answer)
 
     async def intercept_publish_outbound(self, client: ClientInfo,
                                          publish: PublishMessage) -> bool:
