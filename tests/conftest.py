@@ -14,6 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from e2e._paho_peer import peers  # the paho peer fixture of the e2e tests
+
+__all__ = ["HiveProcess", "free_port", "peers", "render_config"]
 
 STARTED = re.compile(r"Started Hive in (\d+) ms")
 
