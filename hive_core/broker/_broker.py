@@ -857,10 +857,10 @@ class Broker:
                     for pid, o in session.inflight.items()]
         inflight += [StoredInflight(client_id, pid, "in", "pubrec")
                      for pid in session.inbound_qos2]
-        if session.will_handle is not None:  # the will stays with the session's old home
+        if session.will_handle is not None:  # the client is back (elsewhere): no will
             session.will_handle.cancel()
             session.will_handle = None
-            self._publish_will(session)
+        session.will = None
         self._end_session(session)
         return record, queue, inflight
 

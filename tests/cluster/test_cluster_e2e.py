@@ -14,7 +14,8 @@ import uuid
 from collections import Counter
 
 import pytest
-from e2e._session_helpers import PahoClient, mosquitto_pub
+from e2e._session_helpers import PahoClient, mosquitto_pub, props
+from paho.mqtt.packettypes import PacketTypes
 
 from cluster._nodes import (
     HEARTBEAT,
@@ -300,3 +301,24 @@ def test_a_clean_start_on_b_discards_the_session_held_on_a(hive_factory):
                  "A to drop the old session's subscription")
     finally:
         fresh.close()
+
+
+def test_a_delayed_will_is_dropped_when_the_client_resumes_on_another_node(hive_factory):
+    a, b, c = nodes = start_cluster(hive_factory, 3)
+    wait_for_members(nodes, 3)
+    watcher = client(c, "watcher")
+    watcher.subscribe("wills/#", qos=1)
+    wait_for_route(a, c, "wills/#")
+    first = PahoClient(a.port, "meter-11", clean=False, expiry=300,
+                       will=("wills/meter-11", b"gone", 1, False),
+                       will_props=props(PacketTypes.WILLMESSAGE, WillDelayInterval=3)).connect()
+    first.disconnect(reason=0x04)  # "disconnect with will": the will waits out its delay
+    resumed = client(b, "meter-11", clean=False, expiry=300)
+    try:
+        assert resumed.session_present is True
+        # The will's delay passes: the client came back, so no will may appear anywhere.
+        time.sleep(4)
+        assert watcher.messages.empty()
+    finally:
+        resumed.close()
+        watcher.close()
