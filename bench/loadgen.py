@@ -764,6 +764,20 @@ def _wait_msgs(sh: _Shared, kind: str, expected: int, timeout: float, results: d
                 results[(msg[1], msg[2])] = msg[3]
 
 
+def _stop_children(sh: Any, procs: list[Any], grace: float) -> None:
+    """Tell the children to stop (abort if the run did not finish), then reap them by PID."""
+    if sh.state.value < ST_DONE:
+        sh.state.value = ST_ABORT
+    for p in procs:
+        p.join(timeout=grace)
+        if p.is_alive():
+            p.terminate()
+            p.join(timeout=2)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
 def run_load(spec: LoadSpec, broker_pids: list[int] | None = None) -> dict[str, Any]:
     """Run one publish/subscribe load and return measured figures.
 
@@ -849,16 +863,7 @@ def run_load(spec: LoadSpec, broker_pids: list[int] | None = None) -> dict[str, 
         for p in procs:
             p.join(timeout=5)
     finally:
-        if sh.state.value < ST_DONE:
-            sh.state.value = ST_ABORT
-        for p in procs:
-            p.join(timeout=2)
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=2)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        _stop_children(sh, procs, grace=2)
 
     counts: list[int] = []
     lat: list[int] = []
@@ -1117,16 +1122,7 @@ def run_connections(
             out["measure"] = on_connected()
         sh.state.value = ST_DONE
     finally:
-        if sh.state.value < ST_DONE:
-            sh.state.value = ST_ABORT
-        for p in plist:
-            p.join(timeout=15)
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=2)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        _stop_children(sh, plist, grace=15)
     return out
 
 
