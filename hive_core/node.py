@@ -48,6 +48,8 @@ def cluster_settings(config: HiveConfig) -> ClusterSettings:
         bind_host if bind_host not in ("0.0.0.0", "::") else socket.gethostbyname(
             socket.gethostname()))
     heartbeat = cluster.effective_heartbeat()
+    discovery = cluster.effective_discovery()
+    reload_interval = float(getattr(discovery, "reload_interval", 60))
     tls = getattr(transport, "tls", None)
     # Node links use TLS both ways: accepting (server_ssl) and dialing (client_ssl).
     server_ssl, client_ssl = cluster_contexts(tls) if tls is not None and tls.enabled else (
@@ -60,6 +62,7 @@ def cluster_settings(config: HiveConfig) -> ClusterSettings:
         server_ssl=server_ssl, client_ssl=client_ssl,
         transport_kind=cluster.transport_kind,  # UDP: nodes come from a discovery extension
         health_check=health_check_settings(config, bind_host),
+        discovery_reload_interval=reload_interval,
     )
 
 

@@ -84,7 +84,8 @@ def hive_discovery_reload_interval() -> float | None:
     """Seconds between two ``hive_discovery_reload`` calls.
 
     Asked before each wait, so an extension may change it at run time. First answer wins;
-    ``None`` asks the next extension; without an answer the node uses 60 seconds.
+    ``None`` asks the next extension; without an answer the node uses
+    ``<discovery><extension><reload-interval>`` (60 seconds unless configured).
     """
 
 

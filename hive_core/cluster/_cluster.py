@@ -63,6 +63,7 @@ class ClusterSettings:
     client_ssl: ssl.SSLContext | None = None
     transport_kind: str = "tcp"  # or "udp" (no TLS there)
     health_check: HealthCheckSettings | None = None  # None: the TCP health check is off
+    discovery_reload_interval: float = 60.0  # <discovery><extension><reload-interval>
 
 
 @dataclass(slots=True)
@@ -234,7 +235,8 @@ class Cluster:
 
     async def _discover(self) -> None:
         while not self._stopping:
-            interval = await self.extensions.discovery_reload_interval()
+            interval = await self.extensions.discovery_reload_interval(
+                self.settings.discovery_reload_interval)
             await asyncio.sleep(interval)
             try:
                 addresses = await self.extensions.discovery_reload()

@@ -269,9 +269,10 @@ class Extensions:
             merged.update(dict.fromkeys(answer))
         return list(merged)
 
-    async def discovery_reload_interval(self) -> float:
+    async def discovery_reload_interval(self, default: float = 60.0) -> float:
+        """An extension's answer, else ``default`` (the configured ``<reload-interval>``)."""
         answer = await self.resolved(self.first("hive_discovery_reload_interval"))
-        return float(answer) if answer is not None else 60.0
+        return float(answer) if answer is not None else default
 
     async def discovery_destroy(self, own_address: ClusterNodeAddress) -> None:
         await self.each("hive_discovery_destroy", own_address=own_address)

@@ -398,3 +398,37 @@ def test_tcp_transport_on_loopback() -> None:
                 await node.stop()
 
     asyncio.run(main())
+
+
+def test_extension_discovery_reloads_at_the_configured_interval() -> None:
+    """`<discovery><extension><reload-interval>` paces reloads when no extension sets its own."""
+
+    class CountingDiscovery:
+        def __init__(self) -> None:
+            self.reloads = 0
+
+        @hookimpl
+        def hive_discovery_reload(self) -> list[ClusterNodeAddress]:
+            self.reloads += 1
+            return []
+
+    async def main() -> None:
+        network = MemoryNetwork()
+        discovery = CountingDiscovery()
+        manager = ExtensionManager(builtins=(), discover_installed=False)
+        manager.register("counting", discovery)
+        broker = Broker(BrokerSettings(), MemorySessionStore())
+        settings = ClusterSettings("n1", PORT, "n1", PORT, heartbeat_interval=HEARTBEAT,
+                                   heartbeat_timeout=HEARTBEAT_TIMEOUT, connect_timeout=0.2,
+                                   discovery_reload_interval=0.05)
+        cluster = Cluster("n1", settings, broker, Extensions(manager),
+                          network.transport("n1", PORT))
+        broker.start(Snapshot())
+        await cluster.start()
+        try:
+            await until(lambda: discovery.reloads >= 5, timeout=3.0, what="five reloads")
+        finally:
+            await cluster.stop()
+            await broker.stop()
+
+    asyncio.run(main())
