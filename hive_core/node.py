@@ -16,8 +16,7 @@ from typing import Any
 
 from hive_core import __version__
 from hive_core.admin import RestApi
-from hive_core.broker import Broker, BrokerSettings, ClientConnection
-from hive_core.broker._services import NodeServices
+from hive_core.broker import Broker, BrokerSettings, ClientConnection, NodeServices
 from hive_core.cluster import Cluster, ClusterSettings, HealthCheckSettings
 from hive_core.config import HiveConfig
 from hive_core.net import WebSocketProtocol, cluster_contexts, server_context
@@ -177,6 +176,7 @@ class HiveNode:
                                 "nodes only through discovery extensions", kind)
                 cluster = self.cluster = Cluster(self.services.node_id, cluster_settings(
                     self.config), broker, self.extensions)
+                self.services.members_from(cluster.view)
                 await cluster.start()
             for listener in self.config.listeners:
                 if self._stopping.is_set():
@@ -228,7 +228,7 @@ class HiveNode:
                 return WebSocketProtocol(broker, path, subprotocols, name)
         else:
             def factory() -> asyncio.Protocol:
-                return ClientConnection(broker, name)  # type: ignore[return-value]
+                return ClientConnection(broker, name)
         server = await loop.create_server(
             factory, listener.bind_address, listener.port, ssl=context, backlog=4096,
             reuse_address=True,

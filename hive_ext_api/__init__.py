@@ -11,6 +11,7 @@ import pluggy
 from hive_ext_api import _hookspecs as hookspecs
 from hive_ext_api._persistence import (
     NEVER_EXPIRES,
+    PersistenceError,
     SessionStore,
     Snapshot,
     StoredInflight,
@@ -56,6 +57,7 @@ __all__ = [
     "ExtensionRefused",
     "HiveServices",
     "MetricsRegistry",
+    "PersistenceError",
     "PublishMessage",
     "ReasonCode",
     "RetainedInfo",

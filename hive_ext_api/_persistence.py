@@ -12,6 +12,17 @@ from typing import Literal, Protocol
 NEVER_EXPIRES = 0xFFFFFFFF
 
 
+class PersistenceError(Exception):
+    """A session store could not open, or could not make a write durable.
+
+    The one exception a :class:`SessionStore` raises for a failure of its storage; put the
+    underlying error (``sqlite3.Error``, ``OSError``, a driver's error) in ``__cause__``
+    (``raise PersistenceError(...) from exc``). The broker never acknowledges what a failed
+    ``commit`` should have made durable: it closes that client's connection, and the client
+    sends it again.
+    """
+
+
 @dataclass(slots=True)
 class StoredMessage:
     """An application message as a session queue, an in-flight slot or the retained store has it."""

@@ -1,10 +1,22 @@
-"""One node's MQTT logic, independent of sockets and of the cluster."""
+"""One node's MQTT logic, independent of sockets and of the cluster.
 
-from hive_core.broker._broker import Broker, Metrics
+The public names: the :class:`Broker` (sessions and routing), a client's :class:`Channel`
+(its MQTT protocol, socket-free) and :class:`ClientConnection` (the asyncio shell around one),
+the :class:`Session` state and its :class:`SessionRecords`, and the two ports of the seam with
+the cluster (:class:`ClusterPort`, :class:`BrokerPort`).
+"""
+
+from hive_core.broker._broker import Broker
+from hive_core.broker._channel import Channel, ChannelIo
 from hive_core.broker._connection import ClientConnection, Transport
 from hive_core.broker._message import Message
+from hive_core.broker._metrics import BrokerMetrics
+from hive_core.broker._ports import BrokerPort, ClusterPort, RemoteGroups, Route, SharedKey
+from hive_core.broker._records import SessionRecords
+from hive_core.broker._services import ExtensionMetrics, NodeServices
 from hive_core.broker._session import Session
 from hive_core.broker._settings import BrokerSettings
 
-__all__ = ["Broker", "BrokerSettings", "ClientConnection", "Message", "Metrics", "Session",
-           "Transport"]
+__all__ = ["Broker", "BrokerMetrics", "BrokerPort", "BrokerSettings", "Channel", "ChannelIo",
+           "ClientConnection", "ClusterPort", "ExtensionMetrics", "Message", "NodeServices",
+           "RemoteGroups", "Route", "Session", "SessionRecords", "SharedKey", "Transport"]

@@ -1,115 +1,108 @@
-"""One node's MQTT logic: sessions, routing, retained messages, wills, expiry and persistence."""
+"""One node's broker: the sessions it holds, who wants which topic, and the way of a PUBLISH.
+
+The broker owns the session registry and the topic tree, and routes: :meth:`Broker.route` answers
+in one lookup who wants a topic here and on other nodes, :meth:`Broker.publish` delivers along
+that answer. What it does not own it delegates: the way out to one subscriber to
+:class:`Outbox`, retained messages to :class:`RetainedMessages`, timers to :class:`SessionClock`,
+the store to :class:`Records`, other nodes to a :class:`ClusterPort`.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections.abc import Coroutine, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hive_core.broker import _extension_flow as flow
+from hive_core.broker._expiry import SessionClock
 from hive_core.broker._message import Message
-from hive_core.broker._session import Outbound, Pending, Session
+from hive_core.broker._metrics import BrokerMetrics
+from hive_core.broker._outbox import Outbox
+from hive_core.broker._ports import NO_GROUPS, NO_NODES, ClusterPort, Route
+from hive_core.broker._records import Records, SessionRecords, session_from
+from hive_core.broker._retained import RetainedMessages
+from hive_core.broker._session import Link, Pending, Session, Subscription
 from hive_core.broker._settings import BrokerSettings
-from hive_core.broker._topic_tree import (
-    SharedGroup,
-    Subscription,
-    TopicTree,
-    aggregate_without_no_local,
-)
+from hive_core.broker._topic_tree import SharedGroup, TopicTree, aggregate_without_no_local
 from hive_core.mqtt import (
     MQTTError,
     PropertyId,
     ReasonCode,
     SubscriptionRequest,
     Will,
-    decode_properties,
-    encode_properties,
     parse_shared_subscription,
-    topic_matches,
     validate_topic_filter,
 )
-from hive_core.persistence._model import (
-    SessionStore,
-    Snapshot,
-    StoredInflight,
-    StoredMessage,
-    StoredSession,
-    StoredSubscription,
-)
+from hive_core.persistence import SessionStore, Snapshot
 from hive_core.plugins import Extensions
 
-if TYPE_CHECKING:
-    from hive_core.broker._connection import ClientConnection
-    from hive_core.cluster import Cluster
-    from hive_ext_api import PublishMessage
-
 log = logging.getLogger("hive.broker")
-SessionRecords = tuple[StoredSession, list[tuple[int, StoredMessage]], list[StoredInflight]]
 P = PropertyId
 RC = ReasonCode
-_DUP = 0x08
-
-
-@dataclass(slots=True)
-class Metrics:
-    connections_accepted: int = 0
-    protocol_errors: int = 0
-    messages_in: int = 0
-    messages_out: int = 0
-    messages_dropped: int = 0
-    messages_queued: int = 0
+_ROUTE_CACHE_LIMIT = 50_000
 
 
 class Broker:
+    """The sessions of one node and the routing of its messages (see the module docstring)."""
+
     def __init__(self, settings: BrokerSettings, store: SessionStore,
                  extensions: Extensions | None = None) -> None:
         self.settings = settings
         self.store = store
         self.extensions = extensions if extensions is not None else Extensions.none()
-        self.cluster: Cluster | None = None  # set while this node is part of a cluster
-        self.metrics = Metrics()
+        self.metrics = BrokerMetrics()
+        self.records = Records(store)
+        self.retained = RetainedMessages(self.records)
+        self.outbox = Outbox(settings, self.records, self.metrics, self.extensions, self.spawn)
+        self.clock = SessionClock(self._expired, self._will_due)
+        self.cluster: ClusterPort | None = None  # set while this node is part of a cluster
         self.sessions: dict[str, Session] = {}
         self.subscriptions = TopicTree()
-        self.retained: dict[str, Message] = {}
-        self.connections: set[ClientConnection] = set()
+        self.connections: set[Link] = set()
         self.connected_count = 0
-        self._dirty: list[ClientConnection] = []
+        self._routes: dict[str, Route] = {}
+        self._dirty: list[Any] = []
         self._flush_scheduled = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._client_events: dict[str, asyncio.Task[None]] = {}  # the last one, by client id
-        self._seq = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, snapshot: Snapshot) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._restore(snapshot)
+        now = time.time()
+        self.retained.restore(snapshot.retained)
+        for client_id, record in snapshot.sessions.items():
+            records = SessionRecords(record, snapshot.queues.get(client_id, []),
+                                     snapshot.inflight.get(client_id, []))
+            self._adopt(session_from(records, now), now)
+        if snapshot.sessions or snapshot.retained:
+            log.info("restored %d sessions and %d retained messages",
+                     len(snapshot.sessions), len(snapshot.retained))
 
     async def stop(self) -> None:
-        for conn in list(self.connections):
-            conn.close(RC.SERVER_SHUTTING_DOWN, "the node is shutting down")
+        for link in list(self.connections):
+            link.close(RC.SERVER_SHUTTING_DOWN, "the node is shutting down")
         self.flush()
         if self._client_events:  # extensions hear of the clients the stop disconnected
             await asyncio.wait(list(self._client_events.values()),
                                timeout=self.extensions.deadline + 1)
         for task in list(self._tasks):
             task.cancel()
-        for session in self.sessions.values():
-            for handle in (session.expiry_handle, session.will_handle):
-                if handle is not None:
-                    handle.cancel()
-        await self.store.commit()
+        self.clock.stop()
+        await self.records.commit()
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``coro`` beside the loop's work; the broker cancels it when it stops."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
         return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
 
     def client_event(self, client_id: str, event: Coroutine[Any, Any, None]) -> None:
         """Tell extensions about a client, after what they were told about it before.
@@ -135,15 +128,11 @@ class Broker:
             await asyncio.wait([previous])
         await event
 
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("background task failed", exc_info=task.exception())
-
     # ------------------------------------------------------------------ output batching
 
-    def mark_dirty(self, conn: ClientConnection) -> None:
-        self._dirty.append(conn)
+    def mark_dirty(self, link: Any) -> None:
+        """``link`` has output: it is written once, at the end of this loop iteration."""
+        self._dirty.append(link)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
@@ -151,23 +140,31 @@ class Broker:
     def flush(self) -> None:
         self._flush_scheduled = False
         dirty, self._dirty = self._dirty, []
-        for conn in dirty:
-            conn.flush()
+        for link in dirty:
+            link.flush()
 
     # ------------------------------------------------------------------ connections
 
-    def accept(self, conn: ClientConnection) -> None:
-        self.connections.add(conn)
+    def accept(self, link: Link) -> None:
+        self.connections.add(link)
         self.metrics.connections_accepted += 1
-        self._watch(conn, self.settings.connect_timeout)
 
-    def attach(self, conn: ClientConnection, client_id: str, version: int, clean_start: bool,
-               expiry: int, will: Will | None) -> tuple[Session, bool]:
+    def has_room_for(self, client_id: str) -> bool:
+        """``max-connections`` allows this client in (a takeover adds no connection)."""
+        limit = self.settings.max_connections
+        if limit < 0 or self.connected_count < limit:
+            return True
+        current = self.sessions.get(client_id)
+        return current is not None and current.connection is not None
+
+    def attach(self, link: Link, client_id: str, version: int, clean_start: bool, expiry: int,
+               will: Will | None) -> tuple[Session, bool]:
+        """Give the connection its session (taking it over from an older connection)."""
         session = self.sessions.get(client_id)
         if session is not None and session.connection is not None:
-            old = session.connection
             log.info("client %r taken over by a new connection", client_id)
-            old.close(RC.SESSION_TAKEN_OVER, "another connection took the session over")
+            session.connection.close(RC.SESSION_TAKEN_OVER,
+                                     "another connection took the session over")
             session = self.sessions.get(client_id)  # closing ends a session with expiry 0
         if session is not None and clean_start:
             self._end_session(session)
@@ -177,121 +174,88 @@ class Broker:
             session = Session(client_id, version, expiry)
             self.sessions[client_id] = session
         else:
-            if session.expiry_handle is not None:
-                session.expiry_handle.cancel()
-                session.expiry_handle = None
-            if session.will_handle is not None:  # came back before the will delay ran out
-                session.will_handle.cancel()
-                session.will_handle = None
+            self.clock.cancel_expiry(client_id)
+            self.clock.cancel_will(client_id)  # came back before the will delay ran out
             session.expiry_interval = expiry
             session.protocol_version = version
-        session.connection = conn
+        session.connection = link
         session.disconnected_at = None
         session.will = will
-        session.outbound_aliases = {}
         self.connected_count += 1
         if self.cluster is not None:
             self.cluster.client_connected(client_id)
-        self._watch(conn, conn.keep_alive * 1.5)
         if session.persistent:
-            self._save_session(session)
+            self.records.save_session(session)
         elif present:
-            self.store.delete_session(client_id)
+            self.records.delete_session(client_id)
         return session, present
 
     def resume(self, session: Session) -> None:
-        """After CONNACK: finish what was in flight (DUP set), then the queue."""
-        conn = session.connection
-        assert conn is not None
-        # The new connection's receive maximum holds for resends too: the rest wait ("held").
-        room = conn.send_window - sum(o.state == "pubrel" for o in session.inflight.values())
-        for pid, outbound in session.inflight.items():
-            if outbound.state == "pubrel":
-                conn.send(bytes((0x62, 2, pid >> 8, pid & 0xFF)))
-            elif room > 0:
-                room -= 1
-                outbound.state = "publish"
-                self._resend(conn, pid, outbound)
-            else:
-                outbound.state = "held"
-        self.drain(session)
+        """After CONNACK: finish what was in flight, then the queue."""
+        self.outbox.resume(session)
 
-    @staticmethod
-    def _resend(conn: ClientConnection, pid: int, outbound: Outbound) -> None:
-        pending = outbound.pending
-        head, tail = pending.message.encoded(conn.version, pending.qos, pending.retain,
-                                             pending.subscription_ids)
-        conn.send(bytes((head[0] | _DUP,)) + head[1:] + pid.to_bytes(2, "big") + tail)
+    def connection_closed(self, link: Link, session: Session | None, graceful: bool,
+                          will_discarded: bool) -> None:
+        """The connection is gone: the session stays (expiry > 0) or ends, the will may go out.
 
-    def connection_closed(self, conn: ClientConnection) -> None:
-        self.connections.discard(conn)
-        if conn.deadline is not None:
-            conn.deadline.cancel()
-            conn.deadline = None
-        session = conn.session
-        if session is None or session.connection is not conn:
+        ``graceful``: the client sent DISCONNECT; ``will_discarded``: with reason 0x00.
+        """
+        self.connections.discard(link)
+        if session is None or session.connection is not link:
             return
-        if conn.info is not None and self.extensions.watches_clients:
+        if link.info is not None and self.extensions.watches_clients:
             self.client_event(session.client_id, self.extensions.client_disconnected(
-                conn.info, conn.disconnect_received))
+                link.info, graceful))
         self.connected_count -= 1
         session.connection = None
         session.disconnected_at = time.time()
-        if session.will is not None and not conn.will_sent_ok:
-            self._schedule_will(session)
+        if session.will is not None and not will_discarded:
+            delay = self.clock.will_delay(session)
+            if delay <= 0:
+                self._publish_will(session)
+            else:
+                self.clock.will_after(session, delay)
         else:
             session.will = None
         if session.expiry_interval == 0:
             self._end_session(session)
         else:
-            self._save_session(session)
+            self.records.save_session(session)
             if not session.never_expires:
-                self._schedule_expiry(session, session.expiry_interval)
+                self.clock.expire_after(session, session.expiry_interval)
 
-    def _schedule_expiry(self, session: Session, delay: float) -> None:
-        loop = asyncio.get_running_loop()
-        session.expiry_handle = loop.call_later(max(0.0, delay), self._expire, session)
-
-    def _expire(self, session: Session) -> None:
+    def _expired(self, session: Session) -> None:
         if session.connection is None and self.sessions.get(session.client_id) is session:
             log.info("session of %r expired", session.client_id)
             self._end_session(session)
 
     def _end_session(self, session: Session) -> None:
         """Discard the session: subscriptions, queue, in-flight; a pending will goes out now."""
-        if session.will_handle is not None:
-            session.will_handle.cancel()
-            session.will_handle = None
+        if self.clock.cancel_will(session.client_id):
             self._publish_will(session)
-        if session.expiry_handle is not None:
-            session.expiry_handle.cancel()
-            session.expiry_handle = None
+        self.clock.cancel_expiry(session.client_id)
         for subscription in session.subscriptions.values():
             self._remove_from_tree(subscription)
-        session.subscriptions.clear()
-        session.queue.clear()
-        session.inflight.clear()
-        session.inbound_qos2.clear()
+        session.clear()
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
-        self.store.delete_session(session.client_id)
+        self.records.delete_session(session.client_id)
+
+    def _adopt(self, session: Session, now: float) -> None:
+        """Take a restored or imported session in: its subscriptions, queue and expiry."""
+        for subscription in session.subscriptions.values():
+            self._add_to_tree(subscription)
+        for pending in session.queue:
+            self.records.restored_seq(pending.seq)
+        self.sessions[session.client_id] = session
+        if not session.never_expires:
+            disconnected_at = session.disconnected_at or now
+            self.clock.expire_after(session,
+                                    session.expiry_interval - (now - disconnected_at))
 
     # ------------------------------------------------------------------ wills
 
-    def _schedule_will(self, session: Session) -> None:
-        will = session.will
-        assert will is not None
-        delay = will.properties.get(P.WILL_DELAY_INTERVAL, 0) if will.properties else 0
-        if session.expiry_interval < delay:
-            delay = session.expiry_interval
-        if delay <= 0:
-            self._publish_will(session)
-        else:
-            session.will_handle = asyncio.get_running_loop().call_later(
-                delay, self._will_due, session)
-
     def _will_due(self, session: Session) -> None:
-        session.will_handle = None
         self._publish_will(session)
 
     def _publish_will(self, session: Session) -> None:
@@ -312,8 +276,28 @@ class Broker:
 
     # ------------------------------------------------------------------ routing
 
+    def route(self, topic: str) -> Route:
+        """Who wants ``topic``: sessions and shared groups here, other nodes (cached per topic)."""
+        deliveries, groups = self.subscriptions.match(topic)
+        cluster = self.cluster
+        if cluster is None:
+            route = Route(deliveries, groups, NO_NODES, NO_GROUPS)
+        else:
+            nodes, remote_groups = cluster.remote_routes(topic)
+            route = Route(deliveries, groups, nodes, remote_groups)
+        routes = self._routes
+        if len(routes) >= _ROUTE_CACHE_LIMIT:
+            routes.clear()
+        routes[topic] = route
+        return route
+
+    def routes_changed(self) -> None:
+        self._routes.clear()
+
+    remote_routes_changed = routes_changed
+
     def publish(self, message: Message, from_cluster: bool = False) -> tuple[bool, bool]:
-        """Route a message to every matching session; (anyone matched, a durable write made).
+        """Route a message to everyone who wants it; (anyone matched, a durable write made).
 
         A message from a local client also goes to the other nodes that want it; one that came
         from another node (``from_cluster``) reaches only this node's plain subscribers: the
@@ -321,12 +305,18 @@ class Broker:
         """
         self.metrics.messages_in += 1
         durable = False
+        cluster = self.cluster
         if message.retain and not from_cluster:
-            durable = self._retain(message)
-        deliveries, groups = self.subscriptions.match(message.topic)
+            if cluster is not None:
+                cluster.retained_changed(message)
+            durable = self.retained.apply(message)
+        topic = message.topic
+        route = self._routes.get(topic) or self.route(topic)
+        deliveries = route.deliveries
         publisher = message.publisher_id
         qos = message.qos
         plain = not self.extensions.intercepts_outbound
+        deliver = self.outbox.deliver
         sent = 0
         for delivery in deliveries:
             session = delivery.session
@@ -337,45 +327,58 @@ class Broker:
                 delivery = own
             granted = delivery.qos if delivery.qos < qos else qos
             retain = message.retain and delivery.retain_as_published
-            conn = session.connection
-            if (granted == 0 and conn is not None and plain and not conn.congested
-                    and not conn.out_alias_max):
+            link = session.connection
+            if (granted == 0 and link is not None and plain and not link.congested
+                    and not link.out_alias_max):
                 # The hot path: QoS 0 to a connected client, encoded once per variant.
-                data = message.encoded(conn.version, 0, retain, delivery.subscription_ids)[0]
-                if len(data) <= conn.max_out_packet:
-                    out = conn.out
+                data = message.encoded(link.version, 0, retain, delivery.subscription_ids)[0]
+                if len(data) <= link.max_out_packet:
+                    out = link.out
                     if not out:
-                        self.mark_dirty(conn)
+                        self.mark_dirty(link)
                     out.append(data)
                     sent += 1
                 continue
-            if self._deliver(session, Pending(message, granted, delivery.subscription_ids, retain)):
+            if deliver(session, Pending(message, granted, delivery.subscription_ids, retain)):
                 durable = True
         self.metrics.messages_out += sent
         matched = bool(deliveries)
-        cluster = self.cluster
+        if from_cluster:
+            return matched, durable
+        groups = route.groups
         if cluster is not None:
-            if from_cluster:
-                return matched, durable
-            forwarded, remote_groups = cluster.forward(message)
-            matched = matched or forwarded
-            if remote_groups:
-                local = {(g.name, g.topic_filter): g for g in groups}
-                groups = []
-                for key in local.keys() | remote_groups.keys():
-                    group = local.get(key)
-                    target = cluster.pick_shared(key, remote_groups.get(key, frozenset()),
-                                                 group is not None)
-                    if target is not None:
-                        cluster.send_shared(target, key, message)
-                        matched = True
-                    elif group is not None:
-                        groups.append(group)
+            if route.nodes:
+                cluster.forward(message, route.nodes)
+                matched = True
+            if route.remote_groups:
+                groups, sent_on = self._choose_shared(cluster, message, groups, route)
+                matched = matched or sent_on
         for group in groups:
             delivered, wrote = self._deliver_to_group(group, message)
             matched = matched or delivered
             durable = durable or wrote
         return matched, durable
+
+    @staticmethod
+    def _choose_shared(cluster: ClusterPort, message: Message, groups: list[SharedGroup],
+                       route: Route) -> tuple[list[SharedGroup], bool]:
+        """Each shared group with members elsewhere: which node serves it for this message.
+
+        Returns the groups this node serves, and whether the message went to another node.
+        """
+        local = {(g.name, g.topic_filter): g for g in groups}
+        remote = route.remote_groups
+        served = []
+        sent_on = False
+        for key in local.keys() | remote.keys():
+            group = local.get(key)
+            target = cluster.pick_shared(key, remote.get(key, NO_NODES), group is not None)
+            if target is not None:
+                cluster.send_shared(target, key, message)
+                sent_on = True
+            elif group is not None:
+                served.append(group)
+        return served, sent_on
 
     def _deliver_to_group(self, group: SharedGroup, message: Message) -> tuple[bool, bool]:
         """One member of a shared group gets the message: (someone did, the store was written)."""
@@ -385,270 +388,17 @@ class Broker:
         granted = min(member.qos, message.qos)
         sid = member.subscription_id
         retain = message.retain and member.retain_as_published  # MQTT-3.3.1-12/13
-        return True, self._deliver(member.session, Pending(message, granted,
-                                                           (sid,) if sid else None, retain))
-
-    def deliver_shared(self, group_name: str, topic_filter: str, message: Message) -> None:
-        """Another node chose this one to serve shared group ``group_name`` for a message."""
-        group = self.subscriptions.shared_group(topic_filter, group_name)
-        if group is not None:
-            self._deliver_to_group(group, message)
-
-    def _deliver(self, session: Session, pending: Pending) -> bool:
-        """Send now if the window allows, else queue; True when the store was written."""
-        conn = session.connection
-        if pending.qos == 0:
-            if conn is None:
-                return False
-            if conn.congested:
-                self._enqueue(session, pending)
-                return False
-            self._send(conn, session, pending)
-            return False
-        if conn is None or conn.congested or session.queue or \
-                len(session.inflight) >= conn.send_window:
-            return self._enqueue(session, pending)
-        self._send(conn, session, pending)
-        return session.persistent
-
-    def _enqueue(self, session: Session, pending: Pending) -> bool:
-        queue = session.queue
-        if len(queue) >= self.settings.max_queue_size:
-            self.metrics.messages_dropped += 1
-            if self.settings.queue_strategy == "discard":
-                return False
-            dropped = queue.popleft()
-            if dropped.seq:
-                self.store.dequeue(session.client_id, dropped.seq)
-        self.metrics.messages_queued += 1
-        if session.persistent and pending.qos:
-            self._seq += 1
-            pending.seq = self._seq
-            self.store.enqueue(session.client_id, pending.seq, self._stored(pending))
-            queue.append(pending)
-            return True
-        queue.append(pending)
-        return False
-
-    def _send(self, conn: ClientConnection, session: Session, pending: Pending) -> None:
-        message = pending.message
-        if message.expiry_at is not None and message.expired(time.time()):
-            self.metrics.messages_dropped += 1
-            return
-        if self.extensions.intercepts_outbound and conn.info is not None:
-            intercepted = self._intercept_outbound(conn, session, pending)
-            if intercepted is None:
-                return
-            pending = intercepted
-        self._deliver_now(conn, session, pending)
-
-    def _deliver_now(self, conn: ClientConnection, session: Session, pending: Pending) -> None:
-        message = pending.message
-        alias_max = conn.out_alias_max
-        aliases_before = len(session.outbound_aliases)
-        if alias_max:
-            head, tail = self._with_alias(conn, session, pending)
-        else:
-            head, tail = message.encoded(conn.version, pending.qos, pending.retain,
-                                         pending.subscription_ids)
-        if len(head) + len(tail) + (2 if pending.qos else 0) > conn.max_out_packet:
-            self.metrics.messages_dropped += 1  # the client cannot take it: as if delivered
-            if len(session.outbound_aliases) > aliases_before:  # never sent: the alias is unused
-                session.outbound_aliases.pop(message.topic, None)
-            if pending.seq:
-                self.store.dequeue(session.client_id, pending.seq)
-            return
-        self.metrics.messages_out += 1
-        if pending.qos == 0:
-            conn.send(head)
-            return
-        pid = session.allocate_packet_id()
-        session.inflight[pid] = Outbound(pending)
-        if session.persistent:
-            if pending.seq:
-                self.store.dequeue(session.client_id, pending.seq)
-                pending.seq = 0
-            self.store.save_inflight(StoredInflight(session.client_id, pid, "out", "publish",
-                                                    self._stored(pending)))
-        conn.send(head + pid.to_bytes(2, "big") + tail)
-
-    def _intercept_outbound(self, conn: ClientConnection, session: Session,
-                            pending: Pending) -> Pending | None:
-        """Run the outbound interceptors: the (possibly rewritten) delivery, or None to skip.
-
-        An ``async`` interceptor, or one still pending for this connection, makes the delivery
-        wait in a chain per connection, so deliveries keep their order.
-        """
-        publish = flow.to_publish_message(pending.message)
-        if conn.outbound_chain is None or conn.outbound_chain.done():
-            answer = self.extensions.first("hive_intercept_publish_outbound", client=conn.info,
-                                           publish=publish)
-            if not inspect.isawaitable(answer):
-                return self._intercepted(session, pending, publish, answer)
-        else:
-            answer = None
-        conn.outbound_chain = self.spawn(self._send_when_intercepted(
-            conn, session, pending, publish, answer, conn.outbound_chain))
-        return None
-
-    async def _send_when_intercepted(self, conn: ClientConnection, session: Session,
-                                     pending: Pending, publish: PublishMessage, answer: Any,
-                                     previous: asyncio.Task[None] | None) -> None:
-        if previous is not None:
-            await asyncio.wait([previous])
-        if answer is None:
-            answer = self.extensions.first("hive_intercept_publish_outbound", client=conn.info,
-                                           publish=publish)
-        if inspect.isawaitable(answer):
-            answer = await answer
-        rewritten = self._intercepted(session, pending, publish, answer)
-        if rewritten is None:
-            return
-        if conn.closed or session.connection is not conn:
-            if rewritten.qos:
-                self._enqueue(session, rewritten)
-            return
-        self._deliver_now(conn, session, rewritten)
-
-    def _intercepted(self, session: Session, pending: Pending, publish: PublishMessage,
-                     answer: Any) -> Pending | None:
-        if answer is False:
-            self.metrics.messages_dropped += 1
-            if pending.seq:
-                self.store.dequeue(session.client_id, pending.seq)
-            return None
-        original = pending.message
-        copy = Message(original.topic, original.payload, original.qos, original.retain,
-                       dict(original.properties) if original.properties else None,
-                       original.publisher_id, original.expiry_at)
-        try:
-            flow.apply_publish_message(copy, publish)
-        except MQTTError:
-            log.error("an outbound interceptor set the invalid topic %r: message dropped",
-                      publish.topic)
-            return None
-        return Pending(copy, min(pending.qos, copy.qos), pending.subscription_ids, copy.retain,
-                       pending.seq)
-
-    def _with_alias(self, conn: ClientConnection, session: Session,
-                    pending: Pending) -> tuple[bytes, bytes]:
-        message = pending.message
-        aliases = session.outbound_aliases
-        alias = aliases.get(message.topic)
-        if alias is not None:
-            return message.encoded_with_alias(conn.version, pending.qos, pending.retain,
-                                              pending.subscription_ids, alias, False)
-        if len(aliases) < conn.out_alias_max:
-            alias = len(aliases) + 1
-            aliases[message.topic] = alias
-            return message.encoded_with_alias(conn.version, pending.qos, pending.retain,
-                                              pending.subscription_ids, alias, True)
-        return message.encoded(conn.version, pending.qos, pending.retain,
-                               pending.subscription_ids)
-
-    def drain(self, session: Session) -> None:
-        """Move queued deliveries into the window while it has room."""
-        conn = session.connection
-        queue = session.queue
-        if conn is None:
-            return
-        now = time.time()
-        while queue and not conn.congested and not conn.closed:
-            pending = queue[0]
-            if pending.qos and len(session.inflight) >= conn.send_window:
-                break
-            queue.popleft()
-            if pending.message.expired(now):
-                self.metrics.messages_dropped += 1
-                if pending.seq:
-                    self.store.dequeue(session.client_id, pending.seq)
-                continue
-            self._send(conn, session, pending)
-
-    def acknowledged(self, conn: ClientConnection, packet_id: int, done: bool) -> None:
-        session = conn.session
-        assert session is not None
-        if session.inflight.pop(packet_id, None) is None:
-            return
-        if session.persistent:
-            self.store.delete_inflight(session.client_id, packet_id, "out")
-        if len(session.inflight) >= conn.send_window:  # only after resume() held some back
-            for pid, outbound in session.inflight.items():
-                if outbound.state == "held":
-                    outbound.state = "publish"
-                    self._resend(conn, pid, outbound)
-                    return
-        if session.queue:
-            self.drain(session)
-
-    def released(self, session: Session, packet_id: int, outbound: Outbound) -> None:
-        outbound.state = "pubrel"
-        if session.persistent:
-            self.store.save_inflight(StoredInflight(session.client_id, packet_id, "out",
-                                                    "pubrel", None))
-
-    def save_inbound_qos2(self, session: Session, packet_id: int) -> None:
-        self.store.save_inflight(StoredInflight(session.client_id, packet_id, "in", "pubrec"))
-
-    # ------------------------------------------------------------------ retained
-
-    def _retain(self, message: Message) -> bool:
-        if self.cluster is not None:
-            self.cluster.retained_changed(message)
-        return self.apply_retained(message)
-
-    def apply_retained(self, message: Message, only_if_absent: bool = False) -> bool:
-        """Set or clear a retained message here (no replication); True when it hit the store."""
-        if only_if_absent and message.topic in self.retained:
-            return False
-        if not message.payload:
-            if self.retained.pop(message.topic, None) is not None:
-                self.store.delete_retained(message.topic)
-                return message.qos > 0
-            return False
-        self.retained[message.topic] = message
-        self.store.save_retained(self._stored_retained(message))
-        return message.qos > 0
-
-    def send_retained_for(self, conn: ClientConnection, requests: list[SubscriptionRequest],
-                          codes: list[int], existed: list[bool]) -> None:
-        session = conn.session
-        assert session is not None
-        if not self.retained:
-            return
-        now = time.time()
-        for request, code, was in zip(requests, codes, existed, strict=False):
-            if code >= 0x80 or request.retain_handling == 2:
-                continue
-            if request.retain_handling == 1 and was:
-                continue
-            topic_filter = request.topic_filter
-            if parse_shared_subscription(topic_filter) is not None:
-                continue  # shared subscriptions get no retained messages
-            sub = session.subscriptions.get(topic_filter)
-            sid = sub.subscription_id if sub is not None else None
-            if "+" in topic_filter or "#" in topic_filter:
-                candidates = list(self.retained.items())
-            else:  # no wildcard: one lookup, not a scan of every retained message
-                exact = self.retained.get(topic_filter)
-                candidates = [(topic_filter, exact)] if exact is not None else []
-            for topic, message in candidates:
-                if message.expired(now):
-                    del self.retained[topic]
-                    self.store.delete_retained(topic)
-                    continue
-                if topic_matches(topic_filter, topic):
-                    granted = min(message.qos, code)
-                    self._deliver(session, Pending(message, granted, (sid,) if sid else None,
-                                                   True))
+        return True, self.outbox.deliver(member.session, Pending(
+            message, granted, (sid,) if sid else None, retain))
 
     # ------------------------------------------------------------------ subscriptions
 
-    def subscribe(self, conn: ClientConnection, requests: list[SubscriptionRequest],
-                  subscription_id: int | None) -> tuple[list[int], list[bool]]:
-        """Add the subscriptions; one reason code each, and whether each existed before."""
-        session = conn.session
-        assert session is not None
+    def subscribe(self, session: Session, requests: list[SubscriptionRequest],
+                  subscription_id: int | None, version: int) -> tuple[list[int], list[bool]] | None:
+        """Add the subscriptions; one reason code each, and whether each existed before.
+
+        None when the request breaks the protocol (the connection must be closed).
+        """
         settings = self.settings
         codes: list[int] = []
         existed: list[bool] = []
@@ -665,9 +415,8 @@ class Broker:
             if shared and not settings.shared_subscriptions:
                 codes.append(RC.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED)
                 continue
-            if shared and request.no_local and conn.version == 5:
-                conn._refuse(RC.PROTOCOL_ERROR, "no local on a shared subscription")
-                return [], []
+            if shared and request.no_local and version == 5:
+                return None  # MQTT-3.8.3-4: a protocol error
             if not settings.wildcard_subscriptions and ("+" in plain or "#" in plain):
                 codes.append(RC.WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED)
                 continue
@@ -679,16 +428,13 @@ class Broker:
                 session, topic_filter, granted, request.no_local, request.retain_as_published,
                 request.retain_handling, subscription_id, shared[0] if shared else None)
             session.subscriptions[topic_filter] = subscription
-            if self.subscriptions.add(plain, subscription) and self.cluster is not None:
-                self.cluster.filter_added(topic_filter)
+            self._add_to_tree(subscription)
             codes.append(granted)
         if session.persistent:
-            self._save_session(session)
+            self.records.save_session(session)
         return codes, existed
 
-    def unsubscribe(self, conn: ClientConnection, filters: Iterable[str]) -> list[int]:
-        session = conn.session
-        assert session is not None
+    def unsubscribe(self, session: Session, filters: Iterable[str]) -> list[int]:
         codes: list[int] = []
         for topic_filter in filters:
             subscription = session.subscriptions.pop(topic_filter, None)
@@ -698,19 +444,65 @@ class Broker:
                 self._remove_from_tree(subscription)
                 codes.append(RC.SUCCESS)
         if session.persistent:
-            self._save_session(session)
+            self.records.save_session(session)
         return codes
+
+    def send_retained_for(self, session: Session, requests: list[SubscriptionRequest],
+                          codes: list[int], existed: list[bool]) -> None:
+        """The retained messages a SUBSCRIBE asks for (retain handling), after its SUBACK."""
+        if not self.retained:
+            return
+        for request, code, was in zip(requests, codes, existed, strict=False):
+            if code >= 0x80 or request.retain_handling == 2:
+                continue
+            if request.retain_handling == 1 and was:
+                continue
+            topic_filter = request.topic_filter
+            if parse_shared_subscription(topic_filter) is not None:
+                continue  # shared subscriptions get no retained messages
+            sub = session.subscriptions.get(topic_filter)
+            sid = sub.subscription_id if sub is not None else None
+            for message in self.retained.matching(topic_filter):
+                self.outbox.deliver(session, Pending(message, min(message.qos, code),
+                                                     (sid,) if sid else None, True))
+
+    def _add_to_tree(self, subscription: Subscription) -> None:
+        shared = parse_shared_subscription(subscription.topic_filter)
+        plain = shared[1] if shared else subscription.topic_filter
+        self._routes.clear()
+        if self.subscriptions.add(plain, subscription) and self.cluster is not None:
+            self.cluster.filter_added(subscription.topic_filter)
 
     def _remove_from_tree(self, subscription: Subscription) -> None:
         shared = parse_shared_subscription(subscription.topic_filter)
         plain = shared[1] if shared else subscription.topic_filter
+        self._routes.clear()
         removed = self.subscriptions.remove(plain, subscription.session.client_id,
                                             subscription.share_group)
         if removed and self.cluster is not None:
             self.cluster.filter_removed(subscription.topic_filter)
 
+    # ------------------------------------------------------------------ the cluster's side
+
+    def attach_cluster(self, cluster: ClusterPort | None) -> None:
+        self.cluster = cluster
+        self._routes.clear()
+
+    def publish_from_peer(self, message: Message) -> None:
+        self.publish(message, from_cluster=True)
+
+    def deliver_shared(self, group_name: str, topic_filter: str, message: Message) -> None:
+        group = self.subscriptions.shared_group(topic_filter, group_name)
+        if group is not None:
+            self._deliver_to_group(group, message)
+
+    def apply_retained(self, message: Message, only_if_absent: bool = False) -> bool:
+        return self.retained.apply(message, only_if_absent)
+
+    def retained_messages(self) -> list[Message]:
+        return self.retained.live()
+
     def taken_over_elsewhere(self, client_id: str) -> None:
-        """The client connected on another node: its connection here is closed (0x8E)."""
         session = self.sessions.get(client_id)
         if session is not None and session.connection is not None:
             log.info("client %r connected on another node: closing it here", client_id)
@@ -718,122 +510,10 @@ class Broker:
                                      "another connection took the session over")
 
     def local_filters(self) -> list[str]:
-        """Every topic filter a local session holds, once per session (for the cluster)."""
         return [f for session in self.sessions.values() for f in session.subscriptions]
 
-    # ------------------------------------------------------------------ timers
-
-    def _watch(self, conn: ClientConnection, delay: float) -> None:
-        """Arm the connection's one timer: the CONNECT deadline, then keep alive (1.5 x)."""
-        if conn.deadline is not None:
-            conn.deadline.cancel()
-            conn.deadline = None
-        if delay > 0 and self._loop is not None:
-            conn.deadline = self._loop.call_later(delay, self._deadline_passed, conn)
-
-    def _deadline_passed(self, conn: ClientConnection) -> None:
-        conn.deadline = None
-        if conn.closed:
-            return
-        if conn.session is None:
-            log.info("no CONNECT within %.1f s: closing", self.settings.connect_timeout)
-            conn.close()
-            return
-        # Reads only move last_read; the timer is re-armed for what is left, not on every read.
-        left = conn.last_read + conn.keep_alive * 1.5 - time.monotonic()
-        if left > 0:
-            self._watch(conn, left)
-            return
-        log.info("client %r missed its keep alive", conn.client_id)
-        conn.close(RC.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
-
-    # ------------------------------------------------------------------ persistence
-
-    def _save_session(self, session: Session) -> None:
-        self.store.save_session(StoredSession(
-            session.client_id, session.protocol_version, session.expiry_interval,
-            session.disconnected_at,
-            {f: StoredSubscription(f, s.qos, s.no_local, s.retain_as_published,
-                                   s.retain_handling, s.subscription_id)
-             for f, s in session.subscriptions.items()},
-        ))
-
-    @staticmethod
-    def _stored(pending: Pending) -> StoredMessage:
-        message = pending.message
-        props = dict(message.properties) if message.properties else {}
-        if pending.subscription_ids:
-            props[P.SUBSCRIPTION_IDENTIFIER] = list(pending.subscription_ids)
-        return StoredMessage(message.topic, message.payload, pending.qos, pending.retain,
-                             encode_properties(props) if props else b"", message.expiry_at,
-                             message.publisher_id)
-
-    @staticmethod
-    def _stored_retained(message: Message) -> StoredMessage:
-        props = encode_properties(message.properties) if message.properties else b""
-        return StoredMessage(message.topic, message.payload, message.qos, True, props,
-                             message.expiry_at, message.publisher_id)
-
-    @staticmethod
-    def _pending_from(stored: StoredMessage) -> Pending:
-        props = decode_properties(stored.properties) if stored.properties else {}
-        sub_ids = props.pop(P.SUBSCRIPTION_IDENTIFIER, None)
-        message = Message(stored.topic, stored.payload, stored.qos, stored.retain, props,
-                          stored.publisher_id, stored.expiry_at)
-        return Pending(message, stored.qos, tuple(sub_ids) if sub_ids else None, stored.retain)
-
-    def _restore(self, snapshot: Snapshot) -> None:
-        now = time.time()
-        for topic, stored in snapshot.retained.items():
-            props = decode_properties(stored.properties) if stored.properties else {}
-            self.retained[topic] = Message(topic, stored.payload, stored.qos, True, props,
-                                           stored.publisher_id, stored.expiry_at)
-        for client_id, record in snapshot.sessions.items():
-            self._restore_session(record, snapshot.queues.get(client_id, []),
-                                  snapshot.inflight.get(client_id, []), now)
-        if snapshot.sessions or snapshot.retained:
-            log.info("restored %d sessions and %d retained messages",
-                     len(snapshot.sessions), len(snapshot.retained))
-
-    def _restore_session(self, record: StoredSession, queue: list[tuple[int, StoredMessage]],
-                         inflight_records: list[StoredInflight], now: float) -> Session:
-        client_id = record.client_id
-        session = Session(client_id, record.protocol_version, record.expiry_interval)
-        session.disconnected_at = record.disconnected_at or now
-        for topic_filter, sub in record.subscriptions.items():
-            shared = parse_shared_subscription(topic_filter)
-            subscription = Subscription(session, topic_filter, sub.qos, sub.no_local,
-                                        sub.retain_as_published, sub.retain_handling,
-                                        sub.subscription_id, shared[0] if shared else None)
-            session.subscriptions[topic_filter] = subscription
-            if self.subscriptions.add(shared[1] if shared else topic_filter, subscription) \
-                    and self.cluster is not None:
-                self.cluster.filter_added(topic_filter)
-        for seq, stored in queue:
-            pending = self._pending_from(stored)
-            pending.seq = seq
-            self._seq = max(self._seq, seq)
-            session.queue.append(pending)
-        for inflight in inflight_records:
-            if inflight.direction == "in":
-                session.inbound_qos2.add(inflight.packet_id)
-            elif inflight.message is not None or inflight.state == "pubrel":
-                pending = (self._pending_from(inflight.message) if inflight.message
-                           else Pending(Message("", b"", 2, False, None, ""), 2, None, False))
-                session.inflight[inflight.packet_id] = Outbound(pending, inflight.state)
-        self.sessions[client_id] = session
-        if not session.never_expires:
-            remaining = session.expiry_interval - (now - session.disconnected_at)
-            self._schedule_expiry(session, remaining)
-        return session
-
-    # ------------------------------------------------------------------ sessions moving nodes
-
     def export_session(self, client_id: str) -> SessionRecords | None:
-        """Hand a session to another node: close its connection here, give its state, forget it.
-
-        None when this node has no persistent session for ``client_id``.
-        """
+        """None when this node has no persistent session for ``client_id``."""
         session = self.sessions.get(client_id)
         if session is None:
             return None
@@ -844,44 +524,32 @@ class Broker:
             session = self.sessions.get(client_id)  # closing ends a session with expiry 0
             if session is None:
                 return None
-        record = StoredSession(
-            session.client_id, session.protocol_version, session.expiry_interval,
-            session.disconnected_at,
-            {f: StoredSubscription(f, s.qos, s.no_local, s.retain_as_published,
-                                   s.retain_handling, s.subscription_id)
-             for f, s in session.subscriptions.items()})
-        queue = [(index, self._stored(p)) for index, p in enumerate(session.queue, 1)]
-        inflight = [StoredInflight(client_id, pid, "out",
-                                   "pubrel" if o.state == "pubrel" else "publish",
-                                   None if o.state == "pubrel" else self._stored(o.pending))
-                    for pid, o in session.inflight.items()]
-        inflight += [StoredInflight(client_id, pid, "in", "pubrec")
-                     for pid in session.inbound_qos2]
-        if session.will_handle is not None:  # the client is back (elsewhere): no will
-            session.will_handle.cancel()
-            session.will_handle = None
+        records = self.records.export(session)
+        self.clock.cancel_will(client_id)  # the client is back (elsewhere): no will
         session.will = None
         self._end_session(session)
-        return record, queue, inflight
+        return records
+
+    async def fetch_session_elsewhere(self, client_id: str) -> None:
+        """Before a CONNACK in a cluster: bring the client's session here from another node."""
+        cluster = self.cluster
+        if cluster is None or not cluster.has_peers:
+            return
+        for records in await cluster.fetch_session(client_id):
+            self.import_session(records)
 
     def import_session(self, records: SessionRecords) -> None:
         """Take over a session another node handed over (before this node's CONNACK)."""
-        record, queue, inflight = records
-        existing = self.sessions.get(record.client_id)
+        existing = self.sessions.get(records.session.client_id)
         if existing is not None:
             if existing.connection is not None:
                 return
             self._end_session(existing)
-        session = self._restore_session(record, queue, inflight, time.time())
-        self._save_session(session)
-        client_id = session.client_id
-        for pending in session.queue:
-            self._seq += 1
-            pending.seq = self._seq
-            self.store.enqueue(client_id, pending.seq, self._stored(pending))
-        for pid, outbound in session.inflight.items():
-            self.store.save_inflight(StoredInflight(
-                client_id, pid, "out", "pubrel" if outbound.state == "pubrel" else "publish",
-                None if outbound.state == "pubrel" else self._stored(outbound.pending)))
-        for pid in session.inbound_qos2:
-            self.save_inbound_qos2(session, pid)
+        now = time.time()
+        session = session_from(records, now)
+        self._adopt(session, now)
+        self.records.write_all(session)
+
+    def sessions_elsewhere(self) -> bool:
+        """Whether a CONNECT must first ask other nodes for its session."""
+        return self.cluster is not None and self.cluster.has_peers

@@ -1,55 +1,18 @@
-"""One client connection: the MQTT state machine between the codec and the broker.
+"""The asyncio side of one client connection: a thin shell around its :class:`Channel`.
 
-The I/O layer only calls :meth:`ClientConnection.feed` with bytes, :meth:`connection_lost` when the
-socket is gone, and :meth:`pause_writing` / :meth:`resume_writing` for flow control. Everything the
-protocol says about CONNECT, the QoS flows, DISCONNECT and takeover happens here.
+The event loop calls straight into the channel for every read (``data_received`` is the
+channel's own ``receive_data``: no extra call per read); this shell only carries the transport,
+the keep-alive timer and the loop's flow-control callbacks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-import uuid
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from hive_core.broker import _extension_flow as flow
-from hive_core.broker._message import Message
-from hive_core.broker._session import Outbound, Pending, Session
-from hive_core.mqtt import (
-    Auth,
-    ConnAck,
-    Connect,
-    Disconnect,
-    MQTTError,
-    PacketDecoder,
-    PingReq,
-    PropertyId,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    ReasonCode,
-    SubAck,
-    Subscribe,
-    UnsubAck,
-    Unsubscribe,
-    encode_packet,
-)
-from hive_core.persistence import PersistenceError
-from hive_ext_api import ClientInfo
-
-if TYPE_CHECKING:
-    from hive_core.broker._broker import Broker
-
-log = logging.getLogger("hive.connection")
-
-P = PropertyId
-RC = ReasonCode
-PINGRESP = b"\xd0\x00"
-_PASS_THROUGH_DROP = (P.TOPIC_ALIAS, P.MESSAGE_EXPIRY_INTERVAL)
+from hive_core.broker._broker import Broker
+from hive_core.broker._channel import Channel
 
 
 class Transport(Protocol):
@@ -64,679 +27,60 @@ class Transport(Protocol):
     def get_extra_info(self, name: str, default: Any = None) -> Any: ...
 
 
-class ClientConnection:
-    """Also an asyncio protocol, so the event loop calls straight into it (no adapter per read)."""
+class ClientConnection(asyncio.Protocol):
+    """An asyncio protocol for one MQTT client; the MQTT itself is in ``self.channel``."""
 
-    __slots__ = (
-        "_ack_needs_commit",
-        "_ack_task",
-        "_acks_waiting",
-        "_auth_waiter",
-        "_deferred",
-        "_inbound_aliases",
-        "accepted_at",
-        "auth_method",
-        "broker",
-        "client_id",
-        "closed",
-        "congested",
-        "deadline",
-        "decoder",
-        "disconnect_received",
-        "info",
-        "keep_alive",
-        "last_read",
-        "listener",
-        "max_out_packet",
-        "out",
-        "out_alias_max",
-        "outbound_chain",
-        "problem_info",
-        "requested_expiry",
-        "send_window",
-        "session",
-        "transport",
-        "username",
-        "version",
-        "will_sent_ok",
-    )
+    __slots__ = ("_deadline", "channel", "data_received", "transport")
 
     def __init__(self, broker: Broker, listener: str = "tcp") -> None:
-        self.broker = broker
-        self.transport: Transport = _NOT_CONNECTED
-        self.listener = listener
-        self.decoder = PacketDecoder(max_packet_size=broker.settings.max_packet_size)
-        self.version = 4
-        self.session: Session | None = None
-        self.client_id = ""
-        self.closed = False
-        self.congested = False
-        self.out: list[bytes] = []
-        self.keep_alive = 0
-        self.accepted_at = self.last_read = time.monotonic()
-        self.send_window = broker.settings.inflight_window
-        self.max_out_packet = 268_435_460
-        self.out_alias_max = 0
-        self.problem_info = True
-        self.will_sent_ok = False  # DISCONNECT 0x00 received: the will is discarded
-        self.disconnect_received = False  # the client said goodbye (any reason code)
-        self.requested_expiry = 0  # what CONNECT asked for, before the node's cap
-        self.username: str | None = None
-        self._inbound_aliases: dict[int, str] = {}
-        self._acks_waiting: list[bytes] = []
-        self._ack_needs_commit = False
-        self._ack_task: asyncio.Task[None] | None = None
-        self.deadline: asyncio.TimerHandle | None = None  # CONNECT deadline, then keep alive
-        # While an extension answers, later packets wait here (None: not waiting).
-        self._deferred: list[Any] | None = None
-        self._auth_waiter: asyncio.Future[Auth | None] | None = None
-        self.info: ClientInfo | None = None  # made at CONNECT when extensions need it
-        self.auth_method: str | None = None
-        self.outbound_chain: asyncio.Task[None] | None = None  # async outbound interceptors
-
-    # ------------------------------------------------------------------ input
+        self._deadline: asyncio.TimerHandle | None = None
+        self.transport: Transport | None = None
+        self.channel = Channel(broker, self, listener)
+        # Set before the loop makes the transport: uvloop looks data_received up once, then.
+        self.data_received = self.channel.receive_data  # type: ignore[method-assign]
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        self.broker.accept(self)
 
     def eof_received(self) -> bool:
         return False
 
-    def feed(self, data: bytes) -> None:
-        if self.closed:
-            return
-        self.last_read = time.monotonic()
-        try:
-            packets = self.decoder.feed(data)
-        except MQTTError as exc:
-            self._refuse(exc.reason_code, str(exc))
-            return
-        try:
-            self._handle(packets)
-        except Exception:  # a bug must cost one connection, never the node
-            log.exception("internal error on the connection of %r", self.client_id or "?")
-            self._refuse(RC.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
-
-    def _handle(self, packets: list[Any]) -> None:
-        session = self.session
-        for index, packet in enumerate(packets):
-            if self.closed:
-                return
-            kind = type(packet)
-            if self._deferred is not None:
-                if kind is Auth and self._auth_waiter is not None:
-                    waiter, self._auth_waiter = self._auth_waiter, None
-                    waiter.set_result(packet)
-                    continue
-                self._deferred.extend(packets[index:])
-                return
-            if kind is Publish:
-                self._on_publish(packet)
-            elif session is None:
-                if kind is Connect:
-                    self._on_connect(packet)
-                    session = self.session
-                else:
-                    self._refuse(RC.PROTOCOL_ERROR, "first packet must be CONNECT")
-            else:
-                handler = _HANDLERS.get(kind)
-                if handler is None:
-                    self._refuse(RC.PROTOCOL_ERROR, f"unexpected {kind.__name__}")
-                else:
-                    handler(self, packet)
-
     def connection_lost(self, exc: BaseException | None = None) -> None:
-        self.closed = True
-        self.out = []
-        if self._auth_waiter is not None:
-            self._auth_waiter.set_result(None)
-            self._auth_waiter = None
-        self.broker.connection_closed(self)
+        self._cancel_deadline()
+        self.channel.connection_lost()
 
     def pause_writing(self) -> None:
-        self.congested = True
+        self.channel.pause_writing()
 
     def resume_writing(self) -> None:
-        self.congested = False
-        if self.session is not None:
-            self.broker.drain(self.session)
+        self.channel.resume_writing()
 
-    def _defer(self, step: Awaitable[Any]) -> None:
-        """Hold later packets back until an extension's answer is in, then go on in order."""
-        self._deferred = []
-        self.broker.spawn(self._resume_after(step))
+    # -- the channel's io (ChannelIo)
 
-    async def _resume_after(self, step: Awaitable[Any]) -> None:
-        try:
-            await step
-        except Exception:
-            log.exception("internal error in an extension step for %r", self.client_id or "?")
-            self._refuse(RC.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
-        backlog, self._deferred = self._deferred, None
-        if backlog and not self.closed:
-            try:
-                self._handle(backlog)
-            except Exception:
-                log.exception("internal error on the connection of %r", self.client_id or "?")
-                self._refuse(RC.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
-        self.flush()
-
-    async def next_auth_packet(self) -> Auth | None:
-        """The client's next AUTH packet during an exchange (None when the connection ended)."""
-        if self.closed:
-            return None
-        waiter = self._auth_waiter = asyncio.get_running_loop().create_future()
-        deadline = self.broker.settings.connect_timeout
-        try:
-            return await asyncio.wait_for(waiter, deadline)
-        except TimeoutError:
-            self._refuse(RC.NOT_AUTHORIZED, "no AUTH reply in time")
-            return None
-
-    def client_info(self) -> ClientInfo:
-        """This client as extensions see it."""
-        peer = self.transport.get_extra_info("peername")
-        cert = None
-        ssl_object = self.transport.get_extra_info("ssl_object")
-        if ssl_object is not None:
-            cert = ssl_object.getpeercert(binary_form=True)
-        return ClientInfo(self.client_id, self.version, self.username, self.listener,
-                          (peer[0], peer[1]) if peer else None, cert)
-
-    # ------------------------------------------------------------------ output
-
-    def send(self, data: bytes) -> None:
-        if not self.out:
-            self.broker.mark_dirty(self)
-        self.out.append(data)
-
-    def flush(self) -> None:
-        out = self.out
-        if out:
-            self.out = []
-            if not self.closed:
-                self.transport.write(out[0] if len(out) == 1 else b"".join(out))
-
-    def send_packet(self, packet: Any) -> None:
-        self.send(encode_packet(packet, self.version))
-
-    def close(self, reason: int | None = None, reason_string: str | None = None) -> None:
-        """Close from the server side, with a DISCONNECT for MQTT 5 clients that are connected."""
-        if self.closed:
-            return
-        if reason is not None and self.version == 5 and self.session is not None:
-            props: dict[PropertyId, Any] = {}
-            if reason_string and self.problem_info:
-                props[P.REASON_STRING] = reason_string
-            self.send_packet(Disconnect(reason, props))
-        self.flush()
-        self.closed = True
-        self.transport.close()
-        self.broker.connection_closed(self)
-
-    def _refuse(self, reason: int, message: str) -> None:
-        """Bad input: the right reason code to the client, then close this one connection."""
-        log.info("closing connection of %r: %s (reason 0x%02X)", self.client_id or "?", message,
-                 reason)
-        self.broker.metrics.protocol_errors += 1
-        if self.session is None:
-            if self.decoder.protocol_version == 5:
-                self.version = 5
-                self.send_packet(ConnAck(False, reason))
-            elif reason == RC.UNSUPPORTED_PROTOCOL_VERSION:
-                self.send(b"\x20\x02\x00\x01")
-            elif reason == RC.CLIENT_IDENTIFIER_NOT_VALID:
-                self.send(b"\x20\x02\x00\x02")
-        self.close(reason, message)
-
-    # ------------------------------------------------------------------ CONNECT
-
-    def _on_connect(self, connect: Connect) -> None:
-        cluster = self.broker.cluster
-        if cluster is not None and cluster.members and connect.client_id:
-            self._defer(self._connect_in_cluster(connect))
-        else:
-            self._connect_here(connect)
-
-    async def _connect_in_cluster(self, connect: Connect) -> None:
-        """The session may live on another node: fetch it first, then connect as usual."""
-        cluster = self.broker.cluster
-        if cluster is not None:
-            await cluster.fetch_session(connect.client_id)
-        if self.closed:
-            return
-        if self._extensions_decide(connect):
-            await flow.connect(self, connect)
-        else:
-            self.accept_connect(connect, {})
-
-    def _connect_here(self, connect: Connect) -> None:
-        if self._extensions_decide(connect):
-            self._defer(flow.connect(self, connect))
-        else:
-            self.accept_connect(connect, {})
-
-    def _extensions_decide(self, connect: Connect) -> bool:
-        extensions = self.broker.extensions
-        return bool(extensions.authenticates or extensions.intercepts_connect
-                    or P.AUTHENTICATION_METHOD in connect.properties
-                    or (connect.will is not None and extensions.authorizes_publish))
-
-    def refuse_connect(self, reason: int, reason_string: str | None = None) -> None:
-        """CONNACK with a refusal (an MQTT 3 return code for 3.x clients), then close."""
-        log.info("refusing CONNECT of %r: reason 0x%02X %s", self.client_id, reason,
-                 reason_string or "")
-        if self.version == 5:
-            props = {P.REASON_STRING: reason_string} if reason_string else {}
-            self.send_packet(ConnAck(False, reason, props))
-        else:
-            self.send_packet(ConnAck(False, flow.v3_return_code(reason)))
-        self.close()
-
-    def refuse_auth(self, reason: int, reason_string: str | None, connecting: bool) -> None:
-        if connecting:
-            self.refuse_connect(reason, reason_string)
-        else:
-            self._refuse(reason, reason_string or "re-authentication failed")
-
-    def accept_connect(self, connect: Connect, ack: dict[PropertyId, Any]) -> None:
-        """Everything after authentication: limits, the session, CONNACK, what was in flight."""
-        broker = self.broker
-        settings = broker.settings
-        version = self.version = connect.protocol_version
-        v5 = version == 5
-        props = connect.properties
-        client_id = connect.client_id
-        if not client_id:
-            if v5 or (version == 4 and connect.clean_start):
-                client_id = f"hive-{uuid.uuid4().hex}"
-                if v5:
-                    ack[P.ASSIGNED_CLIENT_IDENTIFIER] = client_id
-            else:
-                self.refuse_connect(RC.CLIENT_IDENTIFIER_NOT_VALID)
-                return
-        if len(client_id) > settings.max_client_id_length:
-            self.refuse_connect(RC.CLIENT_IDENTIFIER_NOT_VALID)
-            return
-        self.auth_method = ack.get(P.AUTHENTICATION_METHOD)
-        if settings.max_connections >= 0 and broker.connected_count >= settings.max_connections:
-            current = broker.sessions.get(client_id)
-            if current is None or current.connection is None:  # a takeover adds no connection
-                self.refuse_connect(RC.QUOTA_EXCEEDED)
-                return
-        will = connect.will
-        if will is not None:
-            if will.qos > settings.maximum_qos:
-                self.refuse_connect(RC.QOS_NOT_SUPPORTED)
-                return
-            if will.retain and not settings.retain_available:
-                self.refuse_connect(RC.RETAIN_NOT_SUPPORTED)
-                return
-
-        keep_alive = connect.keep_alive
-        if keep_alive > settings.max_keep_alive or (
-                keep_alive == 0 and not settings.allow_unlimited_keep_alive):
-            keep_alive = settings.max_keep_alive
-            if v5:
-                ack[P.SERVER_KEEP_ALIVE] = keep_alive
-        self.keep_alive = keep_alive
-
-        if v5:
-            expiry = self.requested_expiry = props.get(P.SESSION_EXPIRY_INTERVAL, 0)
-            if expiry > settings.max_session_expiry:
-                expiry = settings.max_session_expiry
-                ack[P.SESSION_EXPIRY_INTERVAL] = expiry
-            self.send_window = min(props.get(P.RECEIVE_MAXIMUM, 65535), settings.inflight_window)
-            self.max_out_packet = props.get(P.MAXIMUM_PACKET_SIZE, 268_435_460)
-            self.out_alias_max = min(props.get(P.TOPIC_ALIAS_MAXIMUM, 0),
-                                     settings.topic_alias_maximum if settings.topic_alias_enabled
-                                     else 0)
-            self.problem_info = props.get(P.REQUEST_PROBLEM_INFORMATION, 1) == 1
-        else:
-            expiry = 0 if connect.clean_start else min(0xFFFFFFFF, settings.max_session_expiry)
-
-        self.client_id = client_id
-        self.username = connect.username
-        session, present = broker.attach(self, client_id, version, connect.clean_start, expiry,
-                                         will)
-        self.session = session
-        self.decoder.max_packet_size = settings.max_packet_size
-
-        if v5:
-            if settings.server_receive_maximum != 65535:
-                ack[P.RECEIVE_MAXIMUM] = settings.server_receive_maximum
-            if settings.maximum_qos < 2:
-                ack[P.MAXIMUM_QOS] = settings.maximum_qos
-            if not settings.retain_available:
-                ack[P.RETAIN_AVAILABLE] = 0
-            if settings.max_packet_size < 268_435_460:
-                ack[P.MAXIMUM_PACKET_SIZE] = settings.max_packet_size
-            if settings.topic_alias_enabled and settings.topic_alias_maximum:
-                ack[P.TOPIC_ALIAS_MAXIMUM] = settings.topic_alias_maximum
-            if not settings.wildcard_subscriptions:
-                ack[P.WILDCARD_SUBSCRIPTION_AVAILABLE] = 0
-            if not settings.subscription_identifiers:
-                ack[P.SUBSCRIPTION_IDENTIFIER_AVAILABLE] = 0
-            if not settings.shared_subscriptions:
-                ack[P.SHARED_SUBSCRIPTION_AVAILABLE] = 0
-            if props.get(P.REQUEST_RESPONSE_INFORMATION) == 1:
-                ack[P.RESPONSE_INFORMATION] = settings.response_information + client_id
-        # MQTT 3.1 has no session present flag: that CONNACK byte is reserved, always 0.
-        self.send_packet(ConnAck(present and version >= 4, 0, ack))
-        broker.resume(session)
-        extensions = broker.extensions
-        if extensions.any_client_hooks:
-            info = self.info = self.client_info()
-            if extensions.watches_clients:
-                broker.client_event(client_id, extensions.client_connected(info, present))
-
-    # ------------------------------------------------------------------ PUBLISH in
-
-    def _on_publish(self, packet: Publish) -> None:
-        session = self.session
-        if session is None:
-            self._refuse(RC.PROTOCOL_ERROR, "PUBLISH before CONNECT")
-            return
-        broker = self.broker
-        settings = broker.settings
-        qos = packet.qos
-        topic = packet.topic
-        props = packet.properties
-        expiry_at = None
-        if props:
-            alias = props.get(P.TOPIC_ALIAS)
-            if alias is not None:
-                if not 0 < alias <= (settings.topic_alias_maximum
-                                     if settings.topic_alias_enabled else 0):
-                    self._refuse(RC.TOPIC_ALIAS_INVALID, f"topic alias {alias} out of range")
-                    return
-                if topic:
-                    self._inbound_aliases[alias] = topic
-                else:
-                    known = self._inbound_aliases.get(alias)
-                    if known is None:
-                        self._refuse(RC.PROTOCOL_ERROR, f"unknown topic alias {alias}")
-                        return
-                    topic = known
-            if P.SUBSCRIPTION_IDENTIFIER in props:
-                self._refuse(RC.PROTOCOL_ERROR, "PUBLISH from a client with a subscription id")
-                return
-            interval = props.get(P.MESSAGE_EXPIRY_INTERVAL)
-            if interval is not None:
-                expiry_at = time.time() + min(interval, settings.max_message_expiry)
-            if alias is not None or interval is not None:
-                props = {k: v for k, v in props.items() if k not in _PASS_THROUGH_DROP}
-        elif not topic:
-            self._refuse(RC.PROTOCOL_ERROR, "empty topic without a topic alias")
-            return
-        if qos > settings.maximum_qos:
-            self._refuse(RC.QOS_NOT_SUPPORTED, f"QoS {qos} above the maximum")
-            return
-        if packet.retain and not settings.retain_available:
-            self._refuse(RC.RETAIN_NOT_SUPPORTED, "retained messages are disabled")
-            return
-        if len(topic) > settings.max_topic_length:
-            self._refuse(RC.TOPIC_NAME_INVALID, "topic too long")
-            return
-        if topic.startswith("$SYS/") or topic == "$SYS":
-            # The broker's own namespace: clients may read it, not write it.
-            if qos:
-                self._ack_publish(packet, RC.NOT_AUTHORIZED, False)
-            return
-        if qos == 2 and packet.packet_id in session.inbound_qos2:
-            self._ack_publish(packet, RC.SUCCESS, False)  # duplicate: routed already
-            return
-        if qos and (len(session.inbound_qos2) + len(self._acks_waiting)
-                    >= settings.server_receive_maximum) and self.version == 5 and (
-                # A waiting PUBREC is in inbound_qos2 already: count only waiting PUBACKs.
-                len(session.inbound_qos2) + sum(a[0] == 0x40 for a in self._acks_waiting)
-                >= settings.server_receive_maximum):
-            self._refuse(RC.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
-            return
-        message = Message(topic, packet.payload, qos, packet.retain, props, session.client_id,
-                          expiry_at)
-        if not qos and not broker.extensions.on_publish:
-            broker.publish(message)  # QoS 0: nothing to acknowledge
-            return
-        if broker.extensions.on_publish:
-            verdict = flow.check_publish(self, message)
-            if verdict is not None:
-                if isinstance(verdict, int):
-                    self._publish_refused(packet, verdict)
-                else:
-                    self._defer(self._publish_when_checked(packet, message, verdict))
-                return
-        self._route(packet, message)
-
-    async def _publish_when_checked(self, packet: Publish, message: Message,
-                                    verdict: Awaitable[int | None]) -> None:
-        code = await verdict
-        if self.closed:
-            return
-        if code is None:
-            self._route(packet, message)
-        else:
-            self._publish_refused(packet, code)
-
-    def _publish_refused(self, packet: Publish, code: int) -> None:
-        log.debug("publish of %r to %r stopped by an extension (0x%02X)", self.client_id,
-                  packet.topic, code)
-        if packet.qos:
-            self._ack_publish(packet, code, False)
-
-    def _route(self, packet: Publish, message: Message) -> None:
-        session = self.session
-        assert session is not None
-        broker = self.broker
-        qos = packet.qos
-        matched, durable = broker.publish(message)
-        if qos:
-            if qos == 2:
-                session.inbound_qos2.add(packet.packet_id)  # type: ignore[arg-type]
-                if session.persistent:
-                    broker.save_inbound_qos2(session, packet.packet_id)  # type: ignore[arg-type]
-                    durable = True
-            self._ack_publish(packet, RC.SUCCESS if matched else RC.NO_MATCHING_SUBSCRIBERS,
-                              durable)
-
-    def _ack_publish(self, packet: Publish, reason: int, durable: bool) -> None:
-        pid = packet.packet_id or 0
-        head = 0x40 if packet.qos == 1 else 0x50
-        if self.version == 5 and reason:
-            data = bytes((head, 3, pid >> 8, pid & 0xFF, reason))
-        else:
-            data = bytes((head, 2, pid >> 8, pid & 0xFF))
-        if durable or self._acks_waiting:
-            # Acknowledge only what is on disk, and keep acknowledgements in order.
-            self._acks_waiting.append(data)
-            self._ack_needs_commit = self._ack_needs_commit or durable
-            if self._ack_task is None:
-                self._ack_task = self.broker.spawn(self._release_acks())
-        else:
-            self.send(data)
-
-    async def _release_acks(self) -> None:
-        try:
-            while self._acks_waiting and not self.closed:
-                batch, needs_commit = self._acks_waiting, self._ack_needs_commit
-                self._acks_waiting, self._ack_needs_commit = [], False
-                if needs_commit:
-                    try:
-                        await self.broker.store.commit()
-                    except PersistenceError as exc:
-                        # Not on disk, so not acknowledged: the client sends it again (DUP).
-                        self._refuse(RC.UNSPECIFIED_ERROR, f"cannot store the message: {exc}")
-                        return
-                for data in batch:
-                    self.send(data)
-        finally:
-            self._ack_task = None
-
-    # ------------------------------------------------------------------ QoS flows
-
-    def _on_pubrel(self, packet: PubRel) -> None:
-        session = self.session
-        assert session is not None
-        known = packet.packet_id in session.inbound_qos2
-        if known:
-            session.inbound_qos2.discard(packet.packet_id)
-            if session.persistent:
-                self.broker.store.delete_inflight(session.client_id, packet.packet_id, "in")
-        reason = RC.SUCCESS if known or self.version != 5 else RC.PACKET_IDENTIFIER_NOT_FOUND
-        pid = packet.packet_id
-        if self.version == 5 and reason:
-            self.send(bytes((0x70, 3, pid >> 8, pid & 0xFF, reason)))
-        else:
-            self.send(bytes((0x70, 2, pid >> 8, pid & 0xFF)))
-
-    def _on_puback(self, packet: PubAck) -> None:
-        self.broker.acknowledged(self, packet.packet_id, done=True)
-
-    def _on_pubrec(self, packet: PubRec) -> None:
-        session = self.session
-        assert session is not None
-        outbound = session.inflight.get(packet.packet_id)
-        if outbound is None:
-            if self.version == 5:
-                self.send_packet(PubRel(packet.packet_id, RC.PACKET_IDENTIFIER_NOT_FOUND))
-            else:
-                self.send_packet(PubRel(packet.packet_id))
-            return
-        if packet.reason_code >= 0x80:
-            self.broker.acknowledged(self, packet.packet_id, done=True)
-            return
-        self.broker.released(session, packet.packet_id, outbound)
-        self.send_packet(PubRel(packet.packet_id))
-
-    def _on_pubcomp(self, packet: PubComp) -> None:
-        self.broker.acknowledged(self, packet.packet_id, done=True)
-
-    # ------------------------------------------------------------------ subscriptions
-
-    def _on_subscribe(self, packet: Subscribe) -> None:
-        settings = self.broker.settings
-        sub_ids = packet.properties.get(P.SUBSCRIPTION_IDENTIFIER)
-        if sub_ids and not settings.subscription_identifiers:
-            self._refuse(RC.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED,
-                         "subscription identifiers are disabled")
-            return
-        extensions = self.broker.extensions
-        if extensions.intercepts_subscribe or extensions.authorizes_subscribe:
-            self._defer(flow.subscribe(self, packet))
-        else:
-            self.finish_subscribe(packet, {})
-
-    def finish_subscribe(self, packet: Subscribe, refused: dict[int, int]) -> None:
-        """Subscribe what extensions let through; ``refused`` holds their reason codes by index."""
-        if self.closed:
-            return
-        sub_ids = packet.properties.get(P.SUBSCRIPTION_IDENTIFIER)
-        sub_id = sub_ids[0] if sub_ids else None
-        requests = packet.subscriptions
-        allowed = [r for i, r in enumerate(requests) if i not in refused]
-        codes, existed = self.broker.subscribe(self, allowed, sub_id)
-        if refused:
-            merged_codes: list[int] = []
-            merged_existed: list[bool] = []
-            answers = iter(zip(codes, existed, strict=False))
-            for index in range(len(requests)):
-                if index in refused:
-                    merged_codes.append(refused[index])
-                    merged_existed.append(False)
-                else:
-                    code, was = next(answers, (RC.UNSPECIFIED_ERROR, False))
-                    merged_codes.append(code)
-                    merged_existed.append(was)
-            codes, existed = merged_codes, merged_existed
-        if self.closed:
-            return
-        wire = codes if self.version == 5 else [c if c < 0x80 else 0x80 for c in codes]
-        self.send_packet(SubAck(packet.packet_id, wire))
-        self.broker.send_retained_for(self, packet.subscriptions, codes, existed)
-
-    def _on_unsubscribe(self, packet: Unsubscribe) -> None:
-        if self.broker.extensions.intercepts_unsubscribe:
-            self._defer(self._unsubscribe_intercepted(packet))
-        else:
-            self._finish_unsubscribe(packet.packet_id, packet.topic_filters)
-
-    async def _unsubscribe_intercepted(self, packet: Unsubscribe) -> None:
-        filters = await flow.unsubscribe(self, list(packet.topic_filters))
-        if not self.closed:
-            self._finish_unsubscribe(packet.packet_id, filters[:len(packet.topic_filters)])
-
-    def _finish_unsubscribe(self, packet_id: int, filters: list[str]) -> None:
-        codes = self.broker.unsubscribe(self, filters)
-        self.send_packet(UnsubAck(packet_id, codes))
-
-    # ------------------------------------------------------------------ the rest
-
-    def _on_pingreq(self, packet: PingReq) -> None:
-        self.send(PINGRESP)
-
-    def _on_disconnect(self, packet: Disconnect) -> None:
-        session = self.session
-        assert session is not None
-        if self.version == 5:
-            expiry = packet.properties.get(P.SESSION_EXPIRY_INTERVAL)
-            if expiry is not None:
-                max_expiry = self.broker.settings.max_session_expiry
-                if self.requested_expiry == 0 and expiry != 0:
-                    self._refuse(RC.PROTOCOL_ERROR, "session expiry raised from 0 at DISCONNECT")
-                    return
-                session.expiry_interval = min(expiry, max_expiry)
-        self.will_sent_ok = packet.reason_code != RC.DISCONNECT_WITH_WILL_MESSAGE
-        self.disconnect_received = True
-        extensions = self.broker.extensions
-        if extensions.watches_clients and self.info is not None:
-            self.broker.client_event(session.client_id, extensions.intercept_disconnect(
-                self.info, packet.reason_code))
-        self.flush()
-        self.closed = True
-        self.transport.close()
-        self.broker.connection_closed(self)
-
-    def _on_connect_again(self, packet: Connect) -> None:
-        self._refuse(RC.PROTOCOL_ERROR, "second CONNECT")
-
-    def _on_auth(self, packet: Auth) -> None:
-        if self.auth_method is None or not self.broker.extensions.enhanced_auth:
-            self._refuse(RC.PROTOCOL_ERROR, "AUTH without an authentication method")
-        else:
-            self._defer(flow.reauthenticate(self, packet, self.auth_method))
-
-
-    data_received = feed
-
-
-class _NotConnected:
     def write(self, data: bytes) -> None:
-        raise RuntimeError("connection not made yet")
+        assert self.transport is not None
+        self.transport.write(data)
 
     def close(self) -> None:
-        pass
-
-    def is_closing(self) -> bool:
-        return True
+        self._cancel_deadline()
+        if self.transport is not None:
+            self.transport.close()
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
+        if self.transport is None:
+            return default
+        return self.transport.get_extra_info(name, default)
 
+    def arm_deadline(self, seconds: float) -> None:
+        self._cancel_deadline()
+        if seconds > 0:
+            self._deadline = asyncio.get_running_loop().call_later(seconds, self._deadline_passed)
 
-_NOT_CONNECTED = _NotConnected()
+    def _deadline_passed(self) -> None:
+        self._deadline = None
+        self.channel.check_deadline(time.monotonic())
 
-_HANDLERS: dict[type, Any] = {
-    PubAck: ClientConnection._on_puback,
-    PubRec: ClientConnection._on_pubrec,
-    PubRel: ClientConnection._on_pubrel,
-    PubComp: ClientConnection._on_pubcomp,
-    Subscribe: ClientConnection._on_subscribe,
-    Unsubscribe: ClientConnection._on_unsubscribe,
-    PingReq: ClientConnection._on_pingreq,
-    Disconnect: ClientConnection._on_disconnect,
-    Connect: ClientConnection._on_connect_again,
-    Auth: ClientConnection._on_auth,
-}
-
-__all__ = ["ClientConnection", "Outbound", "Pending", "Transport"]
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None

@@ -1,9 +1,12 @@
 """The steps of the MQTT flows where extensions have a say: CONNECT, AUTH, PUBLISH, SUBSCRIBE.
 
 Only taken when an extension implements the hook concerned; a node without extensions never
-enters this module. Each step answers synchronously when every implementation is a plain
-``def``; an ``async`` implementation makes it return an awaitable, and the connection then holds
-its later packets back until the answer is in (so order is kept).
+enters this module. Each step answers with a decision (accept with these CONNACK properties,
+refuse with this reason code, these subscriptions, ...) and leaves it to the channel to act on it;
+an enhanced-authentication exchange talks to the client through an :class:`AuthConversation`.
+A step answers synchronously when every implementation is a plain ``def``; an ``async``
+implementation makes it return an awaitable, and the channel then holds its later packets back
+until the answer is in (so order is kept).
 """
 
 from __future__ import annotations
@@ -12,13 +15,13 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from hive_core.broker._message import Message
 from hive_core.mqtt import (
     Auth,
     Connect,
-    ConnectReturnCode,
     MQTTError,
     PropertyId,
     ReasonCode,
@@ -26,29 +29,39 @@ from hive_core.mqtt import (
     SubscriptionRequest,
     validate_topic_name,
 )
-from hive_ext_api import AuthExchange, ConnectInfo, PublishMessage, SubscriptionInfo
-
-if TYPE_CHECKING:
-    from hive_core.broker._connection import ClientConnection
+from hive_core.plugins import Extensions
+from hive_ext_api import (
+    AuthExchange,
+    ClientInfo,
+    ConnectInfo,
+    PublishMessage,
+    SubscriptionInfo,
+)
 
 log = logging.getLogger("hive.extensions")
 
 P = PropertyId
 RC = ReasonCode
 
-_V3_CODES = {
-    RC.BAD_USER_NAME_OR_PASSWORD: ConnectReturnCode.BAD_USERNAME_OR_PASSWORD,
-    RC.CLIENT_IDENTIFIER_NOT_VALID: ConnectReturnCode.IDENTIFIER_REJECTED,
-    RC.SERVER_UNAVAILABLE: ConnectReturnCode.SERVER_UNAVAILABLE,
-    RC.SERVER_BUSY: ConnectReturnCode.SERVER_UNAVAILABLE,
-    RC.QUOTA_EXCEEDED: ConnectReturnCode.SERVER_UNAVAILABLE,
-    RC.UNSUPPORTED_PROTOCOL_VERSION: ConnectReturnCode.UNACCEPTABLE_PROTOCOL_VERSION,
-}
+
+@dataclass(slots=True, frozen=True)
+class Refusal:
+    """An extension said no: the reason code (and string) the client is refused with."""
+
+    reason_code: int
+    reason_string: str | None = None
 
 
-def v3_return_code(reason: int) -> int:
-    """The MQTT 3 CONNACK return code closest to an MQTT 5 reason code."""
-    return int(_V3_CODES.get(reason, ConnectReturnCode.NOT_AUTHORIZED))  # type: ignore[call-overload]
+class AuthConversation(Protocol):
+    """The client's side of an AUTH exchange, as the channel offers it."""
+
+    def send_auth(self, properties: dict[PropertyId, Any]) -> None:
+        """Send AUTH (continue authentication) with these properties, now."""
+        ...
+
+    async def next_auth(self) -> Auth | None:
+        """The client's next AUTH packet; None when the connection ended or took too long."""
+        ...
 
 
 def refusal(answer: Any) -> int | None:
@@ -64,103 +77,103 @@ def refusal(answer: Any) -> int | None:
 # ---------------------------------------------------------------------------- CONNECT and AUTH
 
 
-async def connect(conn: ClientConnection, packet: Connect) -> None:
-    """Authenticate (simple or enhanced), authorize the will, run the connect interceptors."""
-    extensions = conn.broker.extensions
+def connect_info(info: ClientInfo, packet: Connect) -> ConnectInfo:
     props = packet.properties
-    conn.version = packet.protocol_version
-    conn.username = packet.username
-    conn.client_id = packet.client_id
-    info = conn.client_info()
-    request = ConnectInfo(info, packet.password, packet.clean_start, packet.keep_alive,
-                          props.get(P.SESSION_EXPIRY_INTERVAL, 0),
-                          list(props.get(P.USER_PROPERTY, ())),
-                          props.get(P.AUTHENTICATION_METHOD), props.get(P.AUTHENTICATION_DATA))
+    return ConnectInfo(info, packet.password, packet.clean_start, packet.keep_alive,
+                       props.get(P.SESSION_EXPIRY_INTERVAL, 0),
+                       list(props.get(P.USER_PROPERTY, ())),
+                       props.get(P.AUTHENTICATION_METHOD), props.get(P.AUTHENTICATION_DATA))
+
+
+async def connect(extensions: Extensions, info: ClientInfo, packet: Connect,
+                  conversation: AuthConversation) -> dict[PropertyId, Any] | Refusal | None:
+    """Authenticate (simple or enhanced), authorize the will, run the connect interceptors.
+
+    Returns the CONNACK properties to accept with (``packet`` may have been changed by an
+    interceptor), a :class:`Refusal`, or None when the connection ended during the exchange.
+    """
+    props = packet.properties
+    request = connect_info(info, packet)
     ack: dict[PropertyId, Any] = {}
     method = request.authentication_method
     if method is not None:
         exchange = AuthExchange(info, method, request.authentication_data, 0)
-        outcome = await authenticate_enhanced(conn, exchange, connecting=True)
-        if outcome is None:
-            return
+        outcome = await authenticate_enhanced(extensions, exchange, conversation)
+        if not isinstance(outcome, bytes):
+            return outcome
         ack[P.AUTHENTICATION_METHOD] = method
         if outcome:
             ack[P.AUTHENTICATION_DATA] = outcome
     else:
         decision = await extensions.authenticate(request)
         if not decision.allow:
-            conn.refuse_connect(decision.reason_code, decision.reason_string)
-            return
+            return Refusal(decision.reason_code, decision.reason_string)
     will = packet.will
     if will is not None and extensions.authorizes_publish:
         answer = await extensions.resolved(
             extensions.authorize_publish(info, will.topic, will.qos, will.retain))
         code = refusal(answer)
         if code is not None:
-            conn.refuse_connect(code, "the will may not be published")
-            return
+            return Refusal(code, "the will may not be published")
     if extensions.intercepts_connect:
         await extensions.intercept_connect(request)
         packet.client_id = info.client_id
         packet.username = info.username
         keep_alive = min(max(int(request.keep_alive), 0), 0xFFFF)
-        if keep_alive != packet.keep_alive and conn.version == 5:
+        if keep_alive != packet.keep_alive and packet.protocol_version == 5:
             ack[P.SERVER_KEEP_ALIVE] = keep_alive  # else the client pings on its own schedule
         packet.keep_alive = keep_alive
         if request.user_properties:
             props[P.USER_PROPERTY] = [(str(k), str(v)) for k, v in request.user_properties]
         else:
             props.pop(P.USER_PROPERTY, None)
-    conn.accept_connect(packet, ack)
+    return ack
 
 
-async def authenticate_enhanced(conn: ClientConnection, exchange: AuthExchange,
-                                connecting: bool) -> bytes | None:
-    """Run an AUTH exchange to its end: the final data (b"" when none) or None when refused."""
-    extensions = conn.broker.extensions
+async def authenticate_enhanced(extensions: Extensions, exchange: AuthExchange,
+                                conversation: AuthConversation) -> bytes | Refusal | None:
+    """Run an AUTH exchange to its end: the final data (b"" when none), a refusal, or None
+    when the connection ended."""
     method = exchange.method
     while True:
         step = await extensions.enhanced_authenticate(exchange)
         if step is None:
-            conn.refuse_auth(RC.BAD_AUTHENTICATION_METHOD, f"no extension handles {method!r}",
-                             connecting)
-            return None
+            return Refusal(RC.BAD_AUTHENTICATION_METHOD, f"no extension handles {method!r}")
         if step.outcome == "success":
             return step.data or b""
         if step.outcome != "continue":
-            conn.refuse_auth(step.reason_code, step.reason_string, connecting)
-            return None
+            return Refusal(step.reason_code, step.reason_string)
         props: dict[PropertyId, Any] = {P.AUTHENTICATION_METHOD: method}
         if step.data is not None:
             props[P.AUTHENTICATION_DATA] = step.data
-        conn.send_packet(Auth(RC.CONTINUE_AUTHENTICATION, props))
-        conn.flush()
-        reply = await conn.next_auth_packet()
+        conversation.send_auth(props)
+        reply = await conversation.next_auth()
         if reply is None:
             return None
         if (reply.reason_code != RC.CONTINUE_AUTHENTICATION
                 or reply.properties.get(P.AUTHENTICATION_METHOD) != method):
-            conn.refuse_auth(RC.PROTOCOL_ERROR, "AUTH with another method or reason", connecting)
-            return None
+            return Refusal(RC.PROTOCOL_ERROR, "AUTH with another method or reason")
         exchange.data = reply.properties.get(P.AUTHENTICATION_DATA)
         exchange.step += 1
 
 
-async def reauthenticate(conn: ClientConnection, packet: Auth, method: str | None) -> None:
-    """A connected client asked to authenticate again (AUTH 0x19)."""
+async def reauthenticate(extensions: Extensions, info: ClientInfo, packet: Auth,
+                         method: str | None,
+                         conversation: AuthConversation) -> dict[PropertyId, Any] | Refusal | None:
+    """A connected client asked to authenticate again (AUTH 0x19): the properties of the final
+    AUTH (success), a refusal, or None when the connection ended."""
     props = packet.properties
     if method is None or props.get(P.AUTHENTICATION_METHOD) != method \
             or packet.reason_code != RC.RE_AUTHENTICATE:
-        conn.refuse_auth(RC.PROTOCOL_ERROR, "re-authentication must use the CONNECT's method",
-                         False)
-        return
-    exchange = AuthExchange(conn.client_info(), method, props.get(P.AUTHENTICATION_DATA), 0)
-    outcome = await authenticate_enhanced(conn, exchange, connecting=False)
-    if outcome is not None:
-        done: dict[PropertyId, Any] = {P.AUTHENTICATION_METHOD: method}
-        if outcome:
-            done[P.AUTHENTICATION_DATA] = outcome
-        conn.send_packet(Auth(RC.SUCCESS, done))
+        return Refusal(RC.PROTOCOL_ERROR, "re-authentication must use the CONNECT's method")
+    exchange = AuthExchange(info, method, props.get(P.AUTHENTICATION_DATA), 0)
+    outcome = await authenticate_enhanced(extensions, exchange, conversation)
+    if not isinstance(outcome, bytes):
+        return outcome
+    done: dict[PropertyId, Any] = {P.AUTHENTICATION_METHOD: method}
+    if outcome:
+        done[P.AUTHENTICATION_DATA] = outcome
+    return done
 
 
 # ---------------------------------------------------------------------------- PUBLISH
@@ -212,39 +225,36 @@ def apply_publish_message(message: Message, publish: PublishMessage) -> None:
     message.release_cache()
 
 
-def check_publish(conn: ClientConnection, message: Message) -> int | Awaitable[int | None] | None:
+def check_publish(extensions: Extensions, info: ClientInfo,
+                  message: Message) -> int | Awaitable[int | None] | None:
     """Authorization, then the inbound interceptors: None lets the message through."""
-    extensions = conn.broker.extensions
-    info = conn.info
-    assert info is not None
     if extensions.authorizes_publish:
         answer = extensions.authorize_publish(info, message.topic, message.qos, message.retain)
         if inspect.isawaitable(answer):
-            return _check_publish_later(conn, message, answer)
+            return _check_publish_later(extensions, info, message, answer)
         code = refusal(answer)
         if code is not None:
             return code
     if extensions.intercepts_inbound:
-        return _intercept_inbound(conn, message)
+        return _intercept_inbound(extensions, info, message)
     return None
 
 
-async def _check_publish_later(conn: ClientConnection, message: Message,
+async def _check_publish_later(extensions: Extensions, info: ClientInfo, message: Message,
                                answer: Awaitable[Any]) -> int | None:
     code = refusal(await answer)
     if code is not None:
         return code
-    if conn.broker.extensions.intercepts_inbound:
-        result = _intercept_inbound(conn, message)
+    if extensions.intercepts_inbound:
+        result = _intercept_inbound(extensions, info, message)
         return await result if inspect.isawaitable(result) else result
     return None
 
 
-def _intercept_inbound(conn: ClientConnection,
+def _intercept_inbound(extensions: Extensions, info: ClientInfo,
                        message: Message) -> int | Awaitable[int | None] | None:
-    extensions = conn.broker.extensions
     publish = to_publish_message(message)
-    answer = extensions.first("hive_intercept_publish_inbound", client=conn.info, publish=publish)
+    answer = extensions.first("hive_intercept_publish_inbound", client=info, publish=publish)
     if inspect.isawaitable(answer):
         return _finish_intercept(message, publish, answer)
     return _applied(message, publish, answer)
@@ -282,10 +292,10 @@ def _applied(message: Message, publish: PublishMessage, answer: Any) -> int | No
 # ---------------------------------------------------------------------------- SUBSCRIBE
 
 
-async def subscribe(conn: ClientConnection, packet: Subscribe) -> None:
-    extensions = conn.broker.extensions
-    info = conn.info
-    assert info is not None
+async def subscribe(extensions: Extensions, info: ClientInfo,
+                    packet: Subscribe) -> dict[int, int]:
+    """Interceptors may change the requests (in ``packet``); authorizers refuse some: their
+    reason codes by the request's index."""
     requests = packet.subscriptions
     if extensions.intercepts_subscribe:
         wanted = [SubscriptionInfo(r.topic_filter, r.qos, r.no_local, r.retain_as_published,
@@ -297,7 +307,7 @@ async def subscribe(conn: ClientConnection, packet: Subscribe) -> None:
                         for w in wanted]
         else:  # the SUBACK must answer every filter the client sent, in order
             log.error("a subscribe interceptor changed the number of subscriptions of %r from "
-                      "%d to %d: its changes are ignored", conn.client_id, len(requests),
+                      "%d to %d: its changes are ignored", info.client_id, len(requests),
                       len(wanted))
     refused: dict[int, int] = {}
     if extensions.authorizes_subscribe:
@@ -308,11 +318,9 @@ async def subscribe(conn: ClientConnection, packet: Subscribe) -> None:
             if code is not None:
                 refused[index] = code
     packet.subscriptions = requests
-    conn.finish_subscribe(packet, refused)
+    return refused
 
 
-async def unsubscribe(conn: ClientConnection, filters: list[str]) -> list[str]:
-    info = conn.info
-    assert info is not None
-    await conn.broker.extensions.intercept_unsubscribe(info, filters)
+async def unsubscribe(extensions: Extensions, info: ClientInfo, filters: list[str]) -> list[str]:
+    await extensions.intercept_unsubscribe(info, filters)
     return filters

@@ -32,7 +32,7 @@ class ExtensionCounter:
 
 
 @dataclass(slots=True)
-class Metrics:
+class ExtensionMetrics:
     """Counters and gauges registered by extensions, beside the broker's own metrics."""
 
     counters: dict[str, ExtensionCounter] = field(default_factory=dict)
@@ -57,7 +57,7 @@ class NodeServices:
         self._members = members
         self._node_id = node_id
         self._version = version
-        self._metrics = Metrics()
+        self._metrics = ExtensionMetrics()
 
     @property
     def node_id(self) -> str:
@@ -67,6 +67,10 @@ class NodeServices:
         """The broker exists once the store is open; extensions use the services after that."""
         self._broker_or_none = broker
 
+    def members_from(self, members: Callable[[], list[ClusterMember]] | None) -> None:
+        """Where the cluster's member list comes from (None: this node is alone)."""
+        self._members = members
+
     @property
     def _broker(self) -> Broker:
         if self._broker_or_none is None:
@@ -74,7 +78,7 @@ class NodeServices:
         return self._broker_or_none
 
     @property
-    def metrics(self) -> Metrics:
+    def metrics(self) -> ExtensionMetrics:
         return self._metrics
 
     def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False,
@@ -91,8 +95,8 @@ class NodeServices:
         self._broker.flush()
 
     def clients(self) -> list[ClientInfo]:
-        return [conn.client_info() for conn in self._broker.connections
-                if conn.session is not None and not conn.closed]
+        return [session.connection.client_info() for session in self._broker.sessions.values()
+                if session.connection is not None and not session.connection.closed]
 
     def disconnect(self, client_id: str, reason_code: int = 0x98) -> bool:
         session = self._broker.sessions.get(client_id)
@@ -116,9 +120,6 @@ class NodeServices:
                 if not message.expired(now) and topic_matches(topic_filter, topic)]
 
     def cluster_members(self) -> list[ClusterMember]:
-        cluster = self._broker.cluster
-        if cluster is not None:
-            return cluster.view()
         if self._members is not None:
             return self._members()
         return [ClusterMember(self._node_id, ClusterNodeAddress("127.0.0.1", 0), "RUNNING",

@@ -1,19 +1,61 @@
-"""One client's session: subscriptions, the queue of pending deliveries, the QoS window."""
+"""One client's session as state: subscriptions, the queue, the QoS window, the will.
+
+A :class:`Session` outlives its connections (when its expiry interval is above 0). It holds only
+data, so it can be exported, replicated and restored as one thing (``_records.py`` maps it to the
+store's records); the rules that change it live with their owners: the outbound window in
+``_outbox.py``, expiry and wills in ``_expiry.py``, the inbound flows in ``_channel.py``.
+"""
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
-from hive_core.persistence._model import NEVER_EXPIRES
+from hive_core.persistence import NEVER_EXPIRES
 
 if TYPE_CHECKING:
-    from hive_core.broker._connection import ClientConnection
     from hive_core.broker._message import Message
-    from hive_core.broker._topic_tree import Subscription
     from hive_core.mqtt import Will
+    from hive_ext_api import ClientInfo
+
+
+class Link(Protocol):
+    """A session's live connection, as the broker sees it (a :class:`Channel` is one).
+
+    ``out`` collects encoded packets until the broker's batched flush writes them; the broker
+    appends to it directly on the QoS 0 hot path.
+    """
+
+    out: list[bytes]
+    version: int
+    closed: bool
+    congested: bool
+    send_window: int
+    max_out_packet: int
+    out_alias_max: int
+    outbound_aliases: dict[str, int]
+    info: ClientInfo | None
+    outbound_chain: Any  # the async outbound interceptor step in progress, or None
+    keep_alive: int
+
+    def send(self, data: bytes) -> None: ...
+
+    def close(self, reason: int | None = None, reason_string: str | None = None) -> None: ...
+
+    def client_info(self) -> ClientInfo: ...
+
+
+@dataclass(slots=True, eq=False)
+class Subscription:
+    session: Session
+    topic_filter: str  # the filter as the client sent it (with "$share/group/" when shared)
+    qos: int
+    no_local: bool = False
+    retain_as_published: bool = False
+    retain_handling: int = 0
+    subscription_id: int | None = None
+    share_group: str | None = None
 
 
 @dataclass(slots=True)
@@ -36,27 +78,25 @@ class Outbound:
 
 
 class Session:
+    """Everything MQTT keeps for one client id between connections."""
+
     __slots__ = (
-        "client_id", "connection", "disconnected_at", "expiry_handle", "expiry_interval",
-        "inbound_qos2", "inflight", "next_packet_id", "outbound_aliases", "protocol_version",
-        "queue", "subscriptions", "will", "will_handle",
+        "client_id", "connection", "disconnected_at", "expiry_interval", "inbound_qos2",
+        "inflight", "next_packet_id", "protocol_version", "queue", "subscriptions", "will",
     )
 
     def __init__(self, client_id: str, protocol_version: int, expiry_interval: int) -> None:
         self.client_id = client_id
         self.protocol_version = protocol_version
         self.expiry_interval = expiry_interval
-        self.connection: ClientConnection | None = None
+        self.connection: Link | None = None
         self.subscriptions: dict[str, Subscription] = {}
         self.queue: deque[Pending] = deque()
         self.inflight: dict[int, Outbound] = {}
         self.inbound_qos2: set[int] = set()
         self.next_packet_id = 1
         self.disconnected_at: float | None = None
-        self.expiry_handle: asyncio.TimerHandle | None = None
         self.will: Will | None = None
-        self.will_handle: asyncio.TimerHandle | None = None
-        self.outbound_aliases: dict[str, int] = {}
 
     @property
     def persistent(self) -> bool:
@@ -74,3 +114,10 @@ class Session:
             pid = pid % 65535 + 1
         self.next_packet_id = pid % 65535 + 1
         return pid
+
+    def clear(self) -> None:
+        """Forget subscriptions, queue and in-flight state (the session ends)."""
+        self.subscriptions.clear()
+        self.queue.clear()
+        self.inflight.clear()
+        self.inbound_qos2.clear()

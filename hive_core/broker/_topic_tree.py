@@ -4,22 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from hive_core.broker._session import Session
-
-
-@dataclass(slots=True, eq=False)
-class Subscription:
-    session: Session
-    topic_filter: str  # the filter as the client sent it (with "$share/group/" when shared)
-    qos: int
-    no_local: bool = False
-    retain_as_published: bool = False
-    retain_handling: int = 0
-    subscription_id: int | None = None
-    share_group: str | None = None
+from hive_core.broker._session import Session, Subscription
 
 
 @dataclass(slots=True, eq=False)

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hive_core import __version__
-from hive_core.broker._message import Message
+from hive_core.broker import BrokerPort, Message, RemoteGroups, SessionRecords, SharedKey
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
 from hive_core.cluster._link import PeerLink
-from hive_core.cluster._routing import RoutingTable, SharedKey
+from hive_core.cluster._routing import RoutingTable
 from hive_core.cluster._transport import NodeTransport, NodeUnreachable, TcpTransport
 from hive_core.cluster._udp import UdpTransport
 from hive_core.cluster._wire import (
@@ -39,8 +39,6 @@ from hive_ext_api import (
 )
 
 if TYPE_CHECKING:
-    from hive_core.broker import Broker
-    from hive_core.broker._broker import SessionRecords
     from hive_core.plugins import Extensions
 
 log = logging.getLogger("hive.cluster")
@@ -114,7 +112,7 @@ def _message_fields(m: StoredMessage) -> list[Any]:
 
 
 def session_body(records: SessionRecords) -> list[Any]:
-    record, queue, inflight = records
+    record, queue, inflight = records.session, records.queue, records.inflight
     subscriptions = [[s.topic_filter, s.qos, s.no_local, s.retain_as_published,
                       s.retain_handling, s.subscription_id] for s in record.subscriptions.values()]
     return [
@@ -130,11 +128,12 @@ def session_from(body: list[Any]) -> SessionRecords:
     (client_id, version, expiry, disconnected_at, subscriptions), queue, inflight = body
     record = StoredSession(client_id, version, expiry, disconnected_at, {
         s[0]: StoredSubscription(s[0], s[1], s[2], s[3], s[4], s[5]) for s in subscriptions})
-    return (record,
-            [(seq, StoredMessage(*fields)) for seq, fields in queue],
-            [StoredInflight(client_id, pid, direction, state,
-                            StoredMessage(*fields) if fields else None)
-             for pid, direction, state, fields in inflight])
+    return SessionRecords(
+        record,
+        [(seq, StoredMessage(*fields)) for seq, fields in queue],
+        [StoredInflight(client_id, pid, direction, state,
+                        StoredMessage(*fields) if fields else None)
+         for pid, direction, state, fields in inflight])
 
 
 def message_body(message: Message) -> list[Any]:
@@ -150,7 +149,13 @@ def message_from(body: list[Any]) -> Message:
 
 
 class Cluster:
-    def __init__(self, node_id: str, settings: ClusterSettings, broker: Broker,
+    """This node's membership in the cluster: links to every peer, and what crosses them.
+
+    Implements the broker's :class:`~hive_core.broker.ClusterPort`; talks to the broker only
+    through its :class:`~hive_core.broker.BrokerPort`.
+    """
+
+    def __init__(self, node_id: str, settings: ClusterSettings, broker: BrokerPort,
                  extensions: Extensions, transport: NodeTransport | None = None) -> None:
         self.node_id = node_id
         self.settings = settings
@@ -188,7 +193,7 @@ class Cluster:
                  bound.host, bound.port, self.address.host, self.address.port)
         if self.health is not None:
             await self.health.start()
-        self.broker.cluster = self
+        self.broker.attach_cluster(self)
         await self.extensions.discovery_init(self.address, self.node_id)
         log.info("Starting cluster join process. This may take a while. "
                  "Please do not shut down Hive.")
@@ -229,7 +234,7 @@ class Cluster:
         if self.health is not None:  # after the BYEs: peers learn why this node left
             await self.health.close()
         await self.extensions.discovery_destroy(self.address)
-        self.broker.cluster = None
+        self.broker.attach_cluster(None)
 
     # ------------------------------------------------------------------ discovery and joining
 
@@ -321,7 +326,7 @@ class Cluster:
         if answer:  # WELCOME first: the dialling node drops every frame before it
             link.send(FrameKind.WELCOME, self._hello())
         link.send(FrameKind.FILTERS, sorted(self._local_filters))
-        link.send(FrameKind.RETAINED, [message_body(m) for m in self.broker.retained.values()])
+        link.send(FrameKind.RETAINED, [message_body(m) for m in self.broker.retained_messages()])
         link.send(FrameKind.MEMBERS, [[m.address.host, m.address.port]
                                       for m in self.members.values() if m.node_id != peer_id])
         self._log_view()
@@ -343,6 +348,7 @@ class Cluster:
             return
         member.link.close()
         self.table.drop(peer_id)
+        self.broker.remote_routes_changed()
         if self.health is not None:
             self.health.forget(peer_id)
         log.warning("Cluster node %s left the cluster: %s", peer_id, why)
@@ -380,9 +386,9 @@ class Cluster:
                 return
             metrics.publishes_received += 1
             topic, payload, qos, retain, props, expiry_at, publisher = body
-            self.broker.publish(Message(topic, payload, qos, retain,
-                                        decode_properties(props) if props else None, publisher,
-                                        expiry_at), from_cluster=True)
+            self.broker.publish_from_peer(Message(
+                topic, payload, qos, retain, decode_properties(props) if props else None,
+                publisher, expiry_at))
             # mark_dirty flushes once after the whole read; a long read (thousands of
             # frames) is flushed in slices too, so the subscribers' side starts early.
             if not metrics.publishes_received % FLUSH_PUBLISHES:
@@ -405,10 +411,13 @@ class Cluster:
             self.broker.deliver_shared(body[0], body[1], message_from(body[2]))
         elif kind is FrameKind.FILTER_ADD:
             self.table.add(member.node_id, body)
+            self.broker.remote_routes_changed()
         elif kind is FrameKind.FILTER_REMOVE:
             self.table.remove(member.node_id, body)
+            self.broker.remote_routes_changed()
         elif kind is FrameKind.FILTERS:
             self.table.replace(member.node_id, list(body))
+            self.broker.remote_routes_changed()
         elif kind is FrameKind.RETAIN:
             self.broker.apply_retained(message_from(body))
         elif kind is FrameKind.RETAINED:
@@ -438,6 +447,13 @@ class Cluster:
 
     # ------------------------------------------------------------------ the broker's side
 
+    @property
+    def has_peers(self) -> bool:
+        return bool(self.members)
+
+    def remote_routes(self, topic: str) -> tuple[frozenset[str], RemoteGroups]:
+        return self.table.match(topic)
+
     def filter_added(self, topic_filter: str) -> None:
         """A local session subscribed to ``topic_filter`` (as sent, $share included)."""
         self._local_filters[topic_filter] += 1
@@ -452,24 +468,18 @@ class Cluster:
         del self._local_filters[topic_filter]
         self._broadcast(FrameKind.FILTER_REMOVE, topic_filter)
 
-    def forward(self, message: Message) -> tuple[bool, dict[SharedKey, frozenset[str]]]:
-        """Send a local publisher's message to every interested node, once per node.
-
-        Returns whether any node got it, and the shared groups with members elsewhere.
-        """
-        nodes, groups = self.table.match(message.topic)
-        if nodes:
-            props = message.properties
-            frame = encode_publish_frame(  # once, whatever the fan-out
-                message.topic, message.payload, message.qos, message.retain,
-                encode_properties(props) if props else b"", message.expiry_at,
-                message.publisher_id)
-            for node_id in nodes:
-                member = self.members.get(node_id)
-                if member is not None:
-                    member.link.send_encoded(frame)
-                    self.metrics.publishes_forwarded += 1
-        return bool(nodes), groups
+    def forward(self, message: Message, nodes: frozenset[str]) -> None:
+        """Send a local publisher's message to every interested node, once per node."""
+        props = message.properties
+        frame = encode_publish_frame(  # once, whatever the fan-out
+            message.topic, message.payload, message.qos, message.retain,
+            encode_properties(props) if props else b"", message.expiry_at,
+            message.publisher_id)
+        for node_id in nodes:
+            member = self.members.get(node_id)
+            if member is not None:
+                member.link.send_encoded(frame)
+                self.metrics.publishes_forwarded += 1
 
     def pick_shared(self, key: SharedKey, remote: frozenset[str], local: bool) -> str | None:
         """Which node delivers this message to group ``key``: None for this node."""
@@ -492,7 +502,7 @@ class Cluster:
     def retained_changed(self, message: Message) -> None:
         self._broadcast(FrameKind.RETAIN, message_body(message))
 
-    async def fetch_session(self, client_id: str) -> None:
+    async def fetch_session(self, client_id: str) -> list[SessionRecords]:
         """Before a client's CONNACK: the node that holds its session hands it over to this one.
 
         Every member is asked; whoever has the session closes the client's connection there,
@@ -501,7 +511,7 @@ class Cluster:
         """
         peers = [m for m in self.members.values() if not m.link.closed]
         if not peers:
-            return
+            return []
         self._fetch_seq += 1
         request = self._fetch_seq
         waiter = self._fetches[request] = _SessionFetch({m.node_id for m in peers})
@@ -514,8 +524,7 @@ class Cluster:
                         sorted(waiter.waiting), client_id)
         finally:
             del self._fetches[request]
-        for records in waiter.sessions:
-            self.broker.import_session(records)
+        return waiter.sessions
 
     def client_connected(self, client_id: str) -> None:
         self._broadcast(FrameKind.CLIENT_CONNECTED, client_id)

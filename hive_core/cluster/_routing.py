@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from hive_core.broker import SharedKey
 from hive_core.mqtt import parse_shared_subscription
-
-SharedKey = tuple[str, str]  # (group, filter)
 
 
 class _Level:

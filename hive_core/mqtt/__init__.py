@@ -1,7 +1,17 @@
 """The MQTT codec: bytes to packets and back for MQTT 3.1, 3.1.1 and 5.0, with no I/O."""
 
 from ._decode import decode_packet
-from ._encode import encode_packet, encode_publish
+from ._encode import (
+    PINGRESP,
+    PUBACK,
+    PUBCOMP,
+    PUBREC,
+    PUBREL,
+    encode_ack,
+    encode_packet,
+    encode_publish,
+    with_dup,
+)
 from ._errors import InsufficientData, MalformedPacket, MQTTError, PacketTooLarge, ProtocolError
 from ._packets import (
     Auth,
@@ -38,11 +48,17 @@ from ._types import (
     PropertyId,
     ProtocolVersion,
     ReasonCode,
+    v3_return_code,
 )
 from ._wire import decode_variable_integer, encode_variable_integer
 
 __all__ = [
     "MAX_PACKET_SIZE",
+    "PINGRESP",
+    "PUBACK",
+    "PUBCOMP",
+    "PUBREC",
+    "PUBREL",
     "WILL_PROPERTIES",
     "Auth",
     "ConnAck",
@@ -77,12 +93,15 @@ __all__ = [
     "decode_packet",
     "decode_properties",
     "decode_variable_integer",
+    "encode_ack",
     "encode_packet",
     "encode_properties",
     "encode_publish",
     "encode_variable_integer",
     "parse_shared_subscription",
     "topic_matches",
+    "v3_return_code",
     "validate_topic_filter",
     "validate_topic_name",
+    "with_dup",
 ]

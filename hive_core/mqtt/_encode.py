@@ -31,6 +31,27 @@ from ._wire import MAX_VARIABLE_INTEGER, binary_bytes, encode_variable_integer, 
 _pack_short_header = struct.Struct(">BBH").pack  # first byte, remaining length < 128, topic length
 _pack_uint16 = struct.Struct(">H").pack
 
+PINGRESP = b"\xd0\x00"
+PUBACK, PUBREC, PUBREL, PUBCOMP = 0x40, 0x50, 0x62, 0x70
+"""First bytes of the four QoS acknowledgements (PUBREL carries its required flag bits)."""
+_DUP = 0x08
+
+
+def encode_ack(first: int, packet_id: int, reason_code: int = 0, version: int = 4) -> bytes:
+    """PUBACK, PUBREC, PUBREL or PUBCOMP (``first`` is one of the constants above).
+
+    The reason code is written only for MQTT 5 and only when it is not success, as the
+    specification allows (3.4.2.1); the broker's hot path calls this once per acknowledgement.
+    """
+    if reason_code and version == 5:
+        return bytes((first, 3, packet_id >> 8, packet_id & 0xFF, reason_code))
+    return bytes((first, 2, packet_id >> 8, packet_id & 0xFF))
+
+
+def with_dup(head: bytes) -> bytes:
+    """A PUBLISH head (its bytes up to the packet identifier) with the DUP flag set."""
+    return bytes((head[0] | _DUP,)) + head[1:]
+
 
 def encode_publish(
     topic: str,

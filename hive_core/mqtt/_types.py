@@ -95,6 +95,23 @@ class ConnectReturnCode(IntEnum):
     NOT_AUTHORIZED = 5
 
 
+_V3_CONNACK_CODES = {
+    ReasonCode.BAD_USER_NAME_OR_PASSWORD: ConnectReturnCode.BAD_USERNAME_OR_PASSWORD,
+    ReasonCode.CLIENT_IDENTIFIER_NOT_VALID: ConnectReturnCode.IDENTIFIER_REJECTED,
+    ReasonCode.SERVER_UNAVAILABLE: ConnectReturnCode.SERVER_UNAVAILABLE,
+    ReasonCode.SERVER_BUSY: ConnectReturnCode.SERVER_UNAVAILABLE,
+    ReasonCode.QUOTA_EXCEEDED: ConnectReturnCode.SERVER_UNAVAILABLE,
+    ReasonCode.UNSUPPORTED_PROTOCOL_VERSION: ConnectReturnCode.UNACCEPTABLE_PROTOCOL_VERSION,
+}
+
+
+def v3_return_code(reason: int) -> int:
+    """The MQTT 3 CONNACK return code closest to an MQTT 5 reason code (0 stays 0)."""
+    if reason == 0:
+        return ConnectReturnCode.ACCEPTED
+    return int(_V3_CONNACK_CODES.get(reason, ConnectReturnCode.NOT_AUTHORIZED))  # type: ignore[call-overload]
+
+
 class PropertyId(IntEnum):
     """MQTT 5 property identifiers (spec 2.2.2.2)."""
 

@@ -1,10 +1,6 @@
-"""The one exception a session store raises."""
+"""The one exception a session store raises; it lives in the extension API, so third-party stores
+can raise it too."""
 
-from __future__ import annotations
+from hive_ext_api import PersistenceError
 
-
-class PersistenceError(Exception):
-    """The store could not open, or could not make a write durable.
-
-    ``__cause__`` holds the underlying error (``sqlite3.Error``, ``OSError``, ...).
-    """
+__all__ = ["PersistenceError"]

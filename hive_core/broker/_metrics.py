@@ -1,0 +1,15 @@
+"""What one node's broker counts: connections, messages in and out, what it had to drop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class BrokerMetrics:
+    connections_accepted: int = 0
+    protocol_errors: int = 0
+    messages_in: int = 0
+    messages_out: int = 0
+    messages_dropped: int = 0
+    messages_queued: int = 0

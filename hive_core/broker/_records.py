@@ -1,0 +1,193 @@
+"""Sessions and retained messages as the store keeps them: writing, restoring, moving between nodes.
+
+:class:`Records` is the only part of the broker that talks to the :class:`SessionStore`. Every
+durable change of a session goes through one of its methods, so a session's state on disk (and,
+later, on its replicas) follows its state in memory one write at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hive_core.broker._message import Message
+from hive_core.broker._session import Outbound, Pending, Session, Subscription
+from hive_core.mqtt import (
+    PropertyId,
+    decode_properties,
+    encode_properties,
+    parse_shared_subscription,
+)
+from hive_core.persistence import (
+    SessionStore,
+    StoredInflight,
+    StoredMessage,
+    StoredSession,
+    StoredSubscription,
+)
+
+P = PropertyId
+
+
+@dataclass(slots=True)
+class SessionRecords:
+    """One session's whole state in store records: what moves between nodes as one thing."""
+
+    session: StoredSession
+    queue: list[tuple[int, StoredMessage]] = field(default_factory=list)  # (seq, message)
+    inflight: list[StoredInflight] = field(default_factory=list)
+
+
+def stored_message(pending: Pending) -> StoredMessage:
+    """A queued or in-flight delivery as a record (its subscription ids travel as a property)."""
+    message = pending.message
+    props = dict(message.properties) if message.properties else {}
+    if pending.subscription_ids:
+        props[P.SUBSCRIPTION_IDENTIFIER] = list(pending.subscription_ids)
+    return StoredMessage(message.topic, message.payload, pending.qos, pending.retain,
+                         encode_properties(props) if props else b"", message.expiry_at,
+                         message.publisher_id)
+
+
+def pending_from(stored: StoredMessage) -> Pending:
+    props = decode_properties(stored.properties) if stored.properties else {}
+    sub_ids = props.pop(P.SUBSCRIPTION_IDENTIFIER, None)
+    message = Message(stored.topic, stored.payload, stored.qos, stored.retain, props,
+                      stored.publisher_id, stored.expiry_at)
+    return Pending(message, stored.qos, tuple(sub_ids) if sub_ids else None, stored.retain)
+
+
+def stored_retained(message: Message) -> StoredMessage:
+    props = encode_properties(message.properties) if message.properties else b""
+    return StoredMessage(message.topic, message.payload, message.qos, True, props,
+                         message.expiry_at, message.publisher_id)
+
+
+def retained_from(stored: StoredMessage) -> Message:
+    props = decode_properties(stored.properties) if stored.properties else {}
+    return Message(stored.topic, stored.payload, stored.qos, True, props, stored.publisher_id,
+                   stored.expiry_at)
+
+
+def stored_session(session: Session) -> StoredSession:
+    return StoredSession(
+        session.client_id, session.protocol_version, session.expiry_interval,
+        session.disconnected_at,
+        {f: StoredSubscription(f, s.qos, s.no_local, s.retain_as_published, s.retain_handling,
+                               s.subscription_id)
+         for f, s in session.subscriptions.items()},
+    )
+
+
+def _outbound_record(client_id: str, packet_id: int, outbound: Outbound) -> StoredInflight:
+    if outbound.state == "pubrel":
+        return StoredInflight(client_id, packet_id, "out", "pubrel", None)
+    return StoredInflight(client_id, packet_id, "out", "publish", stored_message(outbound.pending))
+
+
+def session_from(records: SessionRecords, now: float) -> Session:
+    """A session rebuilt from its records (subscriptions are not in any topic tree yet)."""
+    record = records.session
+    session = Session(record.client_id, record.protocol_version, record.expiry_interval)
+    session.disconnected_at = record.disconnected_at or now
+    for topic_filter, sub in record.subscriptions.items():
+        shared = parse_shared_subscription(topic_filter)
+        session.subscriptions[topic_filter] = Subscription(
+            session, topic_filter, sub.qos, sub.no_local, sub.retain_as_published,
+            sub.retain_handling, sub.subscription_id, shared[0] if shared else None)
+    for seq, stored in records.queue:
+        pending = pending_from(stored)
+        pending.seq = seq
+        session.queue.append(pending)
+    for inflight in records.inflight:
+        if inflight.direction == "in":
+            session.inbound_qos2.add(inflight.packet_id)
+        elif inflight.message is not None or inflight.state == "pubrel":
+            pending = (pending_from(inflight.message) if inflight.message
+                       else Pending(Message("", b"", 2, False, None, ""), 2, None, False))
+            session.inflight[inflight.packet_id] = Outbound(pending, inflight.state)
+    return session
+
+
+class Records:
+    """Writes sessions, their queues and in-flight exchanges, and retained messages to the store.
+
+    Writes are cheap (they join the store's pending batch); :meth:`commit` makes everything
+    written before it durable.
+    """
+
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
+        self._seq = 0  # the highest queue position handed out: positions never repeat
+
+    def restored_seq(self, seq: int) -> None:
+        self._seq = max(self._seq, seq)
+
+    async def commit(self) -> None:
+        await self.store.commit()
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def save_session(self, session: Session) -> None:
+        self.store.save_session(stored_session(session))
+
+    def delete_session(self, client_id: str) -> None:
+        """The session is gone: its record, queue and in-flight exchanges."""
+        self.store.delete_session(client_id)
+
+    def enqueue(self, session: Session, pending: Pending) -> None:
+        self._seq += 1
+        pending.seq = self._seq
+        self.store.enqueue(session.client_id, pending.seq, stored_message(pending))
+
+    def dequeue(self, session: Session, pending: Pending) -> None:
+        if pending.seq:
+            self.store.dequeue(session.client_id, pending.seq)
+            pending.seq = 0
+
+    def sent(self, session: Session, packet_id: int, outbound: Outbound) -> None:
+        """A QoS 1/2 delivery entered the window (from the queue, if it was queued)."""
+        self.dequeue(session, outbound.pending)
+        self.store.save_inflight(_outbound_record(session.client_id, packet_id, outbound))
+
+    def released(self, session: Session, packet_id: int) -> None:
+        """PUBREC came for an outbound QoS 2 delivery: only its PUBREL is left to finish."""
+        self.store.save_inflight(StoredInflight(session.client_id, packet_id, "out", "pubrel"))
+
+    def acknowledged(self, session: Session, packet_id: int) -> None:
+        self.store.delete_inflight(session.client_id, packet_id, "out")
+
+    def received_qos2(self, session: Session, packet_id: int) -> None:
+        """An inbound QoS 2 PUBLISH was routed; its PUBREL is awaited."""
+        self.store.save_inflight(StoredInflight(session.client_id, packet_id, "in", "pubrec"))
+
+    def released_qos2(self, session: Session, packet_id: int) -> None:
+        self.store.delete_inflight(session.client_id, packet_id, "in")
+
+    # -- retained messages ---------------------------------------------------------------------
+
+    def save_retained(self, message: Message) -> None:
+        self.store.save_retained(stored_retained(message))
+
+    def delete_retained(self, topic: str) -> None:
+        self.store.delete_retained(topic)
+
+    # -- a session as one thing ----------------------------------------------------------------
+
+    @staticmethod
+    def export(session: Session) -> SessionRecords:
+        client_id = session.client_id
+        queue = [(index, stored_message(p)) for index, p in enumerate(session.queue, 1)]
+        inflight = [_outbound_record(client_id, pid, o) for pid, o in session.inflight.items()]
+        inflight += [StoredInflight(client_id, pid, "in", "pubrec")
+                     for pid in session.inbound_qos2]
+        return SessionRecords(stored_session(session), queue, inflight)
+
+    def write_all(self, session: Session) -> None:
+        """Store a session that arrived whole (from another node): record, queue, window."""
+        self.save_session(session)
+        for pending in session.queue:
+            self.enqueue(session, pending)
+        for pid, outbound in session.inflight.items():
+            self.store.save_inflight(_outbound_record(session.client_id, pid, outbound))
+        for pid in session.inbound_qos2:
+            self.received_qos2(session, pid)
