@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import logging
 import sys
@@ -27,7 +26,7 @@ def _configure_logging(level: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     from hive_core.config import ConfigError, default_config, load_config
     from hive_core.net import TLSConfigError
-    from hive_core.node import HiveNode
+    from hive_core.node import HiveNode, run_node
 
     _configure_logging(args.log_level)
     log = logging.getLogger("hive")
@@ -51,13 +50,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     node = HiveNode(config, args.data_dir.resolve(), extra_extensions=local)
     try:
-        import uvloop
-    except ImportError:  # uvloop is optional: plain asyncio works, only slower
-        runner = asyncio.run
-    else:
-        runner = uvloop.run
-    try:
-        runner(node.run())
+        run_node(node)
     except KeyboardInterrupt:  # SIGINT before the node's own handler was in place
         log.info("Interrupted while starting")
         return 130

@@ -1,8 +1,11 @@
-"""A Hive node: the broker, its store and its listeners, run until told to stop."""
+"""A Hive node: the store, the broker, the cluster, the listeners, run until told to stop.
+
+The node only composes: it builds each part from the configuration, starts them in order inside
+one anyio task group (signals, the cluster's background work) and stops them in reverse order.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import signal
 import socket
@@ -10,21 +13,34 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
 from hive_core import __version__
 from hive_core.admin import RestApi
-from hive_core.broker import Broker, BrokerSettings, ClientConnection, NodeServices
-from hive_core.cluster import Cluster, ClusterSettings, HealthCheckSettings
+from hive_core.broker import Broker, BrokerSettings, BrokerStats, NodeServices
+from hive_core.cluster import Cluster, ClusterSettings, ClusterStats, HealthCheckSettings
 from hive_core.config import HiveConfig
-from hive_core.net import WebSocketProtocol, cluster_contexts, server_context
+from hive_core.net import BoundListener, close_listeners, cluster_contexts, open_mqtt_listeners
 from hive_core.persistence import MemorySessionStore
 from hive_core.plugins import ExtensionManager, Extensions
-from hive_ext_api import ExtensionContext
+from hive_ext_api import ClusterMember, ExtensionContext
 
 log = logging.getLogger("hive")
+
+
+def run_node(node: HiveNode) -> None:
+    """Run a node until it stops: anyio on asyncio, with uvloop when it is installed."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:  # uvloop is optional: plain asyncio works, only slower
+        use_uvloop = False
+    else:
+        use_uvloop = True
+    anyio.run(node.run, backend="asyncio", backend_options={"use_uvloop": use_uvloop})
 
 
 def node_id(data_dir: Path) -> str:
@@ -74,10 +90,6 @@ def health_check_settings(config: HiveConfig, bind_host: str) -> HealthCheckSett
                                check.port_range, check.external_address, check.external_port)
 
 
-class ClusterConfigError(Exception):
-    """A cluster configuration this node cannot run; the message says what to change."""
-
-
 def settings_from(config: HiveConfig) -> BrokerSettings:
     mqtt = config.mqtt
     limits = config.restrictions
@@ -105,16 +117,9 @@ def settings_from(config: HiveConfig) -> BrokerSettings:
     )
 
 
-@dataclass
-class BoundListener:
-    kind: str
-    name: str
-    host: str
-    port: int
-    server: asyncio.AbstractServer = field(repr=False)
-
-
 class HiveNode:
+    """One node: what it runs, and its state as the REST API shows it (``NodeStatus``)."""
+
     def __init__(self, config: HiveConfig, data_dir: Path, extra_extensions: Iterable[Any] = (),
                  load_installed: bool = True) -> None:
         self.config = config
@@ -133,23 +138,47 @@ class HiveNode:
             manager.register(name if taken[name] == 1 else f"{name}-{taken[name]}", plugin)
         self.extensions = Extensions(manager)
         self.services = NodeServices(node_id=node_id(data_dir), version=__version__)
-        self._stopping = asyncio.Event()
+        self._stop_requested = False
+        self._stopping: anyio.Event | None = None  # made in run(): it belongs to the event loop
 
     def _context(self, name: str) -> ExtensionContext:
         folder = self.data_dir / "extensions" / name
         return ExtensionContext(name, folder, self.services, logging.getLogger(f"hive.ext.{name}"),
                                 self.config, self.data_dir)
 
+    # ------------------------------------------------------------------ running
+
     async def run(self, started: Callable[[], None] | None = None,
                   install_signal_handlers: bool = True) -> None:
+        """Start everything, serve until :meth:`stop` (or SIGTERM/SIGINT), stop everything."""
+        self._stopping = anyio.Event()
+        if self._stop_requested:
+            self._stopping.set()
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tasks:
+            # Signals first: a stop asked for while the store opens ends the start cleanly.
+            if install_signal_handlers:
+                await tasks.start(self._stop_on_signals)
+            try:
+                await self._serve(tasks, started)
+            except Exception as exc:  # raised as itself, not inside the task group's group
+                failure = exc
+            finally:
+                tasks.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _stop_on_signals(self, *, task_status: TaskStatus[None]) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
+            async for _signum in signals:
+                self.stop()
+
+    async def _serve(self, tasks: TaskGroup, started: Callable[[], None] | None) -> None:
+        assert self._stopping is not None
         begun = time.monotonic()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log.info("Starting Hive %s, data folder %s", __version__, self.data_dir)
-        loop = asyncio.get_running_loop()
-        # Signals first: a stop asked for while the store opens ends the start cleanly.
-        if install_signal_handlers:
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, self.stop)
         for record in self.extensions.manager.records:
             if not record.active:
                 log.warning("Extension %s is not active: %s", record.name, record.reason)
@@ -177,65 +206,55 @@ class HiveNode:
                 cluster = self.cluster = Cluster(self.services.node_id, cluster_settings(
                     self.config), broker, self.extensions)
                 self.services.members_from(cluster.view)
-                await cluster.start()
-            for listener in self.config.listeners:
-                if self._stopping.is_set():
-                    break
-                await self._bind(listener)
-            else:
+                await cluster.start(tasks)
+            if not self._stopping.is_set():
+                self.listeners = await open_mqtt_listeners(self.config.listeners, broker)
                 log.info("Started Hive in %d ms", (time.monotonic() - begun) * 1000)
                 if started is not None:
                     started()
             await self._stopping.wait()
             log.info("Shutting down Hive")
         finally:
-            for bound in self.listeners:
-                bound.server.close()
-            if self.rest_api is not None:
-                self.rest_api.close()
-            if cluster is not None:
-                await cluster.stop()
-            await broker.stop()
-            if extensions_started:
-                await self.extensions.stop(self._context)
-            await store.close()
-            if install_signal_handlers:
-                for signum in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(signum)
+            with anyio.CancelScope(shield=True):
+                close_listeners(self.listeners)
+                if self.rest_api is not None:
+                    self.rest_api.close()
+                if cluster is not None:
+                    await cluster.stop()
+                await broker.stop()
+                if extensions_started:
+                    await self.extensions.stop(self._context)
+                await store.close()
             log.info("Hive stopped")
 
     def stop(self) -> None:
-        self._stopping.set()
+        """Ask the node to stop (from the event loop's thread)."""
+        self._stop_requested = True
+        if self._stopping is not None:
+            self._stopping.set()
 
-    async def _bind(self, listener: Any) -> None:
-        loop = asyncio.get_running_loop()
-        broker = self.broker
-        assert broker is not None
-        kind = listener.kind
-        name = listener.display_name
-        context = None
-        if kind.startswith("tls"):
-            tls = listener.tls
-            context = server_context(
-                tls.keystore.path, tls.keystore.password, tls.keystore.private_key_password,
-                tls.truststore.path if tls.truststore else None,
-                tls.truststore.password if tls.truststore else None,
-                tls.client_authentication_mode, tls.protocols, tls.cipher_suites)
-        if kind.endswith("websocket"):
-            path, subprotocols = listener.path, tuple(listener.subprotocols)
+    # ------------------------------------------------------------------ status (NodeStatus)
 
-            def factory() -> asyncio.Protocol:
-                return WebSocketProtocol(broker, path, subprotocols, name)
-        else:
-            def factory() -> asyncio.Protocol:
-                return ClientConnection(broker, name)
-        server = await loop.create_server(
-            factory, listener.bind_address, listener.port, ssl=context, backlog=4096,
-            reuse_address=True,
-            ssl_handshake_timeout=(listener.tls.handshake_timeout / 1000) if context else None)
-        sock = server.sockets[0]
-        host, port = sock.getsockname()[:2]
-        if sock.family == socket.AF_INET6:
-            host = f"[{host}]"
-        self.listeners.append(BoundListener(kind, name, host, port, server))
-        log.info("Started %s listener %s on address %s and on port %d", kind, name, host, port)
+    @property
+    def node_id(self) -> str:
+        return self.services.node_id
+
+    def cluster_members(self) -> list[ClusterMember] | None:
+        return self.cluster.view() if self.cluster is not None else None
+
+    def broker_stats(self) -> BrokerStats | None:
+        return self.broker.stats() if self.broker is not None else None
+
+    def cluster_stats(self) -> ClusterStats | None:
+        return self.cluster.stats() if self.cluster is not None else None
+
+    def extension_metrics(self) -> dict[str, float]:
+        """The counters and gauges extensions registered, by name."""
+        metrics = self.services.metrics
+        values: dict[str, float] = {name: c.value for name, c in metrics.counters.items()}
+        for name, (read, _description) in metrics.gauges.items():
+            try:
+                values[name] = float(read())
+            except Exception:  # an extension's gauge must not break the REST API
+                log.exception("the gauge %s of an extension failed", name)
+        return values

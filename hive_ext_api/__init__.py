@@ -11,6 +11,7 @@ import pluggy
 from hive_ext_api import _hookspecs as hookspecs
 from hive_ext_api._persistence import (
     NEVER_EXPIRES,
+    Direction,
     PersistenceError,
     SessionStore,
     Snapshot,
@@ -19,7 +20,7 @@ from hive_ext_api._persistence import (
     StoredSession,
     StoredSubscription,
 )
-from hive_ext_api._services import Counter, HiveServices, MetricsRegistry
+from hive_ext_api._services import Counter, ExtensionContext, HiveServices, MetricsRegistry
 from hive_ext_api._types import (
     AuthDecision,
     AuthExchange,
@@ -28,7 +29,6 @@ from hive_ext_api._types import (
     ClusterMember,
     ClusterNodeAddress,
     ConnectInfo,
-    ExtensionContext,
     ExtensionRefused,
     PublishMessage,
     ReasonCode,
@@ -52,6 +52,7 @@ __all__ = [
     "ClusterMember",
     "ClusterNodeAddress",
     "ConnectInfo",
+    "Direction",
     "Counter",
     "ExtensionContext",
     "ExtensionRefused",

@@ -17,6 +17,7 @@ from hive_ext_api._version import PROJECT_NAME
 
 if TYPE_CHECKING:
     from hive_ext_api._persistence import SessionStore
+    from hive_ext_api._services import ExtensionContext
     from hive_ext_api._types import (
         AuthDecision,
         AuthExchange,
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
         ClientInfo,
         ClusterNodeAddress,
         ConnectInfo,
-        ExtensionContext,
         PublishMessage,
         SubscriptionInfo,
     )

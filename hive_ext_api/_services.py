@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
 
 from hive_ext_api._types import ClientInfo, ClusterMember, RetainedInfo, SubscriptionInfo
 
@@ -56,3 +59,15 @@ class HiveServices(Protocol):
 
     @property
     def metrics(self) -> MetricsRegistry: ...
+
+
+@dataclass(slots=True)
+class ExtensionContext:
+    """What an extension gets at start: its name, a folder of its own, the node's services."""
+
+    name: str
+    data_dir: Path
+    services: HiveServices
+    log: logging.Logger
+    node_config: Any = None  # the node's parsed configuration (read-only)
+    node_data_dir: Path | None = None  # the node's data folder (a persistence backend's home)

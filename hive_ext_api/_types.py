@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from enum import IntEnum
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from hive_ext_api._services import HiveServices
+from typing import Any
 
 
 class ReasonCode(IntEnum):
@@ -180,15 +175,3 @@ class ClusterMember:
     address: ClusterNodeAddress
     state: str  # "RUNNING", "JOINING", "UNREACHABLE", ...
     version: str
-
-
-@dataclass(slots=True)
-class ExtensionContext:
-    """What an extension gets at start: its name, a folder of its own, the node's services."""
-
-    name: str
-    data_dir: Path
-    services: HiveServices
-    log: logging.Logger
-    node_config: Any = None  # the node's parsed configuration (read-only)
-    node_data_dir: Path | None = None  # the node's data folder (a persistence backend's home)

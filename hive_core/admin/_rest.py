@@ -8,64 +8,79 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core import __version__
 from hive_core.admin._http import Document, serve_http
+from hive_core.net import bound_address
 
 if TYPE_CHECKING:
+    from hive_core.broker import BrokerStats
+    from hive_core.cluster import ClusterStats
     from hive_core.config import HttpListener
-    from hive_core.node import HiveNode
+    from hive_ext_api import ClusterMember
 
 log = logging.getLogger("hive.admin")
 
 API_PREFIX = "/api/v1"
 
 
-def health(node: HiveNode) -> dict[str, Any]:
-    cluster = node.cluster
-    return {"status": "UP", "node_id": node.services.node_id, "version": __version__,
-            "cluster": {"enabled": cluster is not None,
-                        "size": 1 + len(cluster.members) if cluster is not None else 1}}
+class NodeStatus(Protocol):
+    """What the REST API shows of a node (the node answers; the API only formats)."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    def cluster_members(self) -> list[ClusterMember] | None:
+        """Every member this node sees, itself first; None when it is not clustered."""
+        ...
+
+    def broker_stats(self) -> BrokerStats | None:
+        """None before the broker runs."""
+        ...
+
+    def cluster_stats(self) -> ClusterStats | None:
+        """None when the node is not clustered."""
+        ...
+
+    def extension_metrics(self) -> dict[str, float]:
+        """The counters and gauges extensions registered, by name."""
+        ...
 
 
-def cluster_nodes(node: HiveNode) -> dict[str, Any]:
+def health(node: NodeStatus) -> dict[str, Any]:
+    members = node.cluster_members()
+    return {"status": "UP", "node_id": node.node_id, "version": __version__,
+            "cluster": {"enabled": members is not None,
+                        "size": len(members) if members is not None else 1}}
+
+
+def cluster_nodes(node: NodeStatus) -> dict[str, Any]:
     """Every member this node sees, itself first (``this_node`` marks it)."""
-    own_id = node.services.node_id
-    cluster = node.cluster
-    if cluster is None:
+    own_id = node.node_id
+    members = node.cluster_members()
+    if members is None:
         return {"items": [{"id": own_id, "state": "RUNNING", "address": None, "port": None,
                            "version": __version__, "this_node": True}]}
     return {"items": [{"id": member.node_id, "state": member.state,
                        "address": member.address.host, "port": member.address.port,
                        "version": member.version, "this_node": member.node_id == own_id}
-                      for member in cluster.view()]}
+                      for member in members]}
 
 
-def metrics(node: HiveNode) -> dict[str, Any]:
-    broker = node.broker
-    document: dict[str, Any] = {"node_id": node.services.node_id}
+def metrics(node: NodeStatus) -> dict[str, Any]:
+    document: dict[str, Any] = {"node_id": node.node_id}
+    broker = node.broker_stats()
     if broker is not None:
         document["broker"] = {**asdict(broker.metrics),
-                              "connections_current": broker.connected_count,
-                              "sessions": len(broker.sessions),
-                              "retained_messages": len(broker.retained)}
-    cluster = node.cluster
+                              "connections_current": broker.connections_current,
+                              "sessions": broker.sessions,
+                              "retained_messages": broker.retained_messages}
+    cluster = node.cluster_stats()
     if cluster is not None:
-        links = [m.link for m in cluster.members.values()]
-        document["cluster"] = {
-            "members": 1 + len(cluster.members),
-            "connections": len(links),
-            "publishes_forwarded": cluster.metrics.publishes_forwarded,
-            "publishes_received": cluster.metrics.publishes_received,
-            "frames_in": dict(sorted(cluster.metrics.frames_in.items())),
-            "frames_out": sum(link.frames_out for link in links),
-            # which topic filters each member told this node it has subscribers for
-            "remote_filters": {peer: sorted(cluster.table.filters_of(peer))
-                               for peer in sorted(cluster.members)},
-        }
+        document["cluster"] = asdict(cluster)
+    document["extensions"] = node.extension_metrics()
     return document
 
 
@@ -73,7 +88,7 @@ def metrics(node: HiveNode) -> dict[str, Any]:
 class RestApi:
     """The node's REST API listeners; ``bound`` holds (host, port) of each once started."""
 
-    node: HiveNode
+    node: NodeStatus
     bound: list[tuple[str, int]] = field(default_factory=list)
     _servers: list[asyncio.Server] = field(default_factory=list)
 
@@ -88,10 +103,7 @@ class RestApi:
         for listener in listeners:
             server = await serve_http(routes, listener.bind_address, listener.port)
             self._servers.append(server)
-            sock = server.sockets[0]
-            host, port = sock.getsockname()[:2]
-            if sock.family == socket.AF_INET6:
-                host = f"[{host}]"
+            host, port = bound_address(server)
             self.bound.append((host, port))
             log.info("Started REST API on address %s and on port %d", host, port)
 

@@ -10,13 +10,30 @@ from hive_core.broker._broker import Broker
 from hive_core.broker._channel import Channel, ChannelIo
 from hive_core.broker._connection import ClientConnection, Transport
 from hive_core.broker._message import Message
-from hive_core.broker._metrics import BrokerMetrics
+from hive_core.broker._metrics import BrokerMetrics, BrokerStats
 from hive_core.broker._ports import BrokerPort, ClusterPort, RemoteGroups, Route, SharedKey
 from hive_core.broker._records import SessionRecords
 from hive_core.broker._services import ExtensionMetrics, NodeServices
 from hive_core.broker._session import Session
 from hive_core.broker._settings import BrokerSettings
 
-__all__ = ["Broker", "BrokerMetrics", "BrokerPort", "BrokerSettings", "Channel", "ChannelIo",
-           "ClientConnection", "ClusterPort", "ExtensionMetrics", "Message", "NodeServices",
-           "RemoteGroups", "Route", "Session", "SessionRecords", "SharedKey", "Transport"]
+__all__ = [
+           "Broker",
+           "BrokerMetrics",
+           "BrokerPort",
+           "BrokerSettings",
+           "BrokerStats",
+           "Channel",
+           "ChannelIo",
+           "ClientConnection",
+           "ClusterPort",
+           "ExtensionMetrics",
+           "Message",
+           "NodeServices",
+           "RemoteGroups",
+           "Route",
+           "Session",
+           "SessionRecords",
+           "SharedKey",
+           "Transport",
+]

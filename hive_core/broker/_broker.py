@@ -13,11 +13,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine, Iterable
+from dataclasses import replace
 from typing import Any
 
 from hive_core.broker._expiry import SessionClock
 from hive_core.broker._message import Message
-from hive_core.broker._metrics import BrokerMetrics
+from hive_core.broker._metrics import BrokerMetrics, BrokerStats
 from hive_core.broker._outbox import Outbox
 from hive_core.broker._ports import NO_GROUPS, NO_NODES, ClusterPort, Route
 from hive_core.broker._records import Records, SessionRecords, session_from
@@ -127,6 +128,10 @@ class Broker:
         if previous is not None and not previous.done():
             await asyncio.wait([previous])
         await event
+
+    def stats(self) -> BrokerStats:
+        return BrokerStats(replace(self.metrics), self.connected_count, len(self.sessions),
+                           len(self.retained))
 
     # ------------------------------------------------------------------ output batching
 

@@ -13,3 +13,13 @@ class BrokerMetrics:
     messages_out: int = 0
     messages_dropped: int = 0
     messages_queued: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class BrokerStats:
+    """A node's broker at one moment: its counters and the sizes of what it holds."""
+
+    metrics: BrokerMetrics
+    connections_current: int
+    sessions: int
+    retained_messages: int

@@ -1,6 +1,12 @@
 """Many nodes, one logical broker: membership, node transport, routing between nodes."""
 
-from hive_core.cluster._cluster import Cluster, ClusterMetrics, ClusterSettings, Member
+from hive_core.cluster._cluster import (
+    Cluster,
+    ClusterMetrics,
+    ClusterSettings,
+    ClusterStats,
+    Member,
+)
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
 from hive_core.cluster._routing import RoutingTable
 from hive_core.cluster._transport import (
@@ -13,7 +19,9 @@ from hive_core.cluster._transport import (
 from hive_core.cluster._udp import UdpTiming, UdpTransport
 from hive_core.cluster._wire import PROTOCOL_VERSION, FrameDecoder, FrameKind, encode_frame
 
-__all__ = ["PROTOCOL_VERSION", "Cluster", "ClusterMetrics", "ClusterSettings", "FrameDecoder",
-           "FrameKind", "HealthCheck", "HealthCheckSettings", "Member", "MemoryNetwork",
-           "MemoryTransport", "NodeTransport", "NodeUnreachable", "RoutingTable", "TcpTransport",
-           "UdpTiming", "UdpTransport", "encode_frame"]
+__all__ = [
+    "PROTOCOL_VERSION", "Cluster", "ClusterMetrics", "ClusterSettings", "ClusterStats",
+    "FrameDecoder", "FrameKind", "HealthCheck", "HealthCheckSettings", "Member", "MemoryNetwork",
+    "MemoryTransport", "NodeTransport", "NodeUnreachable", "RoutingTable", "TcpTransport",
+    "UdpTiming", "UdpTransport", "encode_frame",
+]

@@ -15,6 +15,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
 from hive_core import __version__
 from hive_core.broker import BrokerPort, Message, RemoteGroups, SessionRecords, SharedKey
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
@@ -91,13 +94,26 @@ class ClusterMetrics:
         return counts
 
 
+@dataclass(slots=True, frozen=True)
+class ClusterStats:
+    """This node's view of the cluster at one moment."""
+
+    members: int  # this node included
+    connections: int  # links to other members
+    publishes_forwarded: int
+    publishes_received: int
+    frames_in: dict[str, int]  # by frame kind
+    frames_out: int
+    remote_filters: dict[str, list[str]]  # the topic filters each member has subscribers for
+
+
 class _SessionFetch:
     """The answers to one SESSION_FETCH, from every member asked."""
 
     def __init__(self, waiting: set[str]) -> None:
         self.waiting = waiting
         self.sessions: list[SessionRecords] = []
-        self.done = asyncio.Event()
+        self.done = anyio.Event()
 
     def answered(self, node_id: str, records: SessionRecords | None) -> None:
         self.waiting.discard(node_id)
@@ -175,7 +191,13 @@ class Cluster:
                 settings.bind_host, settings.bind_port, settings.server_ssl, settings.client_ssl))
         self.health = None if settings.health_check is None else HealthCheck(
             node_id, settings.health_check, self._health_failed, settings.connect_timeout)
-        self._tasks: list[asyncio.Task[None]] = []
+        # The cluster's background work (discovery, heartbeat, dialling peers) runs in a task
+        # group of its own, inside the node's task group (or a task of its own when started
+        # without one); stop() cancels it and waits until it is over.
+        self._tasks: TaskGroup | None = None
+        self._background: anyio.CancelScope | None = None
+        self._background_over: anyio.Event | None = None
+        self._own_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._fetches: dict[int, _SessionFetch] = {}
         self._fetch_seq = 0
@@ -183,7 +205,8 @@ class Cluster:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
+    async def start(self, tasks: TaskGroup | None = None) -> None:
+        """Listen, register with discovery, start the background work in ``tasks``, join."""
         self._local_filters.update(self.broker.local_filters())
         bound = await self.transport.listen(
             lambda: PeerLink(self._on_frame, self._on_lost, outbound=False))
@@ -195,13 +218,35 @@ class Cluster:
             await self.health.start()
         self.broker.attach_cluster(self)
         await self.extensions.discovery_init(self.address, self.node_id)
+        # Before the join: peers named by gossip during the join are dialled in this group.
+        self._background_over = anyio.Event()
+        if tasks is not None:
+            await tasks.start(self._run_background)
+        else:
+            started = anyio.Event()
+            self._own_task = asyncio.get_running_loop().create_task(
+                self._run_background(started=started))
+            await started.wait()
         log.info("Starting cluster join process. This may take a while. "
                  "Please do not shut down Hive.")
         await self._join()
         log.info("Finished cluster join process successfully.")
         self._log_view()
-        self._tasks = [asyncio.create_task(self._discover()),
-                       asyncio.create_task(self._heartbeat())]
+
+    async def _run_background(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+                              started: anyio.Event | None = None) -> None:
+        assert self._background_over is not None
+        try:
+            with anyio.CancelScope() as self._background:
+                async with anyio.create_task_group() as self._tasks:
+                    self._tasks.start_soon(self._discover)
+                    self._tasks.start_soon(self._heartbeat)
+                    task_status.started()
+                    if started is not None:
+                        started.set()
+        finally:
+            self._tasks = None
+            self._background_over.set()
 
     async def _join(self) -> None:
         """First round of discovery: reach every node proposed, within the connect timeout."""
@@ -210,21 +255,21 @@ class Cluster:
         except Exception:
             log.exception("cluster discovery failed; trying again at the next reload")
             return
-        pending = [asyncio.create_task(self._connect(a)) for a in addresses or ()
-                   if not self._known(a)]
-        if pending:
-            await asyncio.wait(pending, timeout=self.settings.connect_timeout)
+        with anyio.move_on_after(self.settings.connect_timeout):
+            async with anyio.create_task_group() as dials:
+                for address in addresses or ():
+                    if not self._known(address):
+                        dials.start_soon(self._connect, address)
         # Give the handshakes the links just opened a moment to finish.
-        deadline = time.monotonic() + min(1.0, self.settings.connect_timeout)
-        while time.monotonic() < deadline and any(
-                link.peer_id is None for link in self._links if link.outbound):
-            await asyncio.sleep(0.02)
+        with anyio.move_on_after(min(1.0, self.settings.connect_timeout)):
+            while any(link.peer_id is None for link in self._links if link.outbound):
+                await anyio.sleep(0.02)
 
     async def stop(self) -> None:
         self._stopping = True
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._background is not None and self._background_over is not None:
+            self._background.cancel()
+            await self._background_over.wait()
         for member in list(self.members.values()):
             member.link.send(FrameKind.BYE, self.node_id)
             member.link.close()
@@ -242,7 +287,7 @@ class Cluster:
         while not self._stopping:
             interval = await self.extensions.discovery_reload_interval(
                 self.settings.discovery_reload_interval)
-            await asyncio.sleep(interval)
+            await anyio.sleep(interval)
             try:
                 addresses = await self.extensions.discovery_reload()
             except Exception:
@@ -257,11 +302,17 @@ class Cluster:
         return any(m.address == address for m in self.members.values())
 
     def _dial(self, address: ClusterNodeAddress) -> None:
-        if self._stopping or self._known(address) or address in self._dialing:
+        if self._stopping or self._tasks is None or self._known(address) \
+                or address in self._dialing:
             return
         self._dialing.add(address)
-        task = asyncio.create_task(self._connect(address))
-        task.add_done_callback(lambda _t: self._dialing.discard(address))
+        self._tasks.start_soon(self._dial_once, address)
+
+    async def _dial_once(self, address: ClusterNodeAddress) -> None:
+        try:
+            await self._connect(address)
+        finally:
+            self._dialing.discard(address)
 
     async def _connect(self, address: ClusterNodeAddress) -> None:
         try:
@@ -365,7 +416,7 @@ class Cluster:
         interval = self.settings.heartbeat_interval
         timeout = self.settings.heartbeat_timeout
         while not self._stopping:
-            await asyncio.sleep(interval)
+            await anyio.sleep(interval)
             now = time.monotonic()
             for member in list(self.members.values()):
                 silent = now - member.link.last_read
@@ -518,10 +569,11 @@ class Cluster:
         try:
             for member in peers:
                 member.link.send(FrameKind.SESSION_FETCH, [request, client_id])
-            await asyncio.wait_for(waiter.done.wait(), self.settings.connect_timeout)
-        except TimeoutError:
-            log.warning("nodes %s did not answer about the session of %r in time",
-                        sorted(waiter.waiting), client_id)
+            with anyio.move_on_after(self.settings.connect_timeout) as deadline:
+                await waiter.done.wait()
+            if deadline.cancelled_caught:
+                log.warning("nodes %s did not answer about the session of %r in time",
+                            sorted(waiter.waiting), client_id)
         finally:
             del self._fetches[request]
         return waiter.sessions
@@ -530,6 +582,17 @@ class Cluster:
         self._broadcast(FrameKind.CLIENT_CONNECTED, client_id)
 
     # ------------------------------------------------------------------ views
+
+    def stats(self) -> ClusterStats:
+        links = [m.link for m in self.members.values()]
+        return ClusterStats(
+            members=1 + len(self.members), connections=len(links),
+            publishes_forwarded=self.metrics.publishes_forwarded,
+            publishes_received=self.metrics.publishes_received,
+            frames_in=dict(sorted(self.metrics.frames_in.items())),
+            frames_out=sum(link.frames_out for link in links),
+            remote_filters={peer: sorted(self.table.filters_of(peer))
+                            for peer in sorted(self.members)})
 
     def view(self) -> list[ClusterMember]:
         own = ClusterMember(self.node_id, self.address, "RUNNING", __version__)

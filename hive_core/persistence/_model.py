@@ -1,6 +1,6 @@
 """The persistence records and protocol live in the extension API; the core uses them from there."""
 
-from hive_ext_api._persistence import (
+from hive_ext_api import (
     NEVER_EXPIRES,
     Direction,
     SessionStore,

@@ -133,6 +133,8 @@ class MosquittoSub:
                 self.lines.append(line)
 
     def messages(self) -> list[str]:
+        if self.proc.poll() is not None:  # exited: its last lines may still be in the pipe
+            self._reader.join(5.0)
         return list(self.lines)
 
     def close(self) -> None:
