@@ -96,7 +96,7 @@ def sweep_leftovers() -> list[str]:
 
 def _setns_function() -> Callable[[int, int], None]:
     if hasattr(os, "setns"):  # Python 3.12+
-        return os.setns  # type: ignore[no-any-return]
+        return os.setns
     libc = ctypes.CDLL(None, use_errno=True)
 
     def setns(fd: int, nstype: int) -> None:
@@ -168,7 +168,7 @@ class Host:
         ok, value = outcome[0]
         if not ok:
             raise value
-        return value  # type: ignore[no-any-return]
+        return value  # type: ignore[no-any-return,unused-ignore]
 
     def connect(self, address: tuple[str, int], timeout: float = 5.0) -> socket.socket:
         """A TCP connection made from inside this namespace."""
