@@ -6,6 +6,10 @@
         a.popen(["hive", "run", ...])           # runs inside a; its PID is kept
         a.http_json(8080, "/api/v1/health")     # a request from inside a
         bed.partition(c); bed.heal(c)           # c's links down, then up again
+        bed.route(c, "add", "default", "dev", "eth0")
+
+Inside a namespace the machine's host name resolves to that host's first address (a file in
+``/etc/netns/NAME/``), as on a real host.
 
 Every name carries a token unique to the testbed and the owner's PID (namespaces
 ``hive-tb-TOKEN-pPID-N``, bridges ``hb-TOKEN-N`` whose alias names the PID), so tests running
@@ -27,6 +31,7 @@ import os
 import random
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -42,6 +47,7 @@ __all__ = ["Host", "NotRoot", "Segment", "Testbed", "sweep_leftovers", "testbed"
 T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = "/run/netns"
+ETC_NETNS = "/etc/netns"  # ip netns exec mounts /etc/netns/NAME/FILE over /etc/FILE
 _NAMESPACE = re.compile(r"^hive-tb-([0-9a-f]+)-p(\d+)-\d+$")
 _ALIAS = re.compile(r"^hive-testbed owner=(\d+)$")
 
@@ -83,6 +89,7 @@ def sweep_leftovers() -> list[str]:
         if found and not _alive(int(found.group(2))):
             _kill_inside(name)
             _ip("netns", "delete", name, check=False)
+            shutil.rmtree(os.path.join(ETC_NETNS, name), ignore_errors=True)
             swept.append(name)
     links = json.loads(_ip("-j", "-d", "link", "show", "type", "bridge", check=False).stdout
                        or "[]")
@@ -196,6 +203,8 @@ class Host:
 class Testbed:
     """Bridges and namespaces made for one test, all removed by :meth:`close`."""
 
+    __test__ = False  # a helper, not a test class
+
     def __init__(self) -> None:
         if os.geteuid() != 0:
             raise NotRoot("network namespace tests need root to create namespaces and bridges "
@@ -260,7 +269,16 @@ class Testbed:
             host.addresses.append(str(address))
         if multicast_route and segments:
             _ip("-n", name, "route", "add", "224.0.0.0/4", "dev", "eth0")
+        # As on a real host, this machine's name means this host's own address in there.
+        own = host.addresses[0] if host.addresses else "127.0.0.1"
+        os.makedirs(os.path.join(ETC_NETNS, name), exist_ok=True)
+        with open(os.path.join(ETC_NETNS, name, "hosts"), "w") as hosts:
+            hosts.write(f"127.0.0.1 localhost\n{own} {socket.gethostname()}\n")
         return host
+
+    def route(self, host: Host, *args: str) -> None:
+        """``ip route ARGS`` inside ``host`` (e.g. a default route through one interface)."""
+        _ip("-n", host.name, "route", *args)
 
     def partition(self, host: Host) -> None:
         """Cut ``host`` off every segment (its links go down; the processes keep running)."""
@@ -284,6 +302,7 @@ class Testbed:
                     proc.wait(10)
             _kill_inside(host.name)  # anything a test started inside some other way
             _ip("netns", "delete", host.name, check=False)
+            shutil.rmtree(os.path.join(ETC_NETNS, host.name), ignore_errors=True)
         for segment in self.segments:
             _ip("link", "delete", segment.bridge, check=False)
 
