@@ -109,14 +109,21 @@ class Announcer:
     async def _announce_forever(self) -> None:
         while True:
             await asyncio.sleep(self.settings.interval)
-            if self._transport is None:
-                await self._open()
-            else:
-                self._send(AnnouncementKind.ANNOUNCE)
-            for node in self.roster.expire(self.clock()):
-                self.log.info("%s discovery: cluster node %s (%s:%d) was not heard for %.1f s",
-                              self.settings.kind, node.node_id, node.address.host,
-                              node.address.port, self.roster.expiry)
+            try:
+                await self._tick()
+            except Exception as exc:  # a bug here must not end discovery for good
+                self.gate.warn("unexpected", "%s discovery: %r; going on",
+                               self.settings.kind, exc)
+
+    async def _tick(self) -> None:
+        if self._transport is None:
+            await self._open()
+        else:
+            self._send(AnnouncementKind.ANNOUNCE)
+        for node in self.roster.expire(self.clock()):
+            self.log.info("%s discovery: cluster node %s (%s:%d) was not heard for %.1f s",
+                          self.settings.kind, node.node_id, node.address.host,
+                          node.address.port, self.roster.expiry)
 
     async def _open(self) -> bool:
         """Open the channel and PROBE; False (warned, counted) when it cannot be opened."""
