@@ -10,7 +10,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_xml import attr, element, wrapped
 
 from ._base import (
@@ -18,6 +18,7 @@ from ._base import (
     ClientAuthenticationMode,
     ConfigModel,
     Milliseconds,
+    NonNegativeInt,
     Port,
     PositiveInt,
     TlsProtocol,
@@ -49,7 +50,15 @@ __all__ = [
 
 TransportKind = Literal["tcp", "udp"]
 DiscoveryKind = Literal["static", "multicast", "broadcast", "extension"]
-ClusterName = Annotated[str, Field(min_length=1, max_length=50)]
+
+
+def _cluster_name(value: str) -> str:
+    if not 1 <= len(value) <= 50:
+        raise ValueError(f"a cluster name has 1 to 50 characters, got {len(value)}")
+    return value
+
+
+ClusterName = Annotated[str, AfterValidator(_cluster_name)]
 
 
 def _ipv4(value: str, what: str) -> ipaddress.IPv4Address:
@@ -203,7 +212,7 @@ class MulticastDiscovery(ConfigModel, tag="multicast"):
 class BroadcastDiscovery(ConfigModel, tag="broadcast"):
     broadcast_address: str = element(tag="broadcast-address", default="255.255.255.255")
     port: Port = element(tag="port", default=8555)
-    port_range: PositiveInt | Literal[0] = element(tag="port-range", default=5)
+    port_range: NonNegativeInt = element(tag="port-range", default=5)
     """Also try port+1 .. port+port_range on other nodes."""
     announce_interval: Milliseconds = element(tag="announce-interval", default=2000)
     """Hive addition: how often a node announces itself; one not heard for 5 intervals is gone."""
