@@ -25,6 +25,7 @@ from hive_core.plugins import ExtensionManager, Extensions
 from hive_core.plugins._lan import (
     Announcer,
     AnnouncerSettings,
+    NoSuchInterface,
     broadcast_channel,
     encode,
     interface_for,
@@ -97,6 +98,27 @@ def multicast_announcer(group: str, port: int, cluster: str = "hive",
 
 def address(port: int) -> ClusterNodeAddress:
     return ClusterNodeAddress("127.0.0.1", port)
+
+
+# ------------------------------------------------------------------------------ interfaces
+
+
+@pytest.mark.parametrize(("bind_address", "by_default"), [
+    (None, True), ("0.0.0.0", True), ("127.0.0.1", False), ("localhost", False)])
+def test_the_interface_is_the_bind_address_one_or_loopback(bind_address: str | None,
+                                                           by_default: bool) -> None:
+    interface = interface_for(bind_address)
+    assert (interface.name, interface.address, interface.chosen_by_default) == (
+        "lo", "127.0.0.1", by_default)
+
+
+def test_an_interface_address_must_be_ipv4_and_present() -> None:
+    with pytest.raises(ValueError, match="IPv6"):
+        interface_for("::1")
+    with pytest.raises(NoSuchInterface, match=r"192\.0\.2\.254"):
+        interface_for("192.0.2.254")
+    with pytest.raises(NoSuchInterface, match="cannot resolve"):
+        interface_for("no-such-host.invalid")
 
 
 # ------------------------------------------------------------------------------ announcers
