@@ -31,14 +31,17 @@ ANNOUNCE_MS = 250
 
 
 def lan_body(mechanism: str, bind_address: str | None, rest_port: int = REST_PORT,
-             cluster_extra: str = HEARTBEAT, bind_port: int | None = None) -> str:
+             cluster_extra: str = HEARTBEAT, bind_port: int | None = None,
+             broadcast_address: str | None = None) -> str:
     bind = f"<bind-address>{bind_address}</bind-address>" if bind_address else ""
     bind += f"<bind-port>{bind_port}</bind-port>" if bind_port else ""
     if mechanism == "multicast":
         cluster = (f"<transport><udp>{bind}</udp></transport><discovery><multicast>"
                    f"<announce-interval>{ANNOUNCE_MS}</announce-interval></multicast></discovery>")
     else:
-        cluster = (f"<transport><tcp>{bind}</tcp></transport><discovery><broadcast>"
+        address = (f"<broadcast-address>{broadcast_address}</broadcast-address>"
+                   if broadcast_address else "")
+        cluster = (f"<transport><tcp>{bind}</tcp></transport><discovery><broadcast>{address}"
                    f"<announce-interval>{ANNOUNCE_MS}</announce-interval></broadcast></discovery>")
     return (f"<cluster><enabled>true</enabled>{cluster}{cluster_extra}</cluster>"
             f"<rest-api><enabled>true</enabled><listeners><http><port>{rest_port}</port>"
@@ -98,14 +101,21 @@ def namespace_nodes(tmp_path: Path, testbed: Testbed) -> Iterator[NamespaceNodes
         nodes.stop_all()  # before the testbed fixture deletes the namespaces
 
 
-@pytest.mark.parametrize("mechanism", ["multicast", "broadcast"])
+@pytest.mark.parametrize(("mechanism", "subnet_broadcast"), [
+    ("multicast", False), ("broadcast", False), ("broadcast", True)],
+    ids=["multicast", "broadcast-255.255.255.255", "broadcast-subnet"])
 def test_three_hosts_form_a_cluster_lose_a_killed_node_and_take_it_back(
-        testbed: Testbed, namespace_nodes: NamespaceNodes, mechanism: str) -> None:
+        testbed: Testbed, namespace_nodes: NamespaceNodes, mechanism: str,
+        subnet_broadcast: bool) -> None:
     lan, elsewhere = testbed.segment(), testbed.segment()
     hosts = [testbed.host(lan) for _ in range(3)]
     outsider_host = testbed.host(elsewhere)  # same setup, but not on the bridge
-    nodes = [namespace_nodes.add(h, lan_body(mechanism, h.address)) for h in hosts]
-    outsider = namespace_nodes.add(outsider_host, lan_body(mechanism, outsider_host.address))
+    nodes = [namespace_nodes.add(h, lan_body(
+        mechanism, h.address, broadcast_address=lan.broadcast if subnet_broadcast else None))
+        for h in hosts]
+    outsider = namespace_nodes.add(outsider_host, lan_body(
+        mechanism, outsider_host.address,
+        broadcast_address=elsewhere.broadcast if subnet_broadcast else None))
     outsider.start()
 
     begun = time.monotonic()
@@ -128,7 +138,8 @@ def test_three_hosts_form_a_cluster_lose_a_killed_node_and_take_it_back(
 
     assert namespace_nodes.members(outsider) == {node_id(outsider)}
     assert node_id(outsider) not in "".join(n.log for n in nodes)
-    print(f"\n{mechanism}: 3 nodes started together served after {all_started - begun:.2f} s; "
+    name = mechanism + (f" to {lan.broadcast}" if subnet_broadcast else "")
+    print(f"\n{name}: 3 nodes started together served after {all_started - begun:.2f} s; "
           f"the cluster of 3 formed {formed - begun:.2f} s after the start "
           f"({formed - all_started:.2f} s after the last served); kill -9 noticed in "
           f"{left:.2f} s; the restarted node rejoined {rejoined:.2f} s after its start began")
