@@ -95,7 +95,11 @@ def test_a_killed_runs_leftovers_are_swept_by_the_next() -> None:
     try:
         assert owner.stdout is not None
         name, bridge = owner.stdout.readline().split()
-        left_inside = [int(p) for p in _ip("netns", "pids", name).stdout.split()]
+        deadline = time.monotonic() + 10
+        left_inside: list[int] = []
+        while not left_inside and time.monotonic() < deadline:  # ip netns exec enters, then execs
+            left_inside = [int(p) for p in _ip("netns", "pids", name).stdout.split()]
+            time.sleep(0.02)
         assert left_inside
     finally:
         owner.kill()

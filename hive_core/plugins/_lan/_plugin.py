@@ -32,9 +32,9 @@ def note_default_interface(kind: str, bind_address: str | None, setting: str,
                            log: logging.Logger) -> None:
     """Say at start when discovery stays on loopback because no interface was given."""
     if is_wildcard(bind_address):
-        log.info("%s discovery stays on loopback: %s is not set, so only nodes on this host "
-                 "are found and nothing leaves it; set it to this host's address on the LAN to "
-                 "find nodes there", kind.capitalize(), setting)
+        log.info("%s discovery stays on loopback: %s names no interface, so only nodes on "
+                 "this host are found and nothing leaves it; set it to this host's address on "
+                 "the LAN to find nodes there", kind.capitalize(), setting)
 
 
 class LanDiscovery(abc.ABC):
