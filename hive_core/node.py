@@ -199,10 +199,6 @@ class HiveNode:
                 self.rest_api = RestApi(self)
                 await self.rest_api.start(self.config.rest_api.effective_listeners())
             if self.config.cluster.enabled:
-                kind = self.config.cluster.discovery_kind
-                if kind in ("multicast", "broadcast"):
-                    log.warning("%s discovery is not in this Hive yet: this node finds other "
-                                "nodes only through discovery extensions", kind)
                 cluster = self.cluster = Cluster(self.services.node_id, cluster_settings(
                     self.config), broker, self.extensions)
                 self.services.members_from(cluster.view)

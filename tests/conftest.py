@@ -30,6 +30,9 @@ def free_port() -> int:
 class HiveProcess:
     """One `hive run` child process, its config and its log; stopped by PID at teardown."""
 
+    launcher: tuple[str, ...] = ()
+    """Words before the command, e.g. ``("ip", "netns", "exec", NS)`` (it keeps the PID)."""
+
     def __init__(self, folder: Path, config_xml: str, port: int, extra_ports: dict[str, int]):
         self.folder = folder
         self.config = folder / "config.xml"
@@ -54,8 +57,8 @@ class HiveProcess:
     def start(self, timeout: float = 20.0) -> HiveProcess:
         self._lines = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hive_core.cli", "run", "--config", str(self.config),
-             "--data-dir", str(self.data_dir)],
+            [*self.launcher, sys.executable, "-m", "hive_core.cli", "run",
+             "--config", str(self.config), "--data-dir", str(self.data_dir)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=self.folder,
         )
         started = threading.Event()

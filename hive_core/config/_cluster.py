@@ -6,10 +6,11 @@ Defaults follow HiveMQ's cluster documentation. What is absent is resolved by th
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_xml import attr, element, wrapped
 
 from ._base import (
@@ -17,6 +18,7 @@ from ._base import (
     ClientAuthenticationMode,
     ConfigModel,
     Milliseconds,
+    NonNegativeInt,
     Port,
     PositiveInt,
     TlsProtocol,
@@ -48,6 +50,22 @@ __all__ = [
 
 TransportKind = Literal["tcp", "udp"]
 DiscoveryKind = Literal["static", "multicast", "broadcast", "extension"]
+
+
+def _cluster_name(value: str) -> str:
+    if not 1 <= len(value) <= 50:
+        raise ValueError(f"a cluster name has 1 to 50 characters, got {len(value)}")
+    return value
+
+
+ClusterName = Annotated[str, AfterValidator(_cluster_name)]
+
+
+def _ipv4(value: str, what: str) -> ipaddress.IPv4Address:
+    try:
+        return ipaddress.IPv4Address(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IPv4 {what}") from None
 
 
 class ClusterTls(ConfigModel, tag="tls"):
@@ -105,6 +123,24 @@ class UdpTransport(ConfigModel, tag="udp"):
     multicast_enabled: XmlBool = element(tag="multicast-enabled", default=True)
     multicast_address: str = element(tag="multicast-address", default="228.8.8.8")
     multicast_port: Port = element(tag="multicast-port", default=45588)
+    multicast_ttl: Annotated[int, Field(ge=0, le=255)] = element(tag="multicast-ttl", default=1)
+    """Hive addition: router hops a discovery datagram may cross. HiveMQ documents none; 1 keeps
+    discovery on the interface's own link (JGroups, whose group and port these are, uses 8)."""
+
+    @field_validator("multicast_address")
+    @classmethod
+    def _is_multicast_group(cls, value: str) -> str:
+        if not _ipv4(value, "multicast address").is_multicast:
+            raise ValueError(f"{value} is not an IPv4 multicast address (224.0.0.0 to "
+                             "239.255.255.255)")
+        return value
+
+    @field_validator("multicast_port")
+    @classmethod
+    def _is_a_port(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("the multicast port must be from 1 to 65535")
+        return value
 
 
 class Transport(ConfigModel, tag="transport"):
@@ -167,12 +203,36 @@ class StaticDiscovery(ConfigModel, tag="static"):
 class MulticastDiscovery(ConfigModel, tag="multicast"):
     """Finds nodes on the UDP transport's multicast address and port (UDP transport only)."""
 
+    announce_interval: Milliseconds = element(tag="announce-interval", default=2000)
+    """Hive addition: how often a node announces itself; one not heard for 5 intervals is gone."""
+    cluster_name: ClusterName = element(tag="cluster-name", default="hive")
+    """Hive addition: nodes only join announcements of their own cluster name."""
+
 
 class BroadcastDiscovery(ConfigModel, tag="broadcast"):
     broadcast_address: str = element(tag="broadcast-address", default="255.255.255.255")
     port: Port = element(tag="port", default=8555)
-    port_range: PositiveInt | Literal[0] = element(tag="port-range", default=5)
+    port_range: NonNegativeInt = element(tag="port-range", default=5)
     """Also try port+1 .. port+port_range on other nodes."""
+    announce_interval: Milliseconds = element(tag="announce-interval", default=2000)
+    """Hive addition: how often a node announces itself; one not heard for 5 intervals is gone."""
+    cluster_name: ClusterName = element(tag="cluster-name", default="hive")
+    """Hive addition: nodes only join announcements of their own cluster name."""
+
+    @field_validator("broadcast_address")
+    @classmethod
+    def _is_ipv4(cls, value: str) -> str:
+        _ipv4(value, "broadcast address")
+        return value
+
+    @model_validator(mode="after")
+    def _range_fits(self) -> BroadcastDiscovery:
+        if self.port == 0:
+            raise misplaced("port", "broadcast discovery needs a port from 1 to 65535")
+        if self.port + self.port_range > 65535:
+            raise misplaced("port-range", f"port {self.port} + port-range {self.port_range} "
+                            "goes past port 65535")
+        return self
 
 
 class ExtensionDiscovery(ConfigModel, tag="extension"):

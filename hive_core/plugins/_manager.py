@@ -23,6 +23,8 @@ log = logging.getLogger("hive.extensions")
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "hive_core.plugins.file_persistence",
     "hive_core.plugins.static_discovery",
+    "hive_core.plugins.multicast_discovery",
+    "hive_core.plugins.broadcast_discovery",
 )
 """Hive's own plugins, registered like any installed extension (and disabled the same way)."""
 
