@@ -402,6 +402,9 @@ class Channel:
             return
         will = connect.will
         if will is not None:
+            if will.topic.startswith("$SYS/") or will.topic == "$SYS":
+                self.refuse_connect(RC.NOT_AUTHORIZED, "a will may not be published under $SYS/")
+                return
             if will.qos > settings.maximum_qos:
                 self.refuse_connect(RC.QOS_NOT_SUPPORTED)
                 return
