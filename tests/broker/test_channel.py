@@ -536,3 +536,64 @@ def test_auth_without_a_method_is_a_protocol_error() -> None:
         assert [p.reason_code for p in peer.new() if isinstance(p, Disconnect)] == [0x82]
 
     run(scenario)
+
+
+# ---------------------------------------------------------------------------- QoS 2 and the disk
+
+PERSISTENT = {P.SESSION_EXPIRY_INTERVAL: 3600}
+
+
+def test_pubcomp_waits_until_the_release_is_on_disk() -> None:
+    async def scenario(broker: Broker) -> None:
+        pub = Peer(broker)
+        pub.connect("p", clean_start=False, properties=PERSISTENT)
+        pub.send(Publish("t", b"x", qos=2, packet_id=4))
+        await settle()
+        broker.flush()
+        assert pub.new() == [PubRec(4, RC.NO_MATCHING_SUBSCRIBERS)]
+        pub.send(PubRel(4))
+        assert pub.new() == []  # the release is not durable yet
+        await settle()
+        broker.flush()
+        assert pub.new() == [PubComp(4)]
+
+    run(scenario)
+
+
+def test_a_reused_packet_id_without_dup_is_a_new_message() -> None:
+    """After a crash lost a release, the client (which got its PUBCOMP) reuses the id: the
+    message must be routed, not taken for a resend."""
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s")
+        sub.subscribe("t", qos=0)
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(Publish("t", b"first", qos=2, packet_id=7))
+        broker.sessions["p"].inbound_qos2.add(7)  # as a crash before the release left it
+        pub.send(Publish("t", b"second", qos=2, packet_id=7))
+        pub.send(Publish("t", b"second", qos=2, packet_id=7, dup=True))
+        assert [p.payload for p in sub.publishes()] == [b"first", b"second"]
+
+    run(scenario)
+
+
+def test_pubrel_and_a_qos2_delivery_wait_until_their_state_is_on_disk() -> None:
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s", clean_start=False, properties=PERSISTENT)
+        sub.subscribe("t", qos=2)
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(Publish("t", b"x", qos=2, packet_id=1))
+        assert sub.publishes() == []  # its packet id is not durable yet
+        await settle()
+        broker.flush()
+        (delivery,) = sub.publishes()
+        sub.send(PubRec(delivery.packet_id))
+        assert sub.new() == []
+        await settle()
+        broker.flush()
+        assert sub.new() == [PubRel(delivery.packet_id)]
+
+    run(scenario)
