@@ -100,6 +100,7 @@ def settings_from(config: HiveConfig) -> BrokerSettings:
         max_message_expiry=mqtt.message_expiry.max_interval,
         max_packet_size=mqtt.packets.max_packet_size,
         server_receive_maximum=mqtt.receive_maximum.server_receive_maximum,
+        receive_maximum_strategy=mqtt.receive_maximum.strategy,
         topic_alias_enabled=mqtt.topic_alias.enabled,
         topic_alias_maximum=mqtt.topic_alias.max_per_client,
         maximum_qos=mqtt.quality_of_service.max_qos,

@@ -6,6 +6,7 @@ Properties travel as the encoded MQTT 5 property block (bytes), so a backend nev
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -145,6 +146,17 @@ class SessionStore(Protocol):
 
     def delete_retained(self, topic: str) -> None:
         """Clear the retained message of ``topic``."""
+        ...
+
+    def atomic(self) -> AbstractContextManager[None]:
+        """A context in which the writes made go to the disk together or not at all.
+
+        The broker groups writes that must not be split by a crash (a delivery leaving the queue
+        for the in-flight window; an inbound QoS 2 message routed and its packet id kept).
+        A store that makes every write durable on its own may return ``nullcontext()``.
+
+        .. versionadded:: 1.1
+        """
         ...
 
     async def commit(self) -> None:

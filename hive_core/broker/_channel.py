@@ -84,6 +84,12 @@ class ChannelIo(Protocol):
         """Call :meth:`Channel.check_deadline` in ``seconds`` (0: never); replaces the last."""
         ...
 
+    def pause_reading(self) -> None:
+        """Stop handing received bytes to the channel until :meth:`resume_reading`."""
+        ...
+
+    def resume_reading(self) -> None: ...
+
 
 class Channel:
     """One client connection's MQTT state machine (see the module docstring)."""
@@ -116,6 +122,7 @@ class Channel:
         "requested_expiry",
         "send_window",
         "session",
+        "throttled",
         "username",
         "version",
         "will_sent_ok",
@@ -153,6 +160,7 @@ class Channel:
         self.info: ClientInfo | None = None  # made at CONNECT when extensions need it
         self.auth_method: str | None = None
         self.outbound_chain: asyncio.Task[None] | None = None  # async outbound interceptors
+        self.throttled = False  # reading paused: past the receive maximum (strategy throttle)
         broker.accept(self)
         io.arm_deadline(broker.settings.connect_timeout)
 
@@ -508,18 +516,13 @@ class Channel:
                 self._ack_publish(packet, RC.NOT_AUTHORIZED, False)
             return
         if qos == 2 and packet.packet_id in session.inbound_qos2:
-            if packet.dup:
-                self._ack_publish(packet, RC.SUCCESS, False)  # a resend: routed already
-                return
-            # Without DUP the client says its earlier exchange on this id is over (it got a
-            # PUBCOMP this node failed to make durable before a crash): a new message.
-            session.inbound_qos2.discard(packet.packet_id)
-        if qos and (len(session.inbound_qos2) + len(self._acks_waiting)
-                    >= settings.server_receive_maximum) and self.version == 5 and (
-                # A waiting PUBREC is in inbound_qos2 already: count only waiting PUBACKs.
-                len(session.inbound_qos2) + sum(a[0] == PUBACK for a in self._acks_waiting)
-                >= settings.server_receive_maximum):
-            self._refuse(RC.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
+            # A resend, DUP flag or not (paho resends without it after some reconnects): the
+            # exchange is still open here, because a PUBCOMP leaves only once it is forgotten
+            # on disk, so the client cannot have moved on to a new message with this id.
+            self._ack_publish(packet, RC.SUCCESS, False)
+            return
+        if qos and len(session.inbound_qos2) + len(self._acks_waiting) \
+                >= settings.server_receive_maximum and self._past_receive_maximum(session):
             return
         message = Message(topic, packet.payload, qos, packet.retain, props, session.client_id,
                           expiry_at)
@@ -537,6 +540,31 @@ class Channel:
                     self._defer(self._publish_when_checked(packet, message, verdict))
                 return
         self._route(packet, message)
+
+    def _past_receive_maximum(self, session: Session) -> bool:
+        """A QoS 1/2 PUBLISH beyond the receive maximum: True when the connection was closed.
+
+        Strategy ``disconnect`` closes with 0x93 as MQTT 5 describes. Strategy ``throttle``
+        handles the PUBLISH and stops reading until the acknowledgements waiting for the disk
+        are out (counting PUBRELs still owed by the client would wait for packets that are not
+        read any more).
+        """
+        limit = self.broker.settings.server_receive_maximum
+        if self.broker.settings.receive_maximum_strategy == "disconnect":
+            # A waiting PUBREC is in inbound_qos2 already: count only waiting PUBACKs.
+            pending = len(session.inbound_qos2) + sum(
+                data[0] == PUBACK for data in self._acks_waiting)
+            if pending >= limit and self.version == 5:
+                self._refuse(RC.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
+                return True
+            return False
+        if len(self._acks_waiting) >= limit and not self.throttled:
+            self.throttled = True
+            self.broker.metrics.receive_maximum_throttled += 1
+            log.info("client %r sent more than %d QoS 1/2 messages awaiting acknowledgement: "
+                     "reading from it pauses until they are acknowledged", self.client_id, limit)
+            self.io.pause_reading()
+        return False
 
     async def _publish_when_checked(self, packet: Publish, message: Message,
                                     verdict: Awaitable[int | None]) -> None:
@@ -559,13 +587,20 @@ class Channel:
         assert session is not None
         broker = self.broker
         qos = packet.qos
+        if qos == 2 and session.persistent:
+            # Routed and remembered in one transaction: a crash keeps both or neither, so a
+            # resend after it is neither lost nor routed twice.
+            with broker.records.atomic():
+                matched, _durable = broker.publish(message)
+                session.inbound_qos2.add(packet.packet_id)  # type: ignore[arg-type]
+                broker.records.received_qos2(session, packet.packet_id)  # type: ignore[arg-type]
+            self._ack_publish(packet, RC.SUCCESS if matched else RC.NO_MATCHING_SUBSCRIBERS,
+                              True)
+            return
         matched, durable = broker.publish(message)
         if qos:
             if qos == 2:
                 session.inbound_qos2.add(packet.packet_id)  # type: ignore[arg-type]
-                if session.persistent:
-                    broker.records.received_qos2(session, packet.packet_id)  # type: ignore[arg-type]
-                    durable = True
             self._ack_publish(packet, RC.SUCCESS if matched else RC.NO_MATCHING_SUBSCRIBERS,
                               durable)
 
@@ -600,6 +635,10 @@ class Channel:
                         return
                 for data in batch:
                     self.send(data)
+                if self.throttled and len(self._acks_waiting) < \
+                        self.broker.settings.server_receive_maximum:
+                    self.throttled = False
+                    self.io.resume_reading()
         finally:
             self._ack_task = None
 

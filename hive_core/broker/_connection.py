@@ -26,6 +26,10 @@ class Transport(Protocol):
 
     def get_extra_info(self, name: str, default: Any = None) -> Any: ...
 
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
 
 class ClientConnection(asyncio.Protocol):
     """An asyncio protocol for one MQTT client; the MQTT itself is in ``self.channel``."""
@@ -75,6 +79,14 @@ class ClientConnection(asyncio.Protocol):
         self._cancel_deadline()
         if seconds > 0:
             self._deadline = asyncio.get_running_loop().call_later(seconds, self._deadline_passed)
+
+    def pause_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def _deadline_passed(self) -> None:
         self._deadline = None

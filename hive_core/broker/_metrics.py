@@ -13,6 +13,7 @@ class BrokerMetrics:
     messages_out: int = 0
     messages_dropped: int = 0
     messages_queued: int = 0
+    receive_maximum_throttled: int = 0  # times a client sent past its receive maximum
 
 
 @dataclass(slots=True, frozen=True)

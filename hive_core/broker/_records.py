@@ -7,6 +7,9 @@ later, on its replicas) follows its state in memory one write at a time.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 from hive_core.broker._message import Message
@@ -117,7 +120,12 @@ class Records:
 
     def __init__(self, store: SessionStore) -> None:
         self.store = store
-        self._seq = 0  # the highest queue position handed out: positions never repeat
+        # The highest queue position handed out. Positions start from the clock (in µs) so
+        # they keep growing across restarts even when every queue was empty at the restart.
+        self._seq = time.time_ns() // 1000
+        # A store written for extension API 1.0 has no atomic(): writes then stand alone.
+        self.atomic: Callable[[], AbstractContextManager[None]] = getattr(
+            store, "atomic", nullcontext)
 
     def restored_seq(self, seq: int) -> None:
         self._seq = max(self._seq, seq)
@@ -146,8 +154,9 @@ class Records:
 
     def sent(self, session: Session, packet_id: int, outbound: Outbound) -> None:
         """A QoS 1/2 delivery entered the window (from the queue, if it was queued)."""
-        self.dequeue(session, outbound.pending)
-        self.store.save_inflight(_outbound_record(session.client_id, packet_id, outbound))
+        with self.atomic():  # never out of the queue without being in the window
+            self.dequeue(session, outbound.pending)
+            self.store.save_inflight(_outbound_record(session.client_id, packet_id, outbound))
 
     def released(self, session: Session, packet_id: int) -> None:
         """PUBREC came for an outbound QoS 2 delivery: only its PUBREL is left to finish."""

@@ -59,7 +59,14 @@ class Packets(ConfigModel, tag="packets"):
 
 
 class ReceiveMaximum(ConfigModel, tag="receive-maximum"):
-    server_receive_maximum: UInt16 = element(tag="server-receive-maximum", default=10)
+    server_receive_maximum: UInt16 = element(tag="server-receive-maximum", default=100)
+    """QoS 1/2 PUBLISHes a client may have waiting for their acknowledgement (announced in
+    MQTT 5 CONNACKs)."""
+    strategy: Literal["throttle", "disconnect"] = element(tag="strategy", default="throttle")
+    """Hive addition: what happens to a client that sends more. ``throttle``: the node stops
+    reading from it until acknowledgements have gone out (nothing is refused or dropped;
+    clients such as paho that resend a backlog at once after a reconnect keep working);
+    ``disconnect``: DISCONNECT with 0x93 (receive maximum exceeded), as MQTT 5 describes."""
 
 
 class KeepAlive(ConfigModel, tag="keep-alive"):

@@ -134,3 +134,13 @@ class _FrameWriter:
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         transport = self._protocol._transport
         return default if transport is None else transport.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        transport = self._protocol._transport
+        if transport is not None and not transport.is_closing():
+            transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        transport = self._protocol._transport
+        if transport is not None and not transport.is_closing():
+            transport.resume_reading()

@@ -14,7 +14,8 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,7 @@ class FileSessionStore:
         self._commit_interval = commit_interval
         self._sync = sync
         self._state = _State.NEW
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered by writes inside atomic()
         self._wake = threading.Condition(self._lock)
         # Everything below is guarded by self._lock.
         self._pending = PendingBatch()
@@ -161,6 +162,12 @@ class FileSessionStore:
             self._check_open()
             self._pending.delete_retained(topic)
             self._touch()
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Writes made inside go into one transaction: the writer thread cannot split them."""
+        with self._lock:
+            yield
 
     async def commit(self) -> None:
         """Return once every write made before this call is on disk.

@@ -7,6 +7,7 @@ to wait for.
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 
 from ._batch import InflightKey, copy_session
@@ -26,6 +27,9 @@ class MemorySessionStore:
 
     async def close(self) -> None:
         pass
+
+    def atomic(self) -> AbstractContextManager[None]:
+        return nullcontext()  # every write is whole the moment it is made
 
     def save_session(self, session: StoredSession) -> None:
         self._sessions[session.client_id] = copy_session(session)

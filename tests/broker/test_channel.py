@@ -52,6 +52,7 @@ class Io:
         self.packets: list[Any] = []
         self.closed = False
         self.deadline = 0.0
+        self.reading = True
 
     def write(self, data: bytes) -> None:
         self.packets += self.decoder.feed(data)
@@ -64,6 +65,12 @@ class Io:
 
     def arm_deadline(self, seconds: float) -> None:
         self.deadline = seconds
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
 
 
 class Peer:
@@ -143,7 +150,7 @@ def test_connack_announces_the_node_limits_to_an_mqtt5_client() -> None:
     async def scenario(broker: Broker) -> None:
         ack = Peer(broker).connect("c", properties={P.SESSION_EXPIRY_INTERVAL: 10_000})
         assert ack.reason_code == 0 and not ack.session_present
-        assert ack.properties[P.RECEIVE_MAXIMUM] == 10
+        assert ack.properties[P.RECEIVE_MAXIMUM] == 100
         assert ack.properties[P.TOPIC_ALIAS_MAXIMUM] == 5
         assert ack.properties[P.MAXIMUM_QOS] == 1
         assert ack.properties[P.SESSION_EXPIRY_INTERVAL] == 3600  # capped
@@ -424,6 +431,28 @@ def test_more_qos2_in_flight_than_the_server_receive_maximum_is_refused_with_0x9
         assert [p.reason_code for p in pub.new() if isinstance(p, Disconnect)] == [0x93]
         assert pub.io.closed
 
+    run(scenario, server_receive_maximum=3, receive_maximum_strategy="disconnect")
+
+
+def test_past_the_receive_maximum_reading_pauses_until_the_acknowledgements_are_out() -> None:
+    """The default: a client that sends a backlog at once (paho after a reconnect) is slowed
+    down, not disconnected; nothing is refused."""
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s", clean_start=False, properties=PERSISTENT)
+        sub.subscribe("t", qos=1)
+        sub.channel.connection_lost()  # acknowledgements now wait for the store
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(*[Publish("t", b"x", qos=1, packet_id=pid) for pid in range(1, 6)])
+        assert not pub.io.reading and not pub.io.closed
+        assert broker.metrics.receive_maximum_throttled == 1
+        await settle()
+        broker.flush()
+        assert pub.io.reading
+        assert pub.new() == [PubAck(pid) for pid in range(1, 6)]
+        assert len(broker.sessions["s"].queue) == 5
+
     run(scenario, server_receive_maximum=3)
 
 
@@ -560,20 +589,20 @@ def test_pubcomp_waits_until_the_release_is_on_disk() -> None:
     run(scenario)
 
 
-def test_a_reused_packet_id_without_dup_is_a_new_message() -> None:
-    """After a crash lost a release, the client (which got its PUBCOMP) reuses the id: the
-    message must be routed, not taken for a resend."""
+def test_an_open_qos2_exchange_is_a_resend_with_or_without_dup() -> None:
+    """paho resends an unacknowledged QoS 2 PUBLISH without DUP after some reconnects: it must
+    not be routed twice."""
     async def scenario(broker: Broker) -> None:
         sub = Peer(broker)
         sub.connect("s")
         sub.subscribe("t", qos=0)
         pub = Peer(broker)
         pub.connect("p")
-        pub.send(Publish("t", b"first", qos=2, packet_id=7))
-        broker.sessions["p"].inbound_qos2.add(7)  # as a crash before the release left it
-        pub.send(Publish("t", b"second", qos=2, packet_id=7))
-        pub.send(Publish("t", b"second", qos=2, packet_id=7, dup=True))
-        assert [p.payload for p in sub.publishes()] == [b"first", b"second"]
+        pub.send(Publish("t", b"once", qos=2, packet_id=7))
+        pub.send(Publish("t", b"once", qos=2, packet_id=7))
+        pub.send(Publish("t", b"once", qos=2, packet_id=7, dup=True))
+        assert [p.payload for p in sub.publishes()] == [b"once"]
+        assert pub.new() == [PubRec(7)] * 3
 
     run(scenario)
 

@@ -42,7 +42,7 @@ def test_mqtt_defaults() -> None:
     assert mqtt.message_expiry.max_interval == 4294967296
     assert mqtt.session_expiry.max_interval == 4294967295
     assert mqtt.packets.max_packet_size == 268435460
-    assert mqtt.receive_maximum.server_receive_maximum == 10
+    assert mqtt.receive_maximum.server_receive_maximum == 100
     assert (mqtt.keep_alive.allow_unlimited, mqtt.keep_alive.max_keep_alive) == (True, 65535)
     assert mqtt.subscription_identifier.enabled
     assert mqtt.wildcard_subscriptions.enabled

@@ -257,7 +257,8 @@ def test_client_receive_maximum_limits_unacked_deliveries(hive):
 
 def test_exceeding_server_receive_maximum_disconnects_0x93(hive_factory):
     node = hive_factory(body="<mqtt><receive-maximum><server-receive-maximum>2"
-                             "</server-receive-maximum></receive-maximum></mqtt>")
+                             "</server-receive-maximum><strategy>disconnect</strategy>"
+                             "</receive-maximum></mqtt>")
     with RawClient(node.port) as pub:
         connack = pub.connect(5, "greedy")
         assert connack.properties[P.RECEIVE_MAXIMUM] == 2

@@ -1,0 +1,47 @@
+"""kill -9 of a single node at random moments of a steady QoS 1 / QoS 2 stream.
+
+A persistent paho publisher and a persistent paho subscriber (MQTT 5, paho's defaults: 20 in
+flight) stay on while the node is killed and restarted; nothing acknowledged may be lost, and
+nothing sent with QoS 2 may arrive twice.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import pytest
+
+from faults._traffic import Publisher, Subscriber, Tally, wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_nothing_acknowledged_is_lost_across_kills(hive_factory: Any, qos: int) -> None:
+    node = hive_factory()
+    subscriber = Subscriber([node.port], "fault/#", qos)
+    subscriber.start()
+    publisher = Publisher([node.port], "fault/stream", qos, count=4000, rate=400)
+    publisher.start()
+    chance = random.Random(8)
+    try:
+        for _ in range(5):
+            time.sleep(chance.uniform(0.4, 1.6))
+            node.kill()
+            node.start()
+        wait_until(publisher.finished, 60, "the publisher to send everything")
+        wait_until(publisher.all_acknowledged, 60, "every message to be acknowledged")
+        wait_until(lambda: publisher.acknowledged <= set(subscriber.snapshot()), 60,
+                   "every acknowledged message to arrive")
+    finally:
+        tally = Tally.of([publisher], subscriber)
+        print(f"QoS {qos}, 5 kills: {tally}; subscriber disconnects "
+              f"{dict(subscriber.disconnects)}, publisher disconnects "
+              f"{dict(publisher.disconnects)}")
+        publisher.stop()
+        subscriber.stop()
+    assert tally.lost == 0, tally
+    if qos == 2:
+        assert tally.duplicated == 0, tally
