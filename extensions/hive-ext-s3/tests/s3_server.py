@@ -10,8 +10,11 @@ import threading
 import urllib.request
 
 import boto3
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, \
-    create_backend_app
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
 from werkzeug.serving import BaseWSGIServer, make_server
 
 ACCESS_KEY = "hive-test-key"

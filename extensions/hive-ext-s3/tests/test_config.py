@@ -10,8 +10,14 @@ import pytest
 from hive_ext_api import ExtensionContext, ExtensionRefused
 
 import hive_ext_s3
-from hive_ext_s3 import CONFIG_ENV, ConfigError, S3Settings, load_settings, parse_properties, \
-    settings_from
+from hive_ext_s3 import (
+    CONFIG_ENV,
+    ConfigError,
+    S3Settings,
+    load_settings,
+    parse_properties,
+    settings_from,
+)
 from hive_ext_s3._bucket import s3_client
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -133,8 +139,11 @@ def _readme_example() -> str:
     return found.group(1)
 
 
-def test_the_readme_example_is_a_valid_configuration() -> None:
+def test_the_readme_example_is_a_valid_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HIVE_S3_ACCESS_KEY", "AKIAEXAMPLE")
+    monkeypatch.setenv("HIVE_S3_SECRET_KEY", "secret")
     s = settings(_readme_example())
+    assert s.credentials.access_key_id == "AKIAEXAMPLE"
     assert s.bucket_name and 0 < s.update_interval_s < s.file_expiration_s
 
 
@@ -195,7 +204,7 @@ def test_the_extension_refuses_to_start_naming_the_setting(
     path = tmp_path / "elsewhere.properties"
     path.write_text("s3-bucket-name:abc\nfile-expiration:10\nupdate-interval:30\n")
     monkeypatch.setenv(CONFIG_ENV, str(path))
-    with pytest.raises(ExtensionRefused, match="update-interval .* file-expiration"):
+    with pytest.raises(ExtensionRefused, match=r"update-interval .* file-expiration"):
         hive_ext_s3.create_plugin().hive_extension_start(_context(tmp_path))
 
 

@@ -142,6 +142,9 @@ class NodeBucket:
         while True:
             extra = {"ContinuationToken": token} if token else {}
             page = self._call("list_objects_v2", Prefix=self.prefix, **extra)
+            if page.get("Name") != self.bucket:  # a 200 with any XML (or none) parses as {}
+                raise BucketUnavailable(f"the endpoint's answer to listing bucket "
+                                        f"{self.bucket!r} is not S3's")
             for item in page.get("Contents", ()):
                 yield str(item["Key"])
             token = page.get("NextContinuationToken")
