@@ -65,6 +65,8 @@ def consul_client(settings: ConsulSettings) -> Any:
 
 def describe(exc: Exception, url: str) -> str:
     """What went wrong, in Consul's terms, for the log."""
+    if isinstance(exc, consul.ConsulException) and str(exc).startswith("Failed to decode"):
+        return f"the answer of {url} is not Consul's (not JSON)"
     if isinstance(exc, consul.ACLPermissionDenied):
         return f"permission denied ({exc}): check consul-acl-token and its policy"
     if isinstance(exc, consul.ACLDisabled):

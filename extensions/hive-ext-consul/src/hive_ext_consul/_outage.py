@@ -14,6 +14,7 @@ from collections.abc import Callable
 from hive_ext_api import Counter
 
 SUMMARY_EVERY_S = 60.0
+REASON_CHARS = 300  # an error page quoted whole would flood the log
 
 
 class Outage:
@@ -38,7 +39,8 @@ class Outage:
         return self._began is not None
 
     def failed(self, doing: str, reason: str) -> None:
-        """One call failed: ``doing`` what (``"list the node records"``), and why."""
+        """One call failed: ``doing`` what (``"read the node records"``), and why."""
+        reason = " ".join(reason.split())[:REASON_CHARS]
         self.failures += 1
         self.total += 1
         if self.errors is not None:
