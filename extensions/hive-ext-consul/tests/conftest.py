@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from importlib.metadata import entry_points
 
 import pytest
 
@@ -17,6 +18,15 @@ def no_machine_consul_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("CONSUL_HTTP_ADDR", "CONSUL_HTTP_TOKEN", "CONSUL_HTTP_SSL",
                  "CONSUL_HTTP_SSL_VERIFY", "HIVE_CONSUL_DISCOVERY_CONFIG"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def only_this_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Other installed extensions (the tox matrix installs the discovery extensions side by
+    side) stay out of the nodes these tests start, in-process or `hive run`."""
+    installed = {entry_point.name for entry_point in entry_points(group="hive.extensions")}
+    others = sorted(installed - {"consul-discovery"})
+    monkeypatch.setenv("HIVE_DISABLED_EXTENSIONS", ",".join(others))
 
 
 @pytest.fixture(scope="session")

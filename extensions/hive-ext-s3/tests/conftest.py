@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,15 @@ def no_machine_aws_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+
+
+@pytest.fixture(autouse=True)
+def only_this_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Other installed extensions (the tox matrix installs the discovery extensions side by
+    side) stay out of the nodes these tests start, in-process or `hive run`."""
+    installed = {entry_point.name for entry_point in entry_points(group="hive.extensions")}
+    others = sorted(installed - {"s3-discovery"})
+    monkeypatch.setenv("HIVE_DISABLED_EXTENSIONS", ",".join(others))
 
 
 @pytest.fixture(scope="session")
