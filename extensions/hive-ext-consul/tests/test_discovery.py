@@ -128,6 +128,11 @@ def test_the_check_is_kept_passing_and_a_silent_node_goes_critical(
         await asyncio.sleep(2.0)
         assert check_status(agent, service, "node-b") == "critical"
         assert await a.hive_discovery_reload() == [A]
+        restarted = discovery(properties)  # the agent keeps the old, critical check ...
+        await restarted.hive_discovery_init(B, "node-b")
+        assert check_status(agent, service, "node-b") == "passing"  # ... passed at once
+        await restarted.hive_discovery_destroy()
+        await restarted.hive_extension_stop()
         assert metrics.gauges["consul-discovery.resolved-addresses"]() == 1
         assert metrics["consul-discovery.errors"] == 0
         await a.hive_discovery_destroy()

@@ -140,6 +140,8 @@ class ServiceInstance:
             meta={NODE_ID_META: node_id, VERSION_META: RECORD_VERSION}, check=check))
         if done is not True:
             raise AgentRefused("the agent did not accept the registration")
+        # An agent keeps the status of a check it already has (a restarted node's is critical).
+        self.keep_passing(node_id)
 
     def keep_passing(self, node_id: str) -> None:
         """Mark the TTL check passing; :class:`ConsulUnavailable` when the agent does not know

@@ -204,22 +204,25 @@ class ConsulDiscovery:
         self.outage.answered()
         return result
 
-    def _pass_or_register(self, own: Registration) -> None:
-        """Runs on the worker: pass the check; register again when the agent forgot it."""
+    def _pass_or_register(self, own: Registration) -> bool:
+        """Runs on the worker: pass the check; register again (True) when the agent forgot it."""
         assert self.service is not None
         try:
             self.service.keep_passing(own.node_id)
         except AgentRefused:  # reachable, but without the check: it restarted, or forgot
             self.service.register(own.node_id, own.host, own.port)
+            return True
+        return False
 
     async def _keep_passing(self) -> None:
         assert self.settings is not None
         while True:
             await asyncio.sleep(self.settings.update_interval_s)
             own = self.own
-            if own is not None:
-                await self._attempt("pass this node's TTL check",
-                                    partial(self._pass_or_register, own))
+            if own is not None and await self._attempt(
+                    "pass this node's TTL check", partial(self._pass_or_register, own)) is True:
+                self.log.info("%s: the agent did not know this node's check: registered again",
+                              NAME)
 
     async def _stop_refreshing(self) -> None:
         task, self._refresher = self._refresher, None
