@@ -120,3 +120,20 @@ def test_https_without_what_the_agent_or_the_node_trusts_is_counted(
         await node.hive_extension_stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_https_without_verifying_the_agent(tls_agent: ConsulAgent, certificates: Path,
+                                          service: str) -> None:
+    properties = tls_agent.properties(
+        service, consul_url=tls_agent.https_url, consul_tls_verify="false",
+        consul_tls_cert_file=str(certificates / "client" / "client-cert.pem"),
+        consul_tls_key_file=str(certificates / "client" / "client-key.pem"))
+
+    async def scenario() -> None:
+        node = discovery(properties)  # the agent's CA is unknown to this node: not checked
+        await node.hive_discovery_init(A, "node-a")
+        assert await node.hive_discovery_reload() == [A]
+        await node.hive_discovery_destroy()
+        await node.hive_extension_stop()
+
+    run(scenario())
