@@ -122,6 +122,7 @@ def test_https_without_what_the_agent_or_the_node_trusts_is_counted(
     asyncio.run(asyncio.wait_for(scenario(), 30))
 
 
+@pytest.mark.filterwarnings("ignore:Unverified HTTPS request")  # urllib3 says what was asked
 def test_https_without_verifying_the_agent(tls_agent: ConsulAgent, certificates: Path,
                                           service: str) -> None:
     properties = tls_agent.properties(
