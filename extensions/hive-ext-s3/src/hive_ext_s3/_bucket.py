@@ -125,10 +125,6 @@ class NodeBucket:
         except _FAILURES as exc:
             raise BucketUnavailable(describe(exc, self.bucket)) from exc
 
-    def check(self) -> None:
-        """The bucket exists and these credentials may use it."""
-        self._call("head_bucket")
-
     def put(self, node_id: str, body: bytes) -> None:
         self._call("put_object", Key=self.key_of(node_id), Body=body,
                    ContentType="application/json")
