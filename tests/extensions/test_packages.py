@@ -60,10 +60,11 @@ def test_the_check_sees_an_import_of_the_core(tmp_path: Path) -> None:
 def test_an_extension_package_has_the_guides_shape(package: Path) -> None:
     project = tomllib.loads((package / "pyproject.toml").read_text())["project"]
     entry_points = project["entry-points"]["hive.extensions"]
-    assert len(entry_points) == 1, entry_points
-    (module,) = entry_points.values()
-    source = package / "src" / module
-    assert (source / "py.typed").is_file()
+    assert entry_points, "no entry point in the group hive.extensions"
+    for target in entry_points.values():
+        source = package / "src" / re.split(r"[.:]", target)[0]
+        assert (source / "py.typed").is_file(), f"{source} has no py.typed"
+        assert re.search(r'^HIVE_API = ">=1\.0,<2"$', (source / "__init__.py").read_text(),
+                         re.M), f"{source} declares no HIVE_API"
     assert (package / "README.md").is_file() and list((package / "tests").glob("test_*.py"))
-    assert re.search(r'^HIVE_API = ">=1\.0,<2"$', (source / "__init__.py").read_text(), re.M)
     assert "hive-broker" in project["dependencies"]
