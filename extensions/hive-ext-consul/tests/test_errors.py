@@ -27,3 +27,23 @@ URL = "https://127.0.0.1:8501"
 ])
 def test_failures_are_described_in_consuls_terms(error: Exception, said: str) -> None:
     assert describe(error, URL).startswith(said)
+
+
+def test_without_py_consul_the_import_names_the_distribution() -> None:
+    """Hive's `hive extensions` shows the ImportError's name as what to pip install."""
+    import subprocess
+    import sys
+
+    hide = ("import importlib.metadata as m; real = m.version\n"
+            "def version(name):\n"
+            "    if name == 'py-consul': raise m.PackageNotFoundError(name)\n"
+            "    return real(name)\n"
+            "m.version = version\n"
+            "try:\n"
+            "    import hive_ext_consul\n"
+            "except ImportError as exc:\n"
+            "    print(exc.name, '|', exc)\n")
+    done = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.startswith("py-consul | hive-ext-consul needs the distribution py-consul "
+                                  "(pip install py-consul; not python-consul")

@@ -10,10 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TypeVar
 
-import consul
 import requests
+
+try:  # python-consul has the same import name, and an older API
+    version("py-consul")
+    import consul
+except (ImportError, PackageNotFoundError) as missing:
+    raise ImportError("hive-ext-consul needs the distribution py-consul (pip install py-consul; "
+                      "not python-consul, which has the same import name)",
+                      name="py-consul") from missing
 
 from hive_ext_consul._config import ConsulSettings
 
