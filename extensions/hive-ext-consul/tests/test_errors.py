@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import consul
 import pytest
 import requests
@@ -31,9 +34,6 @@ def test_failures_are_described_in_consuls_terms(error: Exception, said: str) ->
 
 def test_without_py_consul_the_import_names_the_distribution() -> None:
     """Hive's `hive extensions` shows the ImportError's name as what to pip install."""
-    import subprocess
-    import sys
-
     hide = ("import importlib.metadata as m; real = m.version\n"
             "def version(name):\n"
             "    if name == 'py-consul': raise m.PackageNotFoundError(name)\n"
