@@ -19,6 +19,7 @@ fi
 if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet mosquitto 2>/dev/null; then
   systemctl stop mosquitto || true
 fi
+bash scripts/testbed/consul.sh  # Consul 1.8.7 in .tools/bin, for hive-ext-consul's tests
 
 bash scripts/testbed/netns.sh  # iproute2 for the network namespace tests
 

@@ -1,0 +1,49 @@
+"""Hive cluster discovery through Consul's service catalog.
+
+Each node registers itself with its Consul agent as an instance of a service (id from the node
+id, the address and port of its cluster transport) with a TTL check it keeps passing; at each
+reload it reads the instances whose checks pass, and it deregisters when it leaves. A node that
+dies stops passing its check and drops out. Settings come from ``consuldiscovery.properties``
+(``$HIVE_CONSUL_DISCOVERY_CONFIG``, else the extension's data folder); see the README for every
+key. Select it with ``<cluster><discovery><extension/>``.
+"""
+
+from __future__ import annotations
+
+from hive_ext_consul._agent import RECORD_VERSION, MalformedInstance, instance_from
+from hive_ext_consul._config import (
+    CONFIG_ENV,
+    CONFIG_FILE_NAME,
+    ConfigError,
+    ConsulSettings,
+    load_settings,
+    settings_from,
+)
+from hive_ext_consul._discovery import NAME, ConsulDiscovery
+from hive_ext_consul._properties import parse_properties
+
+__version__ = "1.0.0"
+
+HIVE_API = ">=1.0,<2"
+
+__all__ = [
+    "CONFIG_ENV",
+    "CONFIG_FILE_NAME",
+    "HIVE_API",
+    "NAME",
+    "RECORD_VERSION",
+    "ConfigError",
+    "ConsulDiscovery",
+    "ConsulSettings",
+    "MalformedInstance",
+    "create_plugin",
+    "instance_from",
+    "load_settings",
+    "parse_properties",
+    "settings_from",
+]
+
+
+def create_plugin() -> ConsulDiscovery:
+    """The node's instance: Hive calls this once per node it loads the extension into."""
+    return ConsulDiscovery()

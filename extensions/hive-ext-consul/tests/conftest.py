@@ -1,0 +1,49 @@
+"""Fixtures: one real Consul agent (dev mode) for the session; a service name of its own per
+test, so tests never see each other's instances."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from importlib.metadata import entry_points
+
+import pytest
+
+from consul_agent import ConsulAgent
+
+
+@pytest.fixture(autouse=True)
+def no_machine_consul_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Consul's tools' variables of the machine must not reach the tests' clients."""
+    for name in ("CONSUL_HTTP_ADDR", "CONSUL_HTTP_TOKEN", "CONSUL_HTTP_SSL",
+                 "CONSUL_HTTP_SSL_VERIFY", "HIVE_CONSUL_DISCOVERY_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def only_this_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Other installed extensions (the tox matrix installs the discovery extensions side by
+    side) stay out of the nodes these tests start, in-process or `hive run`."""
+    installed = {entry_point.name for entry_point in entry_points(group="hive.extensions")}
+    others = sorted(installed - {"consul-discovery"})
+    monkeypatch.setenv("HIVE_DISABLED_EXTENSIONS", ",".join(others))
+
+
+@pytest.fixture(scope="session")
+def agent_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsulAgent]:
+    agent = ConsulAgent(tmp_path_factory.mktemp("consul")).start()
+    yield agent
+    agent.stop()
+
+
+@pytest.fixture
+def agent(agent_session: ConsulAgent) -> ConsulAgent:
+    """The session's agent, running (a test that stopped it leaves it to be started again)."""
+    if not agent_session.running:
+        agent_session.start()
+    return agent_session
+
+
+@pytest.fixture
+def service() -> str:
+    return f"hive-{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,295 @@
+"""The discovery hooks against a real Consul agent: registration, the TTL check, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hive_ext_api import ClusterNodeAddress
+
+from consul_agent import ConsulAgent
+from hive_ext_consul import ConsulDiscovery, parse_properties, settings_from
+from hive_ext_consul._agent import ServiceInstance, consul_client
+
+A = ClusterNodeAddress("127.0.0.1", 17801)
+B = ClusterNodeAddress("127.0.0.1", 17802)
+
+
+@dataclass
+class Count:
+    value: int = 0
+
+    def inc(self, amount: int = 1) -> None:
+        self.value += amount
+
+
+@dataclass
+class Metrics:
+    """The node's metrics registry, as far as the extension uses it."""
+
+    counters: dict[str, Count] = field(default_factory=dict)
+    gauges: dict[str, Callable[[], float]] = field(default_factory=dict)
+
+    def counter(self, name: str, description: str = "") -> Count:
+        return self.counters.setdefault(name, Count())
+
+    def gauge(self, name: str, read: Callable[[], float], description: str = "") -> None:
+        self.gauges[name] = read
+
+    def __getitem__(self, name: str) -> int:
+        return self.counters[name].value
+
+
+def discovery(properties: str, metrics: Metrics | None = None) -> ConsulDiscovery:
+    source = "consuldiscovery.properties"
+    settings = settings_from(parse_properties(properties, source), source)
+    plugin = ConsulDiscovery()
+    plugin.log = logging.getLogger(f"test.consul-discovery.{id(plugin)}")
+    plugin.start(settings, ServiceInstance(consul_client(settings), settings),
+                 metrics if metrics is not None else Metrics())
+    return plugin
+
+
+def run(scenario: Coroutine[Any, Any, None]) -> None:
+    """One event loop for a whole scenario: the TTL refresher lives in it."""
+    asyncio.run(asyncio.wait_for(scenario, 60))
+
+
+def passing(agent: ConsulAgent, service: str) -> dict[str, Any]:
+    """The service's instances whose checks pass, by id."""
+    _, entries = agent.client().health.service(service, passing=True)
+    return {entry["Service"]["ID"]: entry for entry in entries}
+
+
+def check_status(agent: ConsulAgent, service: str, node_id: str) -> str | None:
+    check = agent.client().agent.checks().get(f"service:{service}-{node_id}")
+    return None if check is None else str(check["Status"])
+
+
+def test_init_registers_a_passing_instance_and_destroy_deregisters_it(
+        agent: ConsulAgent, service: str) -> None:
+    async def scenario() -> None:
+        node = discovery(agent.properties(service))
+        await node.hive_discovery_init(A, "node-a")
+        instances = passing(agent, service)
+        assert list(instances) == [f"{service}-node-a"]
+        registered = instances[f"{service}-node-a"]["Service"]
+        assert (registered["Address"], registered["Port"], registered["Tags"]) == (
+            "127.0.0.1", 17801, ["hive"])
+        assert registered["Meta"] == {"hive-node-id": "node-a", "hive-record-version": "1"}
+        check = agent.client().agent.checks()[f"service:{service}-node-a"]
+        assert (check["Type"], check["Status"]) == ("ttl", "passing")
+        assert await node.hive_discovery_reload() == [A]
+
+        await node.hive_discovery_destroy()
+        assert passing(agent, service) == {}
+        assert check_status(agent, service, "node-a") is None
+        await node.hive_extension_stop()
+
+    run(scenario())
+
+
+def test_reload_answers_every_healthy_node(agent: ConsulAgent, service: str) -> None:
+    async def scenario() -> None:
+        a, b = discovery(agent.properties(service)), discovery(agent.properties(service))
+        await a.hive_discovery_init(A, "node-a")
+        await b.hive_discovery_init(B, "node-b")
+        assert sorted(await a.hive_discovery_reload() or [], key=str) == [A, B]
+        await b.hive_discovery_destroy()
+        assert await a.hive_discovery_reload() == [A]
+        for node in (a, b):
+            await node.hive_extension_stop()
+
+    run(scenario())
+
+
+def test_the_check_is_kept_passing_and_a_silent_node_goes_critical(
+        agent: ConsulAgent, service: str) -> None:
+    metrics = Metrics()
+
+    async def scenario() -> None:
+        properties = agent.properties(service, consul_ttl="1.5", consul_update_interval="0.4")
+        a, b = discovery(properties, metrics), discovery(properties)
+        await a.hive_discovery_init(A, "node-a")
+        await b.hive_discovery_init(B, "node-b")
+        await asyncio.sleep(2.5)  # longer than the TTL: only the passes keep them healthy
+        assert sorted(passing(agent, service)) == [f"{service}-node-a", f"{service}-node-b"]
+
+        await b.hive_extension_stop()  # b dies: no more passes, no deregistration
+        await asyncio.sleep(2.0)
+        assert check_status(agent, service, "node-b") == "critical"
+        assert await a.hive_discovery_reload() == [A]
+        restarted = discovery(properties)  # the agent keeps the old, critical check ...
+        await restarted.hive_discovery_init(B, "node-b")
+        assert check_status(agent, service, "node-b") == "passing"  # ... passed at once
+        await restarted.hive_discovery_destroy()
+        await restarted.hive_extension_stop()
+        assert metrics.gauges["consul-discovery.resolved-addresses"]() == 1
+        assert metrics["consul-discovery.errors"] == 0
+        await a.hive_discovery_destroy()
+        await a.hive_extension_stop()
+
+    run(scenario())
+
+
+def test_an_instance_the_agent_forgot_is_registered_again(agent: ConsulAgent,
+                                                          service: str) -> None:
+    async def scenario() -> None:
+        node = discovery(agent.properties(service, consul_ttl="5",
+                                          consul_update_interval="0.3"))
+        await node.hive_discovery_init(A, "node-a")
+        agent.client().agent.service.deregister(f"{service}-node-a")
+        await asyncio.sleep(0.8)  # the next pass finds no check, and registers again
+        assert list(passing(agent, service)) == [f"{service}-node-a"]
+
+        agent.client().agent.service.deregister(f"{service}-node-a")
+        assert await node.hive_discovery_reload() == [A]  # the reload does the same
+        assert list(passing(agent, service)) == [f"{service}-node-a"]
+        await node.hive_discovery_destroy()
+        await node.hive_extension_stop()
+
+    run(scenario())
+
+
+def test_foreign_instances_are_skipped_counted_and_logged_once(
+        agent: ConsulAgent, service: str, caplog: pytest.LogCaptureFixture) -> None:
+    metrics = Metrics()
+
+    async def scenario() -> None:
+        agent.client().agent.service.register(service, service_id="web-1", address="10.1.1.1",
+                                              port=80)
+        node = discovery(agent.properties(service), metrics)
+        await node.hive_discovery_init(A, "node-a")
+        with caplog.at_level(logging.WARNING):
+            for _ in range(3):
+                assert await node.hive_discovery_reload() == [A]
+        assert metrics["consul-discovery.instances.malformed"] == 1
+        assert caplog.text.count("not a Hive node") == 1
+        assert f"skipping instance web-1 of service {service}: not a Hive node " \
+               "(hive-record-version is None" in caplog.text
+        agent.client().agent.service.deregister("web-1")
+        await node.hive_discovery_destroy()
+        await node.hive_extension_stop()
+
+    run(scenario())
+
+
+def test_an_unreachable_agent_is_no_news_counted_logged_once_and_retried(
+        tmp_path: Path, service: str, caplog: pytest.LogCaptureFixture) -> None:
+    metrics = Metrics()
+    later = ConsulAgent(tmp_path / "later")  # its ports are chosen; nothing listens yet
+
+    async def scenario() -> None:
+        node = discovery(later.properties(service, consul_update_interval="5"), metrics)
+        with caplog.at_level(logging.INFO):
+            await node.hive_discovery_init(A, "node-a")
+            for _ in range(3):
+                assert await node.hive_discovery_reload() is None
+            assert metrics["consul-discovery.errors"] == 4
+            assert caplog.text.count("consul-discovery: cannot") == 1  # one per outage
+            assert f"cannot register this node: cannot reach Consul at {later.url}" \
+                in caplog.text
+            assert "Traceback" not in caplog.text
+            later.start()
+            try:
+                assert await node.hive_discovery_reload() == [A]  # registered on the way
+                assert list(passing(later, service)) == [f"{service}-node-a"]
+            finally:
+                await node.hive_extension_stop()
+                later.stop()
+        assert "answering again after" in caplog.text and "4 failed calls" in caplog.text
+
+    run(scenario())
+
+
+class _Garbage(http.server.BaseHTTPRequestHandler):
+    def _answer(self) -> None:
+        body = b"<html><body>It works!</body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_PUT = _answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def garbage_url() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_answer_that_is_not_consuls_is_no_news_and_counted(
+        garbage_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    metrics = Metrics()
+
+    async def scenario() -> None:
+        node = discovery(f"consul-url:{garbage_url}\n", metrics)
+        await node.hive_discovery_init(A, "node-a")  # a 200 to the PUT: taken as accepted
+        with caplog.at_level(logging.WARNING):
+            assert await node.hive_discovery_reload() is None
+        assert metrics["consul-discovery.errors"] == 1
+        assert f"cannot read the healthy instances: the answer of {garbage_url} is not " \
+               "Consul's" in caplog.text
+        await node.hive_extension_stop()
+
+    run(scenario())
+
+
+def test_an_agent_that_never_answers_is_given_up_within_the_hook_deadline(
+        service: str) -> None:
+    metrics = Metrics()
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # connections are accepted by the kernel, never answered
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+
+    async def scenario() -> None:
+        node = discovery(f"consul-url:{url}\nconsul-service-name:{service}\n", metrics)
+        begun = time.monotonic()
+        assert await node.hive_discovery_reload() is None
+        assert time.monotonic() - begun < 4.6  # the node waits 5 s for a hook at most
+        assert metrics["consul-discovery.errors"] == 1
+        await node.hive_extension_stop()
+
+    try:
+        run(scenario())
+    finally:
+        silent.close()
+
+
+def test_the_datacenter_is_the_one_read(agent: ConsulAgent, service: str,
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    metrics = Metrics()
+
+    async def scenario() -> None:
+        home = discovery(agent.properties(service, consul_datacenter="dc1"))
+        await home.hive_discovery_init(A, "node-a")
+        assert await home.hive_discovery_reload() == [A]
+        elsewhere = discovery(agent.properties(service, consul_datacenter="nowhere"), metrics)
+        with caplog.at_level(logging.WARNING):
+            assert await elsewhere.hive_discovery_reload() is None
+        assert metrics["consul-discovery.errors"] == 1
+        assert "No path to datacenter" in caplog.text
+        await home.hive_discovery_destroy()
+        for node in (home, elsewhere):
+            await node.hive_extension_stop()
+
+    run(scenario())

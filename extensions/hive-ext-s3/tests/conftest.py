@@ -1,0 +1,62 @@
+"""Fixtures: one real S3 API server (moto) for the session, emptied before each test; AWS
+settings of the machine kept out of the tests."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from s3_server import S3Server
+
+
+@pytest.fixture(autouse=True)
+def no_machine_aws_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The SDK's chain must find only what a test gives it (and never ask a metadata service)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_DEFAULT_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION",
+                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "HIVE_S3_DISCOVERY_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+
+
+@pytest.fixture(autouse=True)
+def only_this_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Other installed extensions (the tox matrix installs the discovery extensions side by
+    side) stay out of the nodes these tests start, in-process or `hive run`."""
+    installed = {entry_point.name for entry_point in entry_points(group="hive.extensions")}
+    others = sorted(installed - {"s3-discovery"})
+    monkeypatch.setenv("HIVE_DISABLED_EXTENSIONS", ",".join(others))
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    server = S3Server().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server: S3Server) -> S3Server:
+    """The server, running and empty."""
+    if not s3_server.running:
+        s3_server.start()
+    s3_server.reset()
+    return s3_server
+
+
+@pytest.fixture
+def bucket(s3: S3Server) -> str:
+    """A fresh bucket on the server."""
+    name = f"hive-{uuid.uuid4().hex[:12]}"
+    client: Any = s3.client()
+    client.create_bucket(Bucket=name, CreateBucketConfiguration={
+        "LocationConstraint": "eu-central-1"})
+    return name

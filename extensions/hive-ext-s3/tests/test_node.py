@@ -1,0 +1,130 @@
+"""The extension inside a node (in-process, hive-broker's ``hive_node_factory``) with real S3."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hive_ext_s3
+from hive_ext_s3 import CONFIG_ENV
+from s3_server import S3Server
+
+PREFIX = "node-test/"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cluster_xml(cluster_port: int, discovery: str = "<extension><reload-interval>1"
+                                                    "</reload-interval></extension>") -> str:
+    return ("<cluster><enabled>true</enabled><transport><tcp>"
+            f"<bind-address>127.0.0.1</bind-address><bind-port>{cluster_port}</bind-port>"
+            f"</tcp></transport><discovery>{discovery}</discovery></cluster>"
+            "<persistence><mode>in-memory</mode></persistence>")
+
+
+def configure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> Path:
+    path = tmp_path / "s3discovery.properties"
+    path.write_text(text)
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    return path
+
+
+def records(s3: S3Server, bucket: str) -> dict[str, dict[str, Any]]:
+    client: Any = s3.client()
+    listing = client.list_objects_v2(Bucket=bucket, Prefix=PREFIX).get("Contents", [])
+    return {item["Key"]: json.loads(client.get_object(Bucket=bucket, Key=item["Key"])["Body"]
+                                    .read()) for item in listing}
+
+
+def wait_for(check: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def s3_record(node: Any) -> Any:
+    (record,) = [r for r in node.extensions.manager.records if r.name == "s3-discovery"]
+    return record
+
+
+def test_installed_it_is_active_registers_the_node_and_counts(
+        hive_node_factory: Any, s3: S3Server, bucket: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    configure(tmp_path, monkeypatch, s3.properties(bucket, file_prefix=PREFIX))
+    port = _free_port()
+    node = hive_node_factory(config_xml=cluster_xml(port), load_installed=True)
+    record = s3_record(node)
+    assert (record.active, record.version, record.source) == (True, "1.0.0", "hive_ext_s3")
+
+    node_id = node.services.node_id
+    stored = records(s3, bucket)
+    assert list(stored) == [f"{PREFIX}{node_id}"]
+    assert (stored[f"{PREFIX}{node_id}"]["host"], stored[f"{PREFIX}{node_id}"]["port"]) == (
+        "127.0.0.1", port)
+    counters = node.services.metrics.counters
+    wait_for(lambda: counters["s3-discovery.queries"].value >= 2, 5, "two reloads")
+    assert counters["s3-discovery.errors"].value == 0
+
+    node.stop()  # a clean stop deregisters
+    assert records(s3, bucket) == {}
+
+
+def test_an_outage_is_counted_in_the_node_metrics_and_the_node_runs_on(
+        hive_node_factory: Any, s3: S3Server, bucket: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    down = S3Server()
+    down.port = _free_port()  # nothing listens there
+    configure(tmp_path, monkeypatch, down.properties(bucket, file_prefix=PREFIX))
+    node = hive_node_factory(extensions=[hive_ext_s3.create_plugin()],
+                             config_xml=cluster_xml(_free_port()))
+    counters = node.services.metrics.counters
+    wait_for(lambda: counters["s3-discovery.errors"].value >= 3, 10, "three failed calls")
+    with socket.create_connection((node.host, node.port), timeout=5):
+        pass  # still serving MQTT
+
+
+def test_a_bad_configuration_refuses_the_extension_not_the_node(
+        hive_node_factory: Any, s3: S3Server, bucket: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    configure(tmp_path, monkeypatch, s3.properties(bucket, file_expiration="10",
+                                                   update_interval="10"))
+    node = hive_node_factory(config_xml=cluster_xml(_free_port()), load_installed=True)
+    record = s3_record(node)
+    assert not record.active
+    assert "update-interval (10 s) must be above 0 and shorter than file-expiration (10 s)" \
+        in record.reason
+    with socket.create_connection((node.host, node.port), timeout=5):
+        pass
+
+
+def test_idle_when_the_node_uses_another_discovery(
+        hive_node_factory: Any, s3: S3Server, bucket: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    configure(tmp_path, monkeypatch, s3.properties(bucket, file_prefix=PREFIX))
+    with caplog.at_level("INFO"):
+        node = hive_node_factory(config_xml=cluster_xml(_free_port(), "<static/>"),
+                                 load_installed=True)
+    assert s3_record(node).active
+    assert "s3-discovery: idle" in caplog.text
+    time.sleep(0.5)
+    assert records(s3, bucket) == {}
+
+
+def test_installed_under_the_extensions_entry_point() -> None:
+    from importlib.metadata import entry_points
+
+    (entry_point,) = entry_points(group="hive.extensions", name="s3-discovery")
+    assert entry_point.load() is hive_ext_s3
+    assert hive_ext_s3.HIVE_API == ">=1.0,<2"
