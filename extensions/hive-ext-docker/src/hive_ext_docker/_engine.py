@@ -153,8 +153,12 @@ def classify(exc: BaseException) -> SourceError:
                       | http.client.HTTPException | requests.exceptions.ChunkedEncodingError
                       | requests.exceptions.ContentDecodingError) for e in chain):
         return SourceError("malformed", str(exc))
-    if isinstance(exc, docker.errors.APIError):
-        return SourceError("refused", f"HTTP {exc.status_code}: {exc.explanation or exc}")
+    api_error = next((e for e in chain if isinstance(e, docker.errors.APIError)), None)
+    if api_error is not None:
+        return SourceError("refused", f"HTTP {api_error.status_code}: "
+                                      f"{api_error.explanation or api_error}")
+    if any(isinstance(e, requests.exceptions.HTTPError) for e in chain):
+        return SourceError("refused", str(exc))
     if any(isinstance(e, requests.exceptions.ConnectionError | ConnectionError
                       | FileNotFoundError) for e in chain):
         return SourceError("unreachable", str(exc))

@@ -1,0 +1,495 @@
+"""Real servers for the tests: a private dockerd, dnsmasq, and Hive nodes (host processes or
+containers). Everything started here is stopped by PID; names, subnets and ports are picked so
+that tests running at the same time on this machine cannot clash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import ipaddress
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import docker.types
+
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+INSTALL_HINT = "install it with scripts/testbed/docker.sh (Debian docker.io and dnsmasq-base)"
+STARTED = re.compile(r"Started Hive in \d+ ms")
+HIVE = Path(sys.executable).with_name("hive")  # the console script of this environment
+
+
+def binary(name: str) -> str:
+    found = shutil.which(name, path=f"{os.environ.get('PATH', '')}:{SYSTEM_PATH}")
+    if found is None:
+        raise RuntimeError(f"{name} is not installed: {INSTALL_HINT}")
+    return found
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str, every: float = 0.05) -> float:
+    """Poll ``check`` until true; the seconds it took. Fails naming ``what`` after ``timeout``."""
+    begun = time.monotonic()
+    while time.monotonic() - begun < timeout:
+        with contextlib.suppress(OSError, ValueError):
+            if check():
+                return time.monotonic() - begun
+        time.sleep(every)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def rest_get(host: str, port: int, path: str, timeout: float = 3.0) -> Any:
+    with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=timeout) as response:
+        return json.load(response)
+
+
+def stop_pid(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    """SIGTERM, then SIGKILL if it lingers; reaps it."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGCONT)  # a paused process cannot act on SIGTERM
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def unused_subnet() -> ipaddress.IPv4Network:
+    """A /24 in 10.192.0.0/10 that no interface or route of this machine uses."""
+    taken = subprocess.run(["ip", "-4", "route", "show", "table", "all"], capture_output=True,
+                           text=True, check=False).stdout
+    used = [ipaddress.ip_network(m, strict=False)
+            for m in re.findall(r"\b(\d+\.\d+\.\d+\.\d+(?:/\d+)?)", taken)]
+    for _ in range(200):
+        candidate = ipaddress.ip_network(
+            f"10.{random.randint(192, 254)}.{random.randint(0, 255)}.0/24")
+        if not any(candidate.overlaps(u) for u in used):
+            return candidate
+    raise RuntimeError("no free 10.192.0.0/10 /24 subnet for the test network")
+
+
+# ---------------------------------------------------------------------------------- dockerd
+
+
+class Dockerd:
+    """A private dockerd: its own data, exec root, pid file and socket under one temp folder.
+
+    ``--bridge=none``: no docker0 (it would clash with other daemons); networks are made by the
+    tests with unique bridge names. ``--live-restore``: containers keep running while the daemon
+    is stopped, so a test can take the Engine API away from running nodes.
+    """
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="hdk-", dir="/tmp"))  # unix socket paths are short
+        self.socket_dir = self.root / "sock"
+        self.socket_dir.mkdir()
+        self.socket = self.socket_dir / "docker.sock"
+        self.log_path = self.root / "dockerd.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.version = ""
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket}"
+
+    def client(self, timeout: float = 30.0) -> docker.APIClient:
+        return docker.APIClient(base_url=self.url, version="auto", timeout=timeout)
+
+    def start(self, timeout: float = 60.0) -> Dockerd:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [binary("dockerd"), "--data-root", str(self.root / "data"),
+                 "--exec-root", str(self.root / "exec"), "--pidfile", str(self.root / "pid"),
+                 "-H", self.url, "--iptables=false", "--ip-masq=false", "--bridge=none",
+                 "--live-restore"],
+                stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, "PATH": f"{SYSTEM_PATH}:{os.environ.get('PATH', '')}"})
+        try:
+            wait_for(self._answers, timeout, "dockerd answers on its socket", every=0.2)
+        except AssertionError:
+            self.stop()
+            raise RuntimeError(f"dockerd did not start:\n{self.log_path.read_text()[-3000:]}")
+        with contextlib.closing(self.client()) as client:
+            self.version = client.version()["Version"]
+        return self
+
+    def _answers(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"dockerd exited:\n{self.log_path.read_text()[-3000:]}")
+        try:
+            with contextlib.closing(self.client(timeout=2)) as client:
+                return bool(client.ping())
+        except docker.errors.DockerException:
+            return False
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Stop the daemon by PID (containers keep running: live restore)."""
+        if self.proc is not None:
+            stop_pid(self.proc, timeout=30)
+
+    def remove_everything(self) -> None:
+        """Every container and network of this daemon (it must be running)."""
+        with contextlib.closing(self.client()) as client:
+            for container in client.containers(all=True):
+                with contextlib.suppress(docker.errors.APIError):
+                    client.remove_container(container["Id"], force=True)
+            for network in client.networks():
+                if network["Name"] not in ("none", "host", "bridge"):
+                    with contextlib.suppress(docker.errors.APIError):
+                        client.remove_network(network["Id"])
+
+    def cleanup(self) -> None:
+        """Containers and networks gone, daemon stopped, its folder removed."""
+        try:
+            if self.proc is not None and self.proc.poll() is not None:
+                self.start()  # live restore kept its containers running: it must remove them
+            if self.proc is not None:
+                self.resume()
+                self.remove_everything()
+        finally:
+            self.stop()
+            self._kill_leftover_containerd()
+            self._unmount_leftovers()
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def _kill_leftover_containerd(self) -> None:
+        pid_file = self.root / "exec" / "containerd" / "containerd.pid"
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+
+    def _unmount_leftovers(self) -> None:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+        targets = [line.split()[1] for line in mounts if str(self.root) in line.split()[1]]
+        for target in sorted(targets, key=len, reverse=True):
+            subprocess.run(["umount", "-l", target], check=False, capture_output=True)
+
+
+def root_filesystem_tar() -> bytes:
+    """An empty root: mount points, and merged-/usr links; the host's /usr is bound in."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for folder in ("usr", "etc", "tmp", "proc", "sys", "dev", "root", "run", "var", "data"):
+            info = tarfile.TarInfo(folder)
+            info.type, info.mode = tarfile.DIRTYPE, 0o1777 if folder == "tmp" else 0o755
+            tar.addfile(info)
+        for link in ("bin", "lib", "lib64", "sbin"):
+            info = tarfile.TarInfo(link)
+            info.type, info.linkname = tarfile.SYMTYPE, f"usr/{link}"
+            tar.addfile(info)
+    return buffer.getvalue()
+
+
+def python_mounts() -> list[str]:
+    """Host folders a container needs to run this environment's ``hive``: /usr, this Python,
+    this environment, and the source folders of editable installs (found by module name)."""
+    folders = {"/usr", sys.base_prefix, sys.prefix}
+    for module in ("hive_core", "hive_ext_api", "hive_ext_docker"):
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None:
+            raise RuntimeError(f"{module} is not importable in this environment")
+        folders.add(str(Path(spec.origin).resolve().parents[1]))
+    # a folder inside another mounted one needs no mount of its own
+    return sorted(f for f in folders
+                  if not any(f != o and f.startswith(o.rstrip("/") + "/") for o in folders))
+
+
+class BridgeNetwork:
+    """A user-defined bridge network with a unique name, bridge device and subnet."""
+
+    def __init__(self, client: docker.APIClient) -> None:
+        self.client = client
+        tag = uuid.uuid4().hex[:8]
+        self.name = f"hive-net-{tag}"
+        self.bridge = f"hvd{tag}"  # interface names are at most 15 characters
+        self.subnet = unused_subnet()
+        self.gateway = str(next(self.subnet.hosts()))
+        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(
+            subnet=str(self.subnet), gateway=self.gateway)])
+        self.id = client.create_network(
+            self.name, driver="bridge", ipam=ipam,
+            options={"com.docker.network.bridge.name": self.bridge})["Id"]
+
+    def remove(self) -> None:
+        with contextlib.suppress(docker.errors.APIError):
+            self.client.remove_network(self.id)
+
+
+class Containers:
+    """Containers made by one test, removed (forced) at its end."""
+
+    def __init__(self, client: docker.APIClient, image: str) -> None:
+        self.client = client
+        self.image = image
+        self.ids: list[str] = []
+
+    def run(self, command: list[str], labels: dict[str, str], network: str | None,
+            binds: dict[str, str] | None = None, environment: dict[str, str] | None = None,
+            name: str | None = None) -> str:
+        """Start a container; ``binds`` maps host folders to container paths (read-write)."""
+        volumes = {folder: {"bind": folder, "mode": "ro"} for folder in python_mounts()}
+        for host, inside in (binds or {}).items():
+            volumes[host] = {"bind": inside, "mode": "rw"}
+        host_config = self.client.create_host_config(binds=volumes,
+                                                     network_mode=network or "none")
+        container = self.client.create_container(
+            self.image, command=command, labels=labels, environment=environment,
+            host_config=host_config, name=name or f"hive-test-{uuid.uuid4().hex[:10]}")
+        self.ids.append(container["Id"])
+        self.client.start(container["Id"])
+        return str(container["Id"])
+
+    def inspect(self, container: str) -> dict[str, Any]:
+        return dict(self.client.inspect_container(container))
+
+    def ip(self, container: str, network: str) -> str:
+        return str(self.inspect(container)["NetworkSettings"]["Networks"][network]["IPAddress"])
+
+    def remove_all(self) -> None:
+        for container in self.ids:
+            with contextlib.suppress(docker.errors.APIError):
+                self.client.remove_container(container, force=True)
+        self.ids.clear()
+
+
+# ---------------------------------------------------------------------------------- dnsmasq
+
+
+class Dnsmasq:
+    """dnsmasq on 127.0.0.1, a free UDP/TCP port, answering from the hosts files in a folder."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.hosts_dir = folder / "hosts.d"
+        self.hosts_dir.mkdir(parents=True, exist_ok=True)
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.version = subprocess.run([binary("dnsmasq"), "--version"], capture_output=True,
+                                      text=True, check=True).stdout.split("\n")[0]
+
+    def start(self, port: int | None = None, timeout: float = 10.0) -> Dnsmasq:
+        self.port = port or self.port or _free_udp_and_tcp_port()
+        self.proc = subprocess.Popen(
+            [binary("dnsmasq"), "--keep-in-foreground", f"--port={self.port}",
+             "--listen-address=127.0.0.1", "--bind-interfaces", "--no-resolv", "--no-hosts",
+             "--user=root", f"--hostsdir={self.hosts_dir}", "--pid-file=",
+             "--host-record=ready.probe,127.0.0.1", "--log-facility=-"],
+            stdout=subprocess.DEVNULL, stderr=(self.folder / "dnsmasq.log").open("ab"))
+        wait_for(self._answers, timeout, f"dnsmasq answers on 127.0.0.1:{self.port}")
+        return self
+
+    def _answers(self) -> bool:
+        import dns.message
+        import dns.query
+
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"dnsmasq exited: {(self.folder / 'dnsmasq.log').read_text()}")
+        query = dns.message.make_query("ready.probe", "A")
+        response = dns.query.udp(query, "127.0.0.1", timeout=0.5, port=self.port)
+        return bool(response.answer)
+
+    def set_records(self, name: str, addresses: list[str], file: str = "nodes") -> None:
+        """Replace one hosts file (atomically: dnsmasq reads it as soon as it changes)."""
+        temporary = self.folder / f".{file}.tmp"
+        temporary.write_text("".join(f"{address} {name}\n" for address in addresses))
+        temporary.replace(self.hosts_dir / file)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_pid(self.proc)
+
+
+def _free_udp_and_tcp_port() -> int:
+    for _ in range(50):
+        port = free_port()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            try:
+                udp.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no port free for both UDP and TCP on 127.0.0.1")
+
+
+# ---------------------------------------------------------------------------------- Hive nodes
+
+
+def cluster_config(bind_host: str, cluster_port: int, rest_host: str, rest_port: int,
+                   mqtt_host: str, mqtt_port: int, reload_interval: int = 1) -> str:
+    """A node with only extension discovery, a short heartbeat, and the REST API."""
+    return f"""<?xml version="1.0"?>
+<hivemq>
+    <listeners>
+        <tcp-listener><port>{mqtt_port}</port><bind-address>{mqtt_host}</bind-address></tcp-listener>
+    </listeners>
+    <cluster>
+        <enabled>true</enabled>
+        <transport><tcp><bind-address>{bind_host}</bind-address><bind-port>{cluster_port}</bind-port></tcp></transport>
+        <discovery><extension><reload-interval>{reload_interval}</reload-interval></extension></discovery>
+        <failure-detection><heartbeat><interval>500</interval><timeout>2000</timeout></heartbeat></failure-detection>
+    </cluster>
+    <rest-api><enabled>true</enabled><listeners><http>
+        <port>{rest_port}</port><bind-address>{rest_host}</bind-address>
+    </http></listeners></rest-api>
+    <persistence><mode>in-memory</mode></persistence>
+</hivemq>
+"""  # noqa: E501
+
+
+class HostNode:
+    """One ``hive run`` process on this machine; its log kept in a file; stopped by PID."""
+
+    def __init__(self, folder: Path, bind_host: str, cluster_port: int,
+                 environment: dict[str, str]) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.bind_host = bind_host
+        self.cluster_port = cluster_port
+        self.rest_port = free_port()
+        self.config = folder / "config.xml"
+        self.config.write_text(cluster_config(bind_host, cluster_port, "127.0.0.1",
+                                              self.rest_port, "127.0.0.1", free_port()))
+        self.environment = environment
+        self.log_path = folder / "hive.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def start(self) -> HostNode:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [str(HIVE), "run", "--config", str(self.config), "--data-dir",
+                 str(self.folder / "data")],
+                stdout=log, stderr=subprocess.STDOUT, cwd=self.folder,
+                env={**os.environ, **self.environment})
+        return self
+
+    def wait_started(self, timeout: float = 30.0) -> None:
+        def started() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"hive exited:\n{self.log}")
+            return bool(STARTED.search(self.log))
+        wait_for(started, timeout, f"{self.folder.name} started")
+
+    def members(self) -> list[dict[str, Any]]:
+        return list(rest_get("127.0.0.1", self.rest_port, "/api/v1/cluster/nodes")["items"])
+
+    def kill(self) -> None:
+        """kill -9, by PID."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_pid(self.proc)
+
+
+class ContainerNode:
+    """``hive run`` as the only process (PID 1) of a labelled container on the test network."""
+
+    REST_PORT = 8888
+    CLUSTER_PORT = 7800
+
+    def __init__(self, containers: Containers, network: BridgeNetwork, folder: Path,
+                 labels: dict[str, str], environment: dict[str, str],
+                 binds: dict[str, str]) -> None:
+        self.containers = containers
+        self.network = network
+        self.folder = folder  # bound at /hive: config.xml and the node's log
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.xml").write_text(cluster_config(
+            "0.0.0.0", self.CLUSTER_PORT, "0.0.0.0", self.REST_PORT, "0.0.0.0", 1883))
+        self.labels = labels
+        self.environment = environment
+        self.binds = {str(folder): "/hive", **binds}
+        self.id = ""
+        self.starts = 0  # "Started Hive" lines expected in the log so far
+
+    @property
+    def log_path(self) -> Path:
+        return self.folder / "hive.log"
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def start(self) -> ContainerNode:
+        # sh only redirects the log to the bound folder, then becomes hive (exec): PID 1
+        command = ["/bin/sh", "-c",
+                   f"exec {HIVE} run --config /hive/config.xml --data-dir /data >>/hive/hive.log 2>&1"]
+        self.id = self.containers.run(command, self.labels, self.network.name, self.binds,
+                                      self.environment)
+        return self
+
+    def restart(self) -> None:
+        self.containers.client.start(self.id)
+
+    @property
+    def ip(self) -> str:
+        return self.containers.ip(self.id, self.network.name)
+
+    def running(self) -> bool:
+        return bool(self.containers.inspect(self.id)["State"]["Running"])
+
+    def wait_started(self, timeout: float = 40.0) -> None:
+        def started() -> bool:
+            state = self.containers.inspect(self.id)["State"]
+            if not state["Running"]:
+                raise AssertionError(f"the container exited ({state['ExitCode']}):\n{self.log}")
+            return len(STARTED.findall(self.log)) >= self.starts
+        self.starts += 1
+        wait_for(started, timeout, f"container {self.id[:12]} started hive", every=0.1)
+
+    def members(self) -> list[dict[str, Any]]:
+        return list(rest_get(self.ip, self.REST_PORT, "/api/v1/cluster/nodes")["items"])
+
+    def kill9(self) -> None:
+        """kill -9 of hive (the container's PID 1, by its PID on this machine)."""
+        pid = int(self.containers.inspect(self.id)["State"]["Pid"])
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not self.running(), 20, f"container {self.id[:12]} exited")
+
+
+@contextlib.contextmanager
+def nodes_stopped(nodes: list[HostNode]) -> Iterator[list[HostNode]]:
+    try:
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
