@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 import urllib.request
 import uuid
@@ -132,9 +131,10 @@ class Dockerd:
                 env={**os.environ, "PATH": f"{SYSTEM_PATH}:{os.environ.get('PATH', '')}"})
         try:
             wait_for(self._answers, timeout, "dockerd answers on its socket", every=0.2)
-        except AssertionError:
+        except AssertionError as exc:
             self.stop()
-            raise RuntimeError(f"dockerd did not start:\n{self.log_path.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"dockerd did not start:\n{self.log_path.read_text()[-3000:]}") from exc
         with contextlib.closing(self.client()) as client:
             self.version = client.version()["Version"]
         return self
@@ -366,7 +366,7 @@ def cluster_config(bind_host: str, cluster_port: int, rest_host: str, rest_port:
     </http></listeners></rest-api>
     <persistence><mode>in-memory</mode></persistence>
 </hivemq>
-"""  # noqa: E501
+"""
 
 
 class HostNode:
@@ -451,8 +451,8 @@ class ContainerNode:
 
     def start(self) -> ContainerNode:
         # sh only redirects the log to the bound folder, then becomes hive (exec): PID 1
-        command = ["/bin/sh", "-c",
-                   f"exec {HIVE} run --config /hive/config.xml --data-dir /data >>/hive/hive.log 2>&1"]
+        command = ["/bin/sh", "-c", f"exec {HIVE} run --config /hive/config.xml "
+                                    "--data-dir /data >>/hive/hive.log 2>&1"]
         self.id = self.containers.run(command, self.labels, self.network.name, self.binds,
                                       self.environment)
         return self

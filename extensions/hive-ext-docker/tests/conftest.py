@@ -10,8 +10,9 @@ from pathlib import Path
 
 import docker
 import pytest
-from _testbed import Containers, Dnsmasq, Dockerd, BridgeNetwork, root_filesystem_tar
 from hive_ext_api import ExtensionContext
+
+from _testbed import BridgeNetwork, Containers, Dnsmasq, Dockerd, root_filesystem_tar
 
 IMAGE = "hive-test-root:1"
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _testbed import Containers, Dockerd, BridgeNetwork, free_port, wait_for
 from hive_ext_api import ClusterNodeAddress
 
 import hive_ext_docker
+from _testbed import BridgeNetwork, Containers, Dockerd, free_port, wait_for
 from hive_ext_docker import (
     EngineSettings,
     EngineSource,
