@@ -312,13 +312,17 @@ class Dnsmasq:
         return self
 
     def _answers(self) -> bool:
+        import dns.exception
         import dns.message
         import dns.query
 
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"dnsmasq exited: {(self.folder / 'dnsmasq.log').read_text()}")
         query = dns.message.make_query("ready.probe", "A")
-        response = dns.query.udp(query, "127.0.0.1", timeout=0.5, port=self.port)
+        try:
+            response = dns.query.udp(query, "127.0.0.1", timeout=0.5, port=self.port)
+        except dns.exception.Timeout:
+            return False
         return bool(response.answer)
 
     def set_records(self, name: str, addresses: list[str], file: str = "nodes") -> None:
@@ -440,6 +444,7 @@ class ContainerNode:
         self.binds = {str(folder): "/hive", **binds}
         self.id = ""
         self.starts = 0  # "Started Hive" lines expected in the log so far
+        self.address = ""
 
     @property
     def log_path(self) -> Path:
@@ -462,7 +467,9 @@ class ContainerNode:
 
     @property
     def ip(self) -> str:
-        return self.containers.ip(self.id, self.network.name)
+        """Its IP on the test network, as of its last start (asks no daemon)."""
+        assert self.address, "not started"
+        return self.address
 
     def running(self) -> bool:
         return bool(self.containers.inspect(self.id)["State"]["Running"])
@@ -475,6 +482,7 @@ class ContainerNode:
             return len(STARTED.findall(self.log)) >= self.starts
         self.starts += 1
         wait_for(started, timeout, f"container {self.id[:12]} started hive", every=0.1)
+        self.address = self.containers.ip(self.id, self.network.name)
 
     def members(self) -> list[dict[str, Any]]:
         return list(rest_get(self.ip, self.REST_PORT, "/api/v1/cluster/nodes")["items"])

@@ -66,9 +66,11 @@ def _classify_servers(exc: dns.resolver.NoNameservers, name: str) -> SourceError
     problems = [error[3] for error in errors if len(error) > 3]
     if problems and all(isinstance(p, OSError) for p in problems):
         return SourceError("unreachable", f"{name}: {exc}")
-    if any(isinstance(p, dns.exception.FormError | dns.exception.SyntaxError
-                      | dns.message.ShortHeader | dns.message.TrailingJunk
-                      | dns.name.BadLabelType) for p in problems):
+    # a reply that does not parse (BadPointer, ShortHeader, TrailingJunk, FormError, ...);
+    # over UDP dnspython drops such a reply as a stray packet, so only TCP replies get here
+    if any(isinstance(p, dns.exception.DNSException)
+           and not isinstance(p, dns.exception.Timeout | dns.message.Truncated)
+           for p in problems):
         return SourceError("malformed", f"{name}: {exc}")
     return SourceError("refused", f"{name}: {exc}")
 
