@@ -297,8 +297,10 @@ class Dnsmasq:
         self.hosts_dir.mkdir(parents=True, exist_ok=True)
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
-        self.version = subprocess.run([binary("dnsmasq"), "--version"], capture_output=True,
-                                      text=True, check=True).stdout.split("\n")[0]
+        banner = subprocess.run([binary("dnsmasq"), "--version"], capture_output=True,
+                                text=True, check=True).stdout
+        found = re.search(r"version (\S+)", banner)
+        self.version = f"dnsmasq {found.group(1) if found else banner[:40]}"
 
     def start(self, port: int | None = None, timeout: float = 10.0) -> Dnsmasq:
         self.port = port or self.port or _free_udp_and_tcp_port()
@@ -334,6 +336,20 @@ class Dnsmasq:
     def stop(self) -> None:
         if self.proc is not None:
             stop_pid(self.proc)
+
+
+def port_free_on_all(hosts: list[str]) -> int:
+    """A TCP port that is free on every one of ``hosts`` (loopback addresses)."""
+    for _ in range(50):
+        port = free_port(hosts[0])
+        try:
+            for host in hosts[1:]:
+                with socket.socket() as sock:
+                    sock.bind((host, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no port free on all of {hosts}")
 
 
 def _free_udp_and_tcp_port() -> int:
@@ -389,6 +405,7 @@ class HostNode:
         self.environment = environment
         self.log_path = folder / "hive.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0  # "Started Hive" lines expected in the log so far
 
     @property
     def log(self) -> str:
@@ -407,7 +424,8 @@ class HostNode:
         def started() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
                 raise AssertionError(f"hive exited:\n{self.log}")
-            return bool(STARTED.search(self.log))
+            return len(STARTED.findall(self.log)) >= self.starts
+        self.starts += 1
         wait_for(started, timeout, f"{self.folder.name} started")
 
     def members(self) -> list[dict[str, Any]]:
