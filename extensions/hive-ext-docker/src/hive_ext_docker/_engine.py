@@ -35,6 +35,8 @@ def _labels_of(container: Mapping[str, Any]) -> Mapping[str, Any]:
     labels = container.get("Labels")
     if labels is None:
         labels = (container.get("Config") or {}).get("Labels")
+    if labels is not None and not isinstance(labels, Mapping):
+        raise TypeError(f"labels are not an object: {_sample(labels)}")
     return labels or {}
 
 
