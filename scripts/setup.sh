@@ -20,6 +20,8 @@ if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet mosquitto
   systemctl stop mosquitto || true
 fi
 
+bash scripts/testbed/docker.sh  # dockerd and dnsmasq for hive-ext-docker's tests
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
