@@ -79,18 +79,18 @@ def stop_pid(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
             proc.wait(10)
 
 
-def unused_subnet() -> ipaddress.IPv4Network:
-    """A /24 in 10.192.0.0/10 that no interface or route of this machine uses."""
+def unused_subnet(prefix: int = 24) -> ipaddress.IPv4Network:
+    """A /24 (or /``prefix``) in 10.192.0.0/10 that no interface or route here uses."""
     taken = subprocess.run(["ip", "-4", "route", "show", "table", "all"], capture_output=True,
                            text=True, check=False).stdout
     used = [ipaddress.ip_network(m, strict=False)
             for m in re.findall(r"\b(\d+\.\d+\.\d+\.\d+(?:/\d+)?)", taken)]
     for _ in range(200):
-        candidate = ipaddress.ip_network(
-            f"10.{random.randint(192, 254)}.{random.randint(0, 255)}.0/24")
+        address = f"10.{random.randint(192, 254)}.{random.randint(0, 255)}.0/{prefix}"
+        candidate = ipaddress.ip_network(address, strict=False)
         if not any(candidate.overlaps(u) for u in used):
             return candidate
-    raise RuntimeError("no free 10.192.0.0/10 /24 subnet for the test network")
+    raise RuntimeError(f"no free /{prefix} in 10.192.0.0/10 for a test network")
 
 
 # ---------------------------------------------------------------------------------- dockerd
@@ -104,7 +104,8 @@ class Dockerd:
     is stopped, so a test can take the Engine API away from running nodes.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, live_restore: bool = True) -> None:
+        self.live_restore = live_restore  # swarm mode does not go with live restore
         self.root = Path(tempfile.mkdtemp(prefix="hdk-", dir="/tmp"))  # unix socket paths are short
         self.socket_dir = self.root / "sock"
         self.socket_dir.mkdir()
@@ -112,6 +113,7 @@ class Dockerd:
         self.log_path = self.root / "dockerd.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.version = ""
+        self.bridges: list[str] = []  # bridge devices made for this daemon's networks
 
     @property
     def url(self) -> str:
@@ -126,7 +128,7 @@ class Dockerd:
                 [binary("dockerd"), "--data-root", str(self.root / "data"),
                  "--exec-root", str(self.root / "exec"), "--pidfile", str(self.root / "pid"),
                  "-H", self.url, "--iptables=false", "--ip-masq=false", "--bridge=none",
-                 "--live-restore"],
+                 *(["--live-restore"] if self.live_restore else [])],
                 stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, "PATH": f"{SYSTEM_PATH}:{os.environ.get('PATH', '')}"})
         try:
@@ -162,8 +164,12 @@ class Dockerd:
             stop_pid(self.proc, timeout=30)
 
     def remove_everything(self) -> None:
-        """Every container and network of this daemon (it must be running)."""
+        """Every service, container and network of this daemon (it must be running)."""
         with contextlib.closing(self.client()) as client:
+            if client.info().get("Swarm", {}).get("LocalNodeState") == "active":
+                for service in client.services():
+                    client.remove_service(service["ID"])
+                client.leave_swarm(force=True)
             for container in client.containers(all=True):
                 with contextlib.suppress(docker.errors.APIError):
                     client.remove_container(container["Id"], force=True)
@@ -182,6 +188,8 @@ class Dockerd:
                 self.remove_everything()
         finally:
             self.stop()
+            for bridge in self.bridges:  # a network the daemon did not get to remove
+                subprocess.run(["ip", "link", "del", bridge], check=False, capture_output=True)
             self._kill_leftover_containerd()
             self._unmount_leftovers()
             shutil.rmtree(self.root, ignore_errors=True)
@@ -283,6 +291,58 @@ class Containers:
             with contextlib.suppress(docker.errors.APIError):
                 self.client.remove_container(container, force=True)
         self.ids.clear()
+
+
+class Swarm:
+    """A single-node swarm on a daemon: its docker_gwbridge made first under a unique bridge
+    name and subnet, cluster and VXLAN ports picked free, overlay subnets from a free pool."""
+
+    def __init__(self, dockerd: Dockerd) -> None:
+        self.client = dockerd.client()
+        tag = uuid.uuid4().hex[:8]
+        subnet = unused_subnet()
+        gateway = str(next(subnet.hosts()))
+        dockerd.bridges.append(f"hvg{tag}")
+        self.client.create_network(
+            "docker_gwbridge", driver="bridge",
+            ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(
+                subnet=str(subnet), gateway=gateway)]),
+            options={"com.docker.network.bridge.name": f"hvg{tag}",
+                     "com.docker.network.bridge.enable_icc": "false",
+                     "com.docker.network.bridge.enable_ip_masquerade": "false"})
+        self.client.init_swarm(advertise_addr=gateway, listen_addr=f"127.0.0.1:{free_port()}",
+                               default_addr_pool=[str(unused_subnet(prefix=20))],
+                               subnet_size=24, data_path_port=_free_udp_port(20000, 40000))
+
+    def overlay(self) -> str:
+        name = f"hive-overlay-{uuid.uuid4().hex[:8]}"
+        self.client.create_network(name, driver="overlay", attachable=True)
+        return name
+
+    def tasks(self, service: str) -> list[dict[str, Any]]:
+        """The running containers of a service's tasks."""
+        return list(self.client.containers(
+            filters={"label": f"com.docker.swarm.service.name={service}"}))
+
+    def run_python(self, container: str, code: str) -> str:
+        """Run this environment's Python inside a task's container; its output."""
+        exec_id = self.client.exec_create(container, [sys.executable, "-c", code])
+        output = self.client.exec_start(exec_id).decode()
+        if self.client.exec_inspect(exec_id)["ExitCode"] != 0:
+            raise AssertionError(f"python in {container[:12]} failed:\n{output}")
+        return str(output)
+
+
+def _free_udp_port(low: int, high: int) -> int:
+    for _ in range(100):
+        port = random.randint(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            try:
+                udp.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free UDP port in {low}..{high}")
 
 
 # ---------------------------------------------------------------------------------- dnsmasq
