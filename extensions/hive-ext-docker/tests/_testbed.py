@@ -458,10 +458,8 @@ class HostNode:
         folder.mkdir(parents=True, exist_ok=True)
         self.bind_host = bind_host
         self.cluster_port = cluster_port
-        self.rest_port = free_port()
+        self.rest_port = 0
         self.config = folder / "config.xml"
-        self.config.write_text(cluster_config(bind_host, cluster_port, "127.0.0.1",
-                                              self.rest_port, "127.0.0.1", free_port()))
         self.environment = environment
         self.log_path = folder / "hive.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -472,6 +470,10 @@ class HostNode:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def start(self) -> HostNode:
+        # ports picked now, not when made: a port picked early may be taken by the time it is used
+        self.rest_port = free_port()
+        self.config.write_text(cluster_config(self.bind_host, self.cluster_port, "127.0.0.1",
+                                              self.rest_port, "127.0.0.1", free_port()))
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [str(HIVE), "run", "--config", str(self.config), "--data-dir",
