@@ -80,16 +80,28 @@ def test_a_stopped_resolver_is_a_timeout_and_answers_again_after(dnsmasq: Dnsmas
     assert len(_find(source).addresses) == 1
 
 
+def _udp_and_tcp_on_one_port() -> tuple[socket.socket, socket.socket, int]:
+    for _ in range(50):
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp.bind(("127.0.0.1", 0))
+        port = int(udp.getsockname()[1])
+        tcp = socket.socket()
+        try:
+            tcp.bind(("127.0.0.1", port))
+        except OSError:  # taken for TCP by someone else: another port
+            udp.close()
+            tcp.close()
+            continue
+        return udp, tcp, port
+    raise RuntimeError("no port free for both UDP and TCP on 127.0.0.1")
+
+
 @contextlib.contextmanager
 def fake_resolver(answer: Any, tcp_answer: Any = None) -> Iterator[int]:
     """A resolver on 127.0.0.1 answering each UDP query with ``answer(query_bytes)`` and each
     TCP query with ``tcp_answer(query_bytes)``, on one port."""
-    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    udp.bind(("127.0.0.1", 0))
+    udp, tcp, port = _udp_and_tcp_on_one_port()
     udp.settimeout(0.2)
-    port = int(udp.getsockname()[1])
-    tcp = socket.socket()
-    tcp.bind(("127.0.0.1", port))
     tcp.listen()
     tcp.settimeout(0.2)
     stop = threading.Event()
