@@ -104,13 +104,13 @@ class Dockerd:
     is stopped, so a test can take the Engine API away from running nodes.
     """
 
-    def __init__(self, live_restore: bool = True) -> None:
+    def __init__(self, log_dir: Path, live_restore: bool = True) -> None:
         self.live_restore = live_restore  # swarm mode does not go with live restore
         self.root = Path(tempfile.mkdtemp(prefix="hdk-", dir="/tmp"))  # unix socket paths are short
         self.socket_dir = self.root / "sock"
         self.socket_dir.mkdir()
         self.socket = self.socket_dir / "docker.sock"
-        self.log_path = self.root / "dockerd.log"
+        self.log_path = log_dir / "dockerd.log"  # kept with the test's files, after cleanup too
         self.proc: subprocess.Popen[bytes] | None = None
         self.version = ""
         self.bridges: list[str] = []  # bridge devices made for this daemon's networks
@@ -310,7 +310,10 @@ class Swarm:
             options={"com.docker.network.bridge.name": f"hvg{tag}",
                      "com.docker.network.bridge.enable_icc": "false",
                      "com.docker.network.bridge.enable_ip_masquerade": "false"})
-        self.client.init_swarm(advertise_addr=gateway, listen_addr=f"127.0.0.1:{free_port()}",
+        # on the gateway (this swarm's own address): its gossip binds <listen address>:7946,
+        # a port that cannot be changed, so two swarms on 127.0.0.1 would clash
+        self.client.init_swarm(advertise_addr=gateway,
+                               listen_addr=f"{gateway}:{free_port(gateway)}",
                                default_addr_pool=[str(unused_subnet(prefix=20))],
                                subnet_size=24, data_path_port=_free_udp_port(20000, 40000))
 

@@ -18,8 +18,8 @@ IMAGE = "hive-test-root:1"
 
 
 @pytest.fixture(scope="session")
-def dockerd() -> Iterator[Dockerd]:
-    daemon = Dockerd()
+def dockerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dockerd]:
+    daemon = Dockerd(tmp_path_factory.mktemp("dockerd"))
     try:
         daemon.start()
         yield daemon

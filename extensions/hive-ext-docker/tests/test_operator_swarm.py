@@ -38,8 +38,8 @@ MEMBERS = ("import json, urllib.request; print(json.dumps([m['id'] for m in json
 
 
 @pytest.fixture(scope="module")
-def swarm() -> Iterator[Swarm]:
-    daemon = Dockerd(live_restore=False)
+def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swarm]:
+    daemon = Dockerd(tmp_path_factory.mktemp("swarm-dockerd"), live_restore=False)
     try:
         daemon.start()
         made = Swarm(daemon)
