@@ -401,6 +401,11 @@ class Dnsmasq:
             stop_pid(self.proc)
 
 
+def loopback_prefix() -> str:
+    """127.x.y: a random /24 of the loopback range, apart from other tests' addresses."""
+    return f"127.{random.randint(100, 250)}.{random.randint(0, 255)}"
+
+
 def port_free_on_all(hosts: list[str]) -> int:
     """A TCP port that is free on every one of ``hosts`` (loopback addresses)."""
     for _ in range(50):
@@ -473,10 +478,12 @@ class HostNode:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def start(self) -> HostNode:
-        # ports picked now, not when made: a port picked early may be taken by the time it is used
-        self.rest_port = free_port()
-        self.config.write_text(cluster_config(self.bind_host, self.cluster_port, "127.0.0.1",
-                                              self.rest_port, "127.0.0.1", free_port()))
+        # REST and MQTT on the node's own loopback address, on ports picked now: a port picked
+        # early, or on busy 127.0.0.1, may be taken by the time the node binds it
+        self.rest_port = free_port(self.bind_host)
+        self.config.write_text(cluster_config(self.bind_host, self.cluster_port, self.bind_host,
+                                              self.rest_port, self.bind_host,
+                                              free_port(self.bind_host)))
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [str(HIVE), "run", "--config", str(self.config), "--data-dir",
@@ -485,16 +492,23 @@ class HostNode:
                 env={**os.environ, **self.environment})
         return self
 
-    def wait_started(self, timeout: float = 30.0) -> None:
+    def wait_started(self, timeout: float = 30.0, attempts: int = 3) -> None:
+        """Until the log says it serves; started again (new ports) if a port was taken."""
         def started() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
                 raise AssertionError(f"hive exited:\n{self.log}")
             return len(STARTED.findall(self.log)) >= self.starts
         self.starts += 1
-        wait_for(started, timeout, f"{self.folder.name} started")
+        try:
+            wait_for(started, timeout, f"{self.folder.name} started")
+        except AssertionError:
+            if attempts <= 1 or not self.log.rstrip().endswith("address already in use"):
+                raise
+            self.starts -= 1
+            self.start().wait_started(timeout, attempts - 1)
 
     def members(self) -> list[dict[str, Any]]:
-        return list(rest_get("127.0.0.1", self.rest_port, "/api/v1/cluster/nodes")["items"])
+        return list(rest_get(self.bind_host, self.rest_port, "/api/v1/cluster/nodes")["items"])
 
     def kill(self) -> None:
         """kill -9, by PID."""

@@ -8,7 +8,6 @@ nodes count and log the failures; with it back, a new node joins.
 
 from __future__ import annotations
 
-import random
 import re
 import time
 import uuid
@@ -16,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from _testbed import Dnsmasq, HostNode, nodes_stopped, port_free_on_all, wait_for
+from _testbed import (
+    Dnsmasq,
+    HostNode,
+    loopback_prefix,
+    nodes_stopped,
+    port_free_on_all,
+    wait_for,
+)
 
 pytestmark = pytest.mark.operator
 
@@ -39,7 +45,7 @@ def _own_id(node: HostNode) -> str:
 
 def test_tasks_records_form_a_cluster_and_ride_out_a_resolver_outage(
         dnsmasq: Dnsmasq, tmp_path: Path, record_property: pytest.RecordProperty) -> None:
-    prefix = f"127.{random.randint(100, 250)}.{random.randint(0, 255)}"  # apart from other tests
+    prefix = loopback_prefix()
     hosts = [f"{prefix}.{10 + i}" for i in range(4)]
     cluster_port = port_free_on_all(hosts)
     name = f"tasks.hive-{uuid.uuid4().hex[:6]}"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import hive_ext_docker
-from _testbed import HIVE, HostNode, free_port
+from _testbed import HIVE, HostNode, free_port, loopback_prefix
 
 SOURCE = Path(hive_ext_docker.__file__).parent
 
@@ -49,7 +49,8 @@ def test_imports_the_extension_api_only() -> None:
 ])
 def test_a_node_with_bad_settings_refuses_the_extension_and_runs_on(
         tmp_path: Path, environment: dict[str, str], reason: str) -> None:
-    node = HostNode(tmp_path / "node", "127.0.0.1", free_port(), environment)
+    host = f"{loopback_prefix()}.10"
+    node = HostNode(tmp_path / "node", host, free_port(host), environment)
     try:
         node.start().wait_started()
         assert node.members()[0]["this_node"]  # serving, alone
