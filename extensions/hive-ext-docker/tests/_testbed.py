@@ -104,8 +104,11 @@ class Dockerd:
     is stopped, so a test can take the Engine API away from running nodes.
     """
 
-    def __init__(self, log_dir: Path, live_restore: bool = True) -> None:
+    def __init__(self, log_dir: Path, live_restore: bool = True,
+                 tls_dir: Path | None = None) -> None:
         self.live_restore = live_restore  # swarm mode does not go with live restore
+        self.tls_dir = tls_dir  # made by make_tls_files: also serve the API over TLS on TCP
+        self.tls_port = 0
         self.root = Path(tempfile.mkdtemp(prefix="hdk-", dir="/tmp"))  # unix socket paths are short
         self.socket_dir = self.root / "sock"
         self.socket_dir.mkdir()
@@ -122,13 +125,22 @@ class Dockerd:
     def client(self, timeout: float = 30.0) -> docker.APIClient:
         return docker.APIClient(base_url=self.url, version="auto", timeout=timeout)
 
+    def _tls_arguments(self) -> list[str]:
+        if self.tls_dir is None:
+            return []
+        self.tls_port = free_port()
+        server = self.tls_dir / "server"
+        return ["-H", f"tcp://127.0.0.1:{self.tls_port}", "--tlsverify",
+                "--tlscacert", str(server / "ca.pem"), "--tlscert", str(server / "cert.pem"),
+                "--tlskey", str(server / "key.pem")]
+
     def start(self, timeout: float = 60.0) -> Dockerd:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [binary("dockerd"), "--data-root", str(self.root / "data"),
                  "--exec-root", str(self.root / "exec"), "--pidfile", str(self.root / "pid"),
                  "-H", self.url, "--iptables=false", "--ip-masq=false", "--bridge=none",
-                 *(["--live-restore"] if self.live_restore else [])],
+                 *(["--live-restore"] if self.live_restore else []), *self._tls_arguments()],
                 stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, "PATH": f"{SYSTEM_PATH}:{os.environ.get('PATH', '')}"})
         try:
@@ -204,6 +216,23 @@ class Dockerd:
         targets = [line.split()[1] for line in mounts if str(self.root) in line.split()[1]]
         for target in sorted(targets, key=len, reverse=True):
             subprocess.run(["umount", "-l", target], check=False, capture_output=True)
+
+
+def make_tls_files(folder: Path) -> Path:
+    """A CA, and a certificate for 127.0.0.1 good for server and client (``hive certs``), laid
+    out as dockerd's flags and DOCKER_CERT_PATH want them: ``server/`` and ``client/`` with
+    ``ca.pem``, ``cert.pem``, ``key.pem``."""
+    ca = folder / "ca"
+    made = folder / "made"
+    subprocess.run([str(HIVE), "certs", "ca", "--out", str(ca)], check=True, capture_output=True)
+    subprocess.run([str(HIVE), "certs", "node", "--ca", str(ca), "--name", "docker", "--ip",
+                    "127.0.0.1", "--out", str(made)], check=True, capture_output=True)
+    for side in ("server", "client"):
+        (folder / side).mkdir()
+        shutil.copy(made / "ca.pem", folder / side / "ca.pem")
+        shutil.copy(made / "docker-cert.pem", folder / side / "cert.pem")
+        shutil.copy(made / "docker-key.pem", folder / side / "key.pem")
+    return folder
 
 
 def root_filesystem_tar() -> bytes:

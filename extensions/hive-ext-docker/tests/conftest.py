@@ -12,14 +12,23 @@ import docker
 import pytest
 from hive_ext_api import ExtensionContext
 
-from _testbed import BridgeNetwork, Containers, Dnsmasq, Dockerd, root_filesystem_tar
+from _testbed import (
+    BridgeNetwork,
+    Containers,
+    Dnsmasq,
+    Dockerd,
+    make_tls_files,
+    root_filesystem_tar,
+)
 
 IMAGE = "hive-test-root:1"
 
 
 @pytest.fixture(scope="session")
 def dockerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dockerd]:
-    daemon = Dockerd(tmp_path_factory.mktemp("dockerd"))
+    """The daemon on a unix socket, and over TLS on a TCP port of 127.0.0.1."""
+    daemon = Dockerd(tmp_path_factory.mktemp("dockerd"),
+                     tls_dir=make_tls_files(tmp_path_factory.mktemp("docker-tls")))
     try:
         daemon.start()
         yield daemon

@@ -18,11 +18,12 @@ import pytest
 from hive_ext_api import ClusterNodeAddress
 
 import hive_ext_docker
-from _testbed import BridgeNetwork, Containers, Dockerd, free_port, wait_for
+from _testbed import BridgeNetwork, Containers, Dockerd, free_port, make_tls_files, wait_for
 from hive_ext_docker import (
     EngineSettings,
     EngineSource,
     Label,
+    SettingError,
     SourceError,
     nodes_from_containers,
 )
@@ -91,6 +92,30 @@ def test_a_container_with_a_bad_port_label_is_skipped_not_fatal(
                                          cluster_port_label="hive.port")))
     assert found.addresses == [ClusterNodeAddress(containers.ip(good, network.name), 7800)]
     assert len(found.skipped) == 1 and "hive.port='seven' is not a port" in found.skipped[0]
+
+
+def test_over_tls_with_the_docker_cli_variables(
+        dockerd: Dockerd, containers: Containers, network: BridgeNetwork,
+        tmp_path: Path) -> None:
+    """DOCKER_TLS_VERIFY and DOCKER_CERT_PATH are honoured as the docker CLI honours them."""
+    node = containers.run(SLEEP, {"hive.cluster": "tls"}, network.name)
+    assert dockerd.tls_dir is not None
+    settings = _settings(f"tcp://127.0.0.1:{dockerd.tls_port}", network.name, "hive.cluster=tls")
+    source = EngineSource(settings, environ={
+        "DOCKER_TLS_VERIFY": "1", "DOCKER_CERT_PATH": str(dockerd.tls_dir / "client")})
+    assert _find(source).addresses == [ClusterNodeAddress(containers.ip(node, network.name), 7800)]
+    source.close()
+    with pytest.raises(SourceError) as raised:  # plain HTTP to the TLS port
+        _find(EngineSource(settings, environ={}))
+    assert raised.value.kind == "refused", raised.value
+    with pytest.raises(SettingError, match=r"DOCKER_CERT_PATH=.*needs ca\.pem, cert\.pem and"):
+        EngineSource(settings, environ={"DOCKER_TLS_VERIFY": "1",
+                                        "DOCKER_CERT_PATH": str(dockerd.tls_dir)})  # no files
+    other_ca = make_tls_files(tmp_path / "another-ca")
+    with pytest.raises(SourceError) as raised:  # a daemon certificate from another CA
+        _find(EngineSource(settings, environ={"DOCKER_TLS_VERIFY": "1",
+                                              "DOCKER_CERT_PATH": str(other_ca / "client")}))
+    assert raised.value.kind == "refused" and "TLS" in raised.value.detail, raised.value
 
 
 def test_no_daemon_at_the_socket_is_unreachable(tmp_path: Path) -> None:

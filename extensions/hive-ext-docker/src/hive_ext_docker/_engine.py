@@ -14,6 +14,7 @@ import ipaddress
 import json
 import os
 import re
+import ssl
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -23,7 +24,7 @@ import docker.errors
 import requests.exceptions
 from hive_ext_api import ClusterNodeAddress
 
-from hive_ext_docker._settings import EngineSettings
+from hive_ext_docker._settings import EngineSettings, SettingError
 from hive_ext_docker._source import Found, SourceError
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
@@ -161,19 +162,38 @@ def classify(exc: BaseException) -> SourceError:
                                       f"{api_error.explanation or api_error}")
     if any(isinstance(e, requests.exceptions.HTTPError) for e in chain):
         return SourceError("refused", str(exc))
+    if any(isinstance(e, requests.exceptions.SSLError | ssl.SSLError) for e in chain):
+        return SourceError("refused", f"TLS: {exc}")  # a certificate one side does not accept
     if any(isinstance(e, requests.exceptions.ConnectionError | ConnectionError
                       | FileNotFoundError) for e in chain):
         return SourceError("unreachable", str(exc))
     return SourceError("malformed", f"{type(exc).__name__}: {exc}")
 
 
+class _EngineClient(docker.APIClient):  # type: ignore[misc]
+    """The SDK's client, but the daemon's CA (``DOCKER_CERT_PATH``) is what verifies it.
+
+    requests lets ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE`` replace a session's CA file on
+    every request, which would make a TLS daemon's certificate fail to verify.
+    """
+
+    def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any,
+                                   cert: Any) -> Any:
+        settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+        if isinstance(self.verify, str):
+            settings["verify"] = self.verify
+        return settings
+
+
 class EngineSource:
     """The Docker Engine API at ``docker-host`` (else ``$DOCKER_HOST``, else the local socket)."""
 
     def __init__(self, settings: EngineSettings, environ: Mapping[str, str] | None = None) -> None:
+        """Raises :class:`SettingError` when the TLS files the environment names are unusable."""
         self.settings = settings
         self._environ = dict(os.environ if environ is None else environ)
-        self._client: docker.APIClient | None = None
+        self._client_arguments = self._arguments()
+        self._client: _EngineClient | None = None
         self._busy = threading.Lock()  # held by the thread while a query waits for the daemon
         self._filters = {"label": [label.filter() for label in settings.labels],
                          "network": [settings.network], "status": ["running"]}
@@ -188,13 +208,22 @@ class EngineSource:
         return (f"Docker Engine API {self.docker_host} (running containers labelled {labels} "
                 f"on network {self.settings.network})")
 
-    def _connect(self) -> docker.APIClient:
+    def _arguments(self) -> dict[str, Any]:
         # DOCKER_HOST, DOCKER_TLS_VERIFY and DOCKER_CERT_PATH, as the docker CLI reads them
-        kwargs: dict[str, Any] = docker.utils.kwargs_from_env(environment=self._environ)
+        try:
+            kwargs: dict[str, Any] = docker.utils.kwargs_from_env(environment=self._environ)
+        except docker.errors.TLSParameterError as exc:
+            where = self._environ.get("DOCKER_CERT_PATH") or "~/.docker"
+            raise SettingError(f"DOCKER_CERT_PATH={where} (with DOCKER_TLS_VERIFY): needs "
+                               f"ca.pem, cert.pem and key.pem: {exc}") from None
         if self.settings.docker_host is not None:
             kwargs["base_url"] = self.settings.docker_host
+        return kwargs
+
+    def _connect(self) -> _EngineClient:
         # "auto": asks the daemon which API version it speaks (once per connection)
-        return docker.APIClient(version="auto", timeout=self.settings.api_timeout, **kwargs)
+        return _EngineClient(version="auto", timeout=self.settings.api_timeout,
+                             **self._client_arguments)
 
     def _list(self) -> Any:
         """Runs in a worker thread; only one at a time (see ``find``)."""
