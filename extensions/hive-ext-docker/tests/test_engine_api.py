@@ -162,7 +162,8 @@ def _answers(source: EngineSource) -> bool:
 
 
 class _Garbage(socketserver.StreamRequestHandler):
-    """Answers every request as the server's ``answers`` says for its path."""
+    """Answers every request as the server's ``answers`` says for its path; ``DRIP`` sends a
+    header line every 0.3 s, forever (each read is quick, the answer never ends)."""
 
     def handle(self) -> None:
         request = self.rfile.readline().decode(errors="replace")
@@ -172,9 +173,21 @@ class _Garbage(socketserver.StreamRequestHandler):
         answers: dict[str, bytes] = self.server.answers  # type: ignore[attr-defined]
         for prefix, raw in answers.items():
             if prefix in path:
+                if raw == DRIP:
+                    self._drip()
                 self.wfile.write(raw)
                 return
         self.wfile.write(_http(b'{"ApiVersion": "1.41"}'))
+
+    def _drip(self) -> None:
+        self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+        stop: threading.Event = self.server.stop  # type: ignore[attr-defined]
+        while not stop.wait(0.3):
+            with contextlib.suppress(OSError):
+                self.wfile.write(b"X-Wait: 1\r\n")
+
+
+DRIP = b"<drip>"
 
 
 def _http(body: bytes, status: str = "200 OK", kind: str = "application/json") -> bytes:
@@ -188,11 +201,14 @@ def garbage_daemon(answers: dict[str, bytes]) -> Iterator[str]:
     path = folder / "docker.sock"
     server = socketserver.ThreadingUnixStreamServer(str(path), _Garbage)
     server.answers = answers  # type: ignore[attr-defined]
+    server.stop = threading.Event()  # type: ignore[attr-defined]
+    server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield f"unix://{path}"
     finally:
+        server.stop.set()  # type: ignore[attr-defined]
         server.shutdown()
         server.server_close()
         path.unlink(missing_ok=True)
@@ -216,6 +232,24 @@ def test_garbage_from_the_daemon_is_classified(answers: dict[str, bytes], kind: 
         with pytest.raises(SourceError) as raised:
             _find(source)
     assert raised.value.kind == kind, raised.value
+
+
+def test_a_daemon_that_never_finishes_its_answer_is_not_asked_twice() -> None:
+    """Each read is quick, so only the query's own bound ends the wait; while the thread still
+    waits, the next reload does not start another one."""
+    with garbage_daemon({"/containers/json": DRIP}) as url:
+        source = EngineSource(_settings(url, "n", "a=b", api_timeout=1.0))
+        begun = time.monotonic()
+        with pytest.raises(SourceError) as first:
+            _find(source)
+        assert first.value.kind == "timeout" and "api-timeout" in first.value.detail
+        assert 1.4 < time.monotonic() - begun < 3
+        begun = time.monotonic()
+        with pytest.raises(SourceError) as second:
+            _find(source)
+        assert second.value.kind == "timeout" and "previous query" in second.value.detail
+        assert time.monotonic() - begun < 0.5
+        source.close()
 
 
 def test_a_container_entry_that_makes_no_sense_is_skipped() -> None:

@@ -15,8 +15,8 @@ import json
 import os
 import re
 import ssl
-import threading
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import docker
@@ -193,8 +193,10 @@ class EngineSource:
         self.settings = settings
         self._environ = dict(os.environ if environ is None else environ)
         self._client_arguments = self._arguments()
-        self._client: _EngineClient | None = None
-        self._busy = threading.Lock()  # held by the thread while a query waits for the daemon
+        self._client: _EngineClient | None = None  # used in the query thread only
+        # one thread: a query that hangs is never joined by a second one
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="docker-discovery")
+        self._query: Future[Any] | None = None
         self._filters = {"label": [label.filter() for label in settings.labels],
                          "network": [settings.network], "status": ["running"]}
 
@@ -226,7 +228,7 @@ class EngineSource:
                              **self._client_arguments)
 
     def _list(self) -> Any:
-        """Runs in a worker thread; only one at a time (see ``find``)."""
+        """Runs in the query thread."""
         try:
             if self._client is None:
                 self._client = self._connect()
@@ -234,8 +236,6 @@ class EngineSource:
         except Exception:
             self._drop_client()  # the next query connects (and negotiates) afresh
             raise
-        finally:
-            self._busy.release()
 
     def _drop_client(self) -> None:
         client, self._client = self._client, None
@@ -243,16 +243,13 @@ class EngineSource:
             client.close()
 
     async def find(self, default_port: int | None) -> Found:
-        if not self._busy.acquire(blocking=False):
+        if self._query is not None and not self._query.done():
             raise SourceError("timeout", "the previous query still waits for the daemon")
-        try:
-            pending = asyncio.get_running_loop().run_in_executor(None, self._list)
-        except BaseException:
-            self._busy.release()
-            raise
+        self._query = self._thread.submit(self._list)
         try:
             # the SDK's own timeout applies per connect and per read: bound the whole query too
-            containers = await asyncio.wait_for(pending, self.settings.api_timeout + 0.5)
+            containers = await asyncio.wait_for(asyncio.wrap_future(self._query),
+                                                self.settings.api_timeout + 0.5)
         except TimeoutError:
             raise SourceError("timeout", f"no answer within {self.settings.api_timeout:g} s "
                                          f"(api-timeout)") from None
@@ -261,8 +258,6 @@ class EngineSource:
         return nodes_from_containers(containers, self.settings, default_port)
 
     def close(self) -> None:
-        if self._busy.acquire(blocking=False):  # else the running query's thread owns it
-            try:
-                self._drop_client()
-            finally:
-                self._busy.release()
+        """Closes the connection after a query still running; does not wait for it."""
+        self._thread.submit(self._drop_client)
+        self._thread.shutdown(wait=False)
