@@ -23,6 +23,8 @@ bash scripts/testbed/consul.sh  # Consul 1.8.7 in .tools/bin, for hive-ext-consu
 
 bash scripts/testbed/netns.sh  # iproute2 for the network namespace tests
 
+bash scripts/testbed/docker.sh  # dockerd and dnsmasq for hive-ext-docker's tests
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

@@ -1,0 +1,629 @@
+"""Real servers for the tests: a private dockerd, dnsmasq, and Hive nodes (host processes or
+containers). Everything started here is stopped by PID; names, subnets and ports are picked so
+that tests running at the same time on this machine cannot clash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import ipaddress
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import docker.types
+
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+INSTALL_HINT = "install it with scripts/testbed/docker.sh (Debian docker.io and dnsmasq-base)"
+STARTED = re.compile(r"Started Hive in \d+ ms")
+HIVE = Path(sys.executable).with_name("hive")  # the console script of this environment
+
+
+def binary(name: str) -> str:
+    found = shutil.which(name, path=f"{os.environ.get('PATH', '')}:{SYSTEM_PATH}")
+    if found is None:
+        raise RuntimeError(f"{name} is not installed: {INSTALL_HINT}")
+    return found
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str, every: float = 0.05) -> float:
+    """Poll ``check`` until true; the seconds it took. Fails naming ``what`` after ``timeout``."""
+    begun = time.monotonic()
+    while time.monotonic() - begun < timeout:
+        with contextlib.suppress(OSError, ValueError):
+            if check():
+                return time.monotonic() - begun
+        time.sleep(every)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def rest_get(host: str, port: int, path: str, timeout: float = 3.0) -> Any:
+    with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=timeout) as response:
+        return json.load(response)
+
+
+def stop_pid(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    """SIGTERM, then SIGKILL if it lingers; reaps it."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGCONT)  # a paused process cannot act on SIGTERM
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def unused_subnet(prefix: int = 24) -> ipaddress.IPv4Network:
+    """A /24 (or /``prefix``) in 10.192.0.0/10 that no interface or route here uses."""
+    taken = subprocess.run(["ip", "-4", "route", "show", "table", "all"], capture_output=True,
+                           text=True, check=False).stdout
+    used = [ipaddress.ip_network(m, strict=False)
+            for m in re.findall(r"\b(\d+\.\d+\.\d+\.\d+(?:/\d+)?)", taken)]
+    for _ in range(200):
+        address = f"10.{random.randint(192, 254)}.{random.randint(0, 255)}.0/{prefix}"
+        candidate = ipaddress.ip_network(address, strict=False)
+        if not any(candidate.overlaps(u) for u in used):
+            return candidate
+    raise RuntimeError(f"no free /{prefix} in 10.192.0.0/10 for a test network")
+
+
+# ---------------------------------------------------------------------------------- dockerd
+
+
+class Dockerd:
+    """A private dockerd: its own data, exec root, pid file and socket under one temp folder.
+
+    ``--bridge=none``: no docker0 (it would clash with other daemons); networks are made by the
+    tests with unique bridge names. ``--live-restore``: containers keep running while the daemon
+    is stopped, so a test can take the Engine API away from running nodes.
+    """
+
+    def __init__(self, log_dir: Path, live_restore: bool = True,
+                 tls_dir: Path | None = None) -> None:
+        self.live_restore = live_restore  # swarm mode does not go with live restore
+        self.tls_dir = tls_dir  # made by make_tls_files: also serve the API over TLS on TCP
+        self.tls_port = 0
+        self.root = Path(tempfile.mkdtemp(prefix="hdk-", dir="/tmp"))  # unix socket paths are short
+        self.socket_dir = self.root / "sock"
+        self.socket_dir.mkdir()
+        self.socket = self.socket_dir / "docker.sock"
+        self.log_path = log_dir / "dockerd.log"  # kept with the test's files, after cleanup too
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.version = ""
+        self.bridges: list[str] = []  # bridge devices made for this daemon's networks
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket}"
+
+    def client(self, timeout: float = 30.0) -> docker.APIClient:
+        return docker.APIClient(base_url=self.url, version="auto", timeout=timeout)
+
+    def _tls_arguments(self) -> list[str]:
+        if self.tls_dir is None:
+            return []
+        self.tls_port = free_port()
+        server = self.tls_dir / "server"
+        return ["-H", f"tcp://127.0.0.1:{self.tls_port}", "--tlsverify",
+                "--tlscacert", str(server / "ca.pem"), "--tlscert", str(server / "cert.pem"),
+                "--tlskey", str(server / "key.pem")]
+
+    def start(self, timeout: float = 60.0) -> Dockerd:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [binary("dockerd"), "--data-root", str(self.root / "data"),
+                 "--exec-root", str(self.root / "exec"), "--pidfile", str(self.root / "pid"),
+                 "-H", self.url, "--iptables=false", "--ip-masq=false", "--bridge=none",
+                 *(["--live-restore"] if self.live_restore else []), *self._tls_arguments()],
+                stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, "PATH": f"{SYSTEM_PATH}:{os.environ.get('PATH', '')}"})
+        try:
+            wait_for(self._answers, timeout, "dockerd answers on its socket", every=0.2)
+        except AssertionError as exc:
+            self.stop()
+            raise RuntimeError(
+                f"dockerd did not start:\n{self.log_path.read_text()[-3000:]}") from exc
+        with contextlib.closing(self.client()) as client:
+            self.version = client.version()["Version"]
+        return self
+
+    def _answers(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"dockerd exited:\n{self.log_path.read_text()[-3000:]}")
+        try:
+            with contextlib.closing(self.client(timeout=2)) as client:
+                return bool(client.ping())
+        except docker.errors.DockerException:
+            return False
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Stop the daemon by PID (containers keep running: live restore)."""
+        if self.proc is not None:
+            stop_pid(self.proc, timeout=30)
+
+    def remove_everything(self) -> None:
+        """Every service, container and network of this daemon (it must be running)."""
+        with contextlib.closing(self.client()) as client:
+            if client.info().get("Swarm", {}).get("LocalNodeState") == "active":
+                for service in client.services():
+                    client.remove_service(service["ID"])
+                client.leave_swarm(force=True)
+            for container in client.containers(all=True):
+                with contextlib.suppress(docker.errors.APIError):
+                    client.remove_container(container["Id"], force=True)
+            for network in client.networks():
+                if network["Name"] not in ("none", "host", "bridge"):
+                    with contextlib.suppress(docker.errors.APIError):
+                        client.remove_network(network["Id"])
+
+    def cleanup(self) -> None:
+        """Containers and networks gone, daemon stopped, its folder removed."""
+        try:
+            if self.proc is not None and self.proc.poll() is not None:
+                self.start()  # live restore kept its containers running: it must remove them
+            if self.proc is not None:
+                self.resume()
+                self.remove_everything()
+        finally:
+            self.stop()
+            for bridge in self.bridges:  # a network the daemon did not get to remove
+                subprocess.run(["ip", "link", "del", bridge], check=False, capture_output=True)
+            self._kill_leftover_containerd()
+            self._unmount_leftovers()
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def _kill_leftover_containerd(self) -> None:
+        pid_file = self.root / "exec" / "containerd" / "containerd.pid"
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+
+    def _unmount_leftovers(self) -> None:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+        targets = [line.split()[1] for line in mounts if str(self.root) in line.split()[1]]
+        for target in sorted(targets, key=len, reverse=True):
+            subprocess.run(["umount", "-l", target], check=False, capture_output=True)
+
+
+def make_tls_files(folder: Path) -> Path:
+    """A CA, and a certificate for 127.0.0.1 good for server and client (``hive certs``), laid
+    out as dockerd's flags and DOCKER_CERT_PATH want them: ``server/`` and ``client/`` with
+    ``ca.pem``, ``cert.pem``, ``key.pem``."""
+    ca = folder / "ca"
+    made = folder / "made"
+    subprocess.run([str(HIVE), "certs", "ca", "--out", str(ca)], check=True, capture_output=True)
+    subprocess.run([str(HIVE), "certs", "node", "--ca", str(ca), "--name", "docker", "--ip",
+                    "127.0.0.1", "--out", str(made)], check=True, capture_output=True)
+    for side in ("server", "client"):
+        (folder / side).mkdir()
+        shutil.copy(made / "ca.pem", folder / side / "ca.pem")
+        shutil.copy(made / "docker-cert.pem", folder / side / "cert.pem")
+        shutil.copy(made / "docker-key.pem", folder / side / "key.pem")
+    return folder
+
+
+def root_filesystem_tar() -> bytes:
+    """An empty root: mount points, and merged-/usr links; the host's /usr is bound in."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for folder in ("usr", "etc", "tmp", "proc", "sys", "dev", "root", "run", "var", "data"):
+            info = tarfile.TarInfo(folder)
+            info.type, info.mode = tarfile.DIRTYPE, 0o1777 if folder == "tmp" else 0o755
+            tar.addfile(info)
+        for link in ("bin", "lib", "lib64", "sbin"):
+            info = tarfile.TarInfo(link)
+            info.type, info.linkname = tarfile.SYMTYPE, f"usr/{link}"
+            tar.addfile(info)
+    return buffer.getvalue()
+
+
+def python_mounts() -> list[str]:
+    """Host folders a container needs to run this environment's ``hive``: /usr, this Python,
+    this environment, and the source folders of editable installs (found by module name)."""
+    folders = {"/usr", sys.base_prefix, sys.prefix}
+    for module in ("hive_core", "hive_ext_api", "hive_ext_docker"):
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None:
+            raise RuntimeError(f"{module} is not importable in this environment")
+        folders.add(str(Path(spec.origin).resolve().parents[1]))
+    # a folder inside another mounted one needs no mount of its own
+    return sorted(f for f in folders
+                  if not any(f != o and f.startswith(o.rstrip("/") + "/") for o in folders))
+
+
+class BridgeNetwork:
+    """A user-defined bridge network with a unique name, bridge device and subnet."""
+
+    def __init__(self, client: docker.APIClient) -> None:
+        self.client = client
+        tag = uuid.uuid4().hex[:8]
+        self.name = f"hive-net-{tag}"
+        self.bridge = f"hvd{tag}"  # interface names are at most 15 characters
+        self.subnet = unused_subnet()
+        self.gateway = str(next(self.subnet.hosts()))
+        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(
+            subnet=str(self.subnet), gateway=self.gateway)])
+        self.id = client.create_network(
+            self.name, driver="bridge", ipam=ipam,
+            options={"com.docker.network.bridge.name": self.bridge})["Id"]
+
+    def remove(self) -> None:
+        with contextlib.suppress(docker.errors.APIError):
+            self.client.remove_network(self.id)
+
+
+class Containers:
+    """Containers made by one test, removed (forced) at its end."""
+
+    def __init__(self, client: docker.APIClient, image: str) -> None:
+        self.client = client
+        self.image = image
+        self.ids: list[str] = []
+
+    def run(self, command: list[str], labels: dict[str, str], network: str | None,
+            binds: dict[str, str] | None = None, environment: dict[str, str] | None = None,
+            name: str | None = None) -> str:
+        """Start a container; ``binds`` maps host folders to container paths (read-write)."""
+        volumes = {folder: {"bind": folder, "mode": "ro"} for folder in python_mounts()}
+        for host, inside in (binds or {}).items():
+            volumes[host] = {"bind": inside, "mode": "rw"}
+        host_config = self.client.create_host_config(binds=volumes,
+                                                     network_mode=network or "none")
+        container = self.client.create_container(
+            self.image, command=command, labels=labels, environment=environment,
+            host_config=host_config, name=name or f"hive-test-{uuid.uuid4().hex[:10]}")
+        self.ids.append(container["Id"])
+        self.client.start(container["Id"])
+        return str(container["Id"])
+
+    def inspect(self, container: str) -> dict[str, Any]:
+        return dict(self.client.inspect_container(container))
+
+    def ip(self, container: str, network: str) -> str:
+        return str(self.inspect(container)["NetworkSettings"]["Networks"][network]["IPAddress"])
+
+    def remove_all(self) -> None:
+        for container in self.ids:
+            with contextlib.suppress(docker.errors.APIError):
+                self.client.remove_container(container, force=True)
+        self.ids.clear()
+
+
+class Swarm:
+    """A single-node swarm on a daemon: its docker_gwbridge made first under a unique bridge
+    name and subnet, cluster and VXLAN ports picked free, overlay subnets from a free pool."""
+
+    def __init__(self, dockerd: Dockerd) -> None:
+        self.client = dockerd.client()
+        tag = uuid.uuid4().hex[:8]
+        subnet = unused_subnet()
+        gateway = str(next(subnet.hosts()))
+        dockerd.bridges.append(f"hvg{tag}")
+        self.client.create_network(
+            "docker_gwbridge", driver="bridge",
+            ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(
+                subnet=str(subnet), gateway=gateway)]),
+            options={"com.docker.network.bridge.name": f"hvg{tag}",
+                     "com.docker.network.bridge.enable_icc": "false",
+                     "com.docker.network.bridge.enable_ip_masquerade": "false"})
+        # on the gateway (this swarm's own address): its gossip binds <listen address>:7946,
+        # a port that cannot be changed, so two swarms on 127.0.0.1 would clash
+        self.client.init_swarm(advertise_addr=gateway,
+                               listen_addr=f"{gateway}:{free_port(gateway)}",
+                               default_addr_pool=[str(unused_subnet(prefix=20))],
+                               subnet_size=24, data_path_port=_free_udp_port(20000, 40000))
+
+    def overlay(self) -> str:
+        name = f"hive-overlay-{uuid.uuid4().hex[:8]}"
+        self.client.create_network(name, driver="overlay", attachable=True)
+        return name
+
+    def tasks(self, service: str) -> list[dict[str, Any]]:
+        """The running containers of a service's tasks."""
+        return list(self.client.containers(
+            filters={"label": f"com.docker.swarm.service.name={service}"}))
+
+    def run_python(self, container: str, code: str) -> str:
+        """Run this environment's Python inside a task's container; its output."""
+        exec_id = self.client.exec_create(container, [sys.executable, "-c", code])
+        output = self.client.exec_start(exec_id).decode()
+        if self.client.exec_inspect(exec_id)["ExitCode"] != 0:
+            raise AssertionError(f"python in {container[:12]} failed:\n{output}")
+        return str(output)
+
+
+def _free_udp_port(low: int, high: int) -> int:
+    for _ in range(100):
+        port = random.randint(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            try:
+                udp.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free UDP port in {low}..{high}")
+
+
+# ---------------------------------------------------------------------------------- dnsmasq
+
+
+class Dnsmasq:
+    """dnsmasq on 127.0.0.1, a free UDP/TCP port, answering from the hosts files in a folder."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.hosts_dir = folder / "hosts.d"
+        self.hosts_dir.mkdir(parents=True, exist_ok=True)
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        banner = subprocess.run([binary("dnsmasq"), "--version"], capture_output=True,
+                                text=True, check=True).stdout
+        found = re.search(r"version (\S+)", banner)
+        self.version = f"dnsmasq {found.group(1) if found else banner[:40]}"
+
+    def start(self, port: int | None = None, timeout: float = 10.0) -> Dnsmasq:
+        self.port = port or self.port or _free_udp_and_tcp_port()
+        self.proc = subprocess.Popen(
+            [binary("dnsmasq"), "--keep-in-foreground", f"--port={self.port}",
+             "--listen-address=127.0.0.1", "--bind-interfaces", "--no-resolv", "--no-hosts",
+             "--user=root", f"--hostsdir={self.hosts_dir}", "--pid-file=",
+             "--host-record=ready.probe,127.0.0.1", "--log-facility=-"],
+            stdout=subprocess.DEVNULL, stderr=(self.folder / "dnsmasq.log").open("ab"))
+        wait_for(self._answers, timeout, f"dnsmasq answers on 127.0.0.1:{self.port}")
+        return self
+
+    def _answers(self) -> bool:
+        import dns.exception
+        import dns.message
+        import dns.query
+
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"dnsmasq exited: {(self.folder / 'dnsmasq.log').read_text()}")
+        query = dns.message.make_query("ready.probe", "A")
+        try:
+            response = dns.query.udp(query, "127.0.0.1", timeout=0.5, port=self.port)
+        except dns.exception.Timeout:
+            return False
+        return bool(response.answer)
+
+    def set_records(self, name: str, addresses: list[str], file: str = "nodes") -> None:
+        """Replace one hosts file (atomically: dnsmasq reads it as soon as it changes)."""
+        temporary = self.folder / f".{file}.tmp"
+        temporary.write_text("".join(f"{address} {name}\n" for address in addresses))
+        temporary.replace(self.hosts_dir / file)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_pid(self.proc)
+
+
+def loopback_prefix() -> str:
+    """127.x.y: a random /24 of the loopback range, apart from other tests' addresses."""
+    return f"127.{random.randint(100, 250)}.{random.randint(0, 255)}"
+
+
+def port_free_on_all(hosts: list[str]) -> int:
+    """A TCP port that is free on every one of ``hosts`` (loopback addresses)."""
+    for _ in range(50):
+        port = free_port(hosts[0])
+        try:
+            for host in hosts[1:]:
+                with socket.socket() as sock:
+                    sock.bind((host, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no port free on all of {hosts}")
+
+
+def _free_udp_and_tcp_port() -> int:
+    for _ in range(50):
+        port = free_port()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            try:
+                udp.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no port free for both UDP and TCP on 127.0.0.1")
+
+
+# ---------------------------------------------------------------------------------- Hive nodes
+
+
+def cluster_config(bind_host: str, cluster_port: int, rest_host: str, rest_port: int,
+                   mqtt_host: str, mqtt_port: int, reload_interval: int = 1) -> str:
+    """A node with only extension discovery, a short heartbeat, and the REST API."""
+    return f"""<?xml version="1.0"?>
+<hivemq>
+    <listeners>
+        <tcp-listener><port>{mqtt_port}</port><bind-address>{mqtt_host}</bind-address></tcp-listener>
+    </listeners>
+    <cluster>
+        <enabled>true</enabled>
+        <transport><tcp><bind-address>{bind_host}</bind-address><bind-port>{cluster_port}</bind-port></tcp></transport>
+        <discovery><extension><reload-interval>{reload_interval}</reload-interval></extension></discovery>
+        <failure-detection><heartbeat><interval>500</interval><timeout>2000</timeout></heartbeat></failure-detection>
+    </cluster>
+    <rest-api><enabled>true</enabled><listeners><http>
+        <port>{rest_port}</port><bind-address>{rest_host}</bind-address>
+    </http></listeners></rest-api>
+    <persistence><mode>in-memory</mode></persistence>
+</hivemq>
+"""
+
+
+class HostNode:
+    """One ``hive run`` process on this machine; its log kept in a file; stopped by PID."""
+
+    def __init__(self, folder: Path, bind_host: str, cluster_port: int,
+                 environment: dict[str, str]) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.bind_host = bind_host
+        self.cluster_port = cluster_port
+        self.rest_port = 0
+        self.config = folder / "config.xml"
+        self.environment = environment
+        self.log_path = folder / "hive.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0  # "Started Hive" lines expected in the log so far
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def start(self) -> HostNode:
+        # REST and MQTT on the node's own loopback address, on ports picked now: a port picked
+        # early, or on busy 127.0.0.1, may be taken by the time the node binds it
+        self.rest_port = free_port(self.bind_host)
+        self.config.write_text(cluster_config(self.bind_host, self.cluster_port, self.bind_host,
+                                              self.rest_port, self.bind_host,
+                                              free_port(self.bind_host)))
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [str(HIVE), "run", "--config", str(self.config), "--data-dir",
+                 str(self.folder / "data")],
+                stdout=log, stderr=subprocess.STDOUT, cwd=self.folder,
+                env={**os.environ, **self.environment})
+        return self
+
+    def wait_started(self, timeout: float = 30.0, attempts: int = 3) -> None:
+        """Until the log says it serves; started again (new ports) if a port was taken."""
+        def started() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"hive exited:\n{self.log}")
+            return len(STARTED.findall(self.log)) >= self.starts
+        self.starts += 1
+        try:
+            wait_for(started, timeout, f"{self.folder.name} started")
+        except AssertionError:
+            if attempts <= 1 or not self.log.rstrip().endswith("address already in use"):
+                raise
+            self.starts -= 1
+            self.start().wait_started(timeout, attempts - 1)
+
+    def members(self) -> list[dict[str, Any]]:
+        return list(rest_get(self.bind_host, self.rest_port, "/api/v1/cluster/nodes")["items"])
+
+    def kill(self) -> None:
+        """kill -9, by PID."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_pid(self.proc)
+
+
+class ContainerNode:
+    """``hive run`` as the only process (PID 1) of a labelled container on the test network."""
+
+    REST_PORT = 8888
+    CLUSTER_PORT = 7800
+
+    def __init__(self, containers: Containers, network: BridgeNetwork, folder: Path,
+                 labels: dict[str, str], environment: dict[str, str],
+                 binds: dict[str, str]) -> None:
+        self.containers = containers
+        self.network = network
+        self.folder = folder  # bound at /hive: config.xml and the node's log
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.xml").write_text(cluster_config(
+            "0.0.0.0", self.CLUSTER_PORT, "0.0.0.0", self.REST_PORT, "0.0.0.0", 1883))
+        self.labels = labels
+        self.environment = environment
+        self.binds = {str(folder): "/hive", **binds}
+        self.id = ""
+        self.starts = 0  # "Started Hive" lines expected in the log so far
+        self.address = ""
+
+    @property
+    def log_path(self) -> Path:
+        return self.folder / "hive.log"
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def start(self) -> ContainerNode:
+        # sh only redirects the log to the bound folder, then becomes hive (exec): PID 1
+        command = ["/bin/sh", "-c", f"exec {HIVE} run --config /hive/config.xml "
+                                    "--data-dir /data >>/hive/hive.log 2>&1"]
+        self.id = self.containers.run(command, self.labels, self.network.name, self.binds,
+                                      self.environment)
+        return self
+
+    def restart(self) -> None:
+        self.containers.client.start(self.id)
+
+    @property
+    def ip(self) -> str:
+        """Its IP on the test network, as of its last start (asks no daemon)."""
+        assert self.address, "not started"
+        return self.address
+
+    def running(self) -> bool:
+        return bool(self.containers.inspect(self.id)["State"]["Running"])
+
+    def wait_started(self, timeout: float = 40.0) -> None:
+        def started() -> bool:
+            state = self.containers.inspect(self.id)["State"]
+            if not state["Running"]:
+                raise AssertionError(f"the container exited ({state['ExitCode']}):\n{self.log}")
+            return len(STARTED.findall(self.log)) >= self.starts
+        self.starts += 1
+        wait_for(started, timeout, f"container {self.id[:12]} started hive", every=0.1)
+        self.address = self.containers.ip(self.id, self.network.name)
+
+    def members(self) -> list[dict[str, Any]]:
+        return list(rest_get(self.ip, self.REST_PORT, "/api/v1/cluster/nodes")["items"])
+
+    def kill9(self) -> None:
+        """kill -9 of hive (the container's PID 1, by its PID on this machine)."""
+        pid = int(self.containers.inspect(self.id)["State"]["Pid"])
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not self.running(), 20, f"container {self.id[:12]} exited")
+
+
+@contextlib.contextmanager
+def nodes_stopped(nodes: list[HostNode]) -> Iterator[list[HostNode]]:
+    try:
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()

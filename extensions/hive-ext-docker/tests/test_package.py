@@ -1,0 +1,59 @@
+"""The installed package: its entry point, `hive extensions`, the API boundary, and how a real
+node reports settings it cannot run with (and keeps running)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+from importlib.metadata import entry_points, version
+from pathlib import Path
+
+import pytest
+
+import hive_ext_docker
+from _testbed import HIVE, HostNode, free_port, loopback_prefix
+
+SOURCE = Path(hive_ext_docker.__file__).parent
+
+
+def test_installed_under_the_extensions_entry_point() -> None:
+    (entry_point,) = entry_points(group="hive.extensions", name="docker-discovery")
+    assert entry_point.load() is hive_ext_docker
+    assert version("hive-ext-docker") == hive_ext_docker.__version__
+    assert (SOURCE / "py.typed").exists()
+
+
+def test_hive_extensions_lists_it_as_active() -> None:
+    listing = subprocess.run([str(HIVE), "extensions"], capture_output=True, text=True,
+                             timeout=60, check=True).stdout
+    row = next(line.split() for line in listing.splitlines() if line.startswith("docker-discovery"))
+    assert row[1:4] == [hive_ext_docker.__version__, "yes", "hive_ext_docker"], listing
+
+
+def test_imports_the_extension_api_only() -> None:
+    for path in SOURCE.glob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.split(".")[0] == "hive_core" for n in names), f"{path}: {names}"
+
+
+@pytest.mark.parametrize(("environment", "reason"), [
+    ({}, "not configured: no .*docker-discovery.properties and no HIVE_DOCKER_DISCOVERY_"),
+    ({"HIVE_DOCKER_DISCOVERY_MODE": "engine", "HIVE_DOCKER_DISCOVERY_LABEL": "a",
+      "HIVE_DOCKER_DISCOVERY_NETWORK": "n", "HIVE_DOCKER_DISCOVERY_API_TIMEOUT": "10"},
+     r"api-timeout='10' \(\$HIVE_DOCKER_DISCOVERY_API_TIMEOUT\): seconds, more than 0 and at "
+     "most 4"),
+])
+def test_a_node_with_bad_settings_refuses_the_extension_and_runs_on(
+        tmp_path: Path, environment: dict[str, str], reason: str) -> None:
+    host = f"{loopback_prefix()}.10"
+    node = HostNode(tmp_path / "node", host, free_port(host), environment)
+    try:
+        node.start().wait_started()
+        assert node.members()[0]["this_node"]  # serving, alone
+    finally:
+        node.stop()
+    assert re.search(f"Extension docker-discovery refused to start: {reason}", node.log), node.log
