@@ -1,0 +1,554 @@
+"""The durable, rotated, append-only event log of one node (broker side).
+
+The active segment is a preallocated file mapped into memory: :meth:`EventLog.append` copies a
+record into the mapping under a lock, so once it returns the record is in the OS page cache and
+survives a kill -9 of the broker (not a power loss: see the README). A writer thread does every
+slow thing: it prepares the next (spare) segment, lands full or old segments (truncate, fsync,
+rename to the final name, fsync the folder), removes the oldest landed segments beyond the
+retention bound, and reports a full disk. ``append`` never waits for it: when no segment is
+ready the event is dropped and counted.
+
+Folder layout (``<folder>/<node id>/``):
+
+    <segment>-<first seq>-<last seq>.events    landed segments (immutable)
+    <random>.open                              the active segment and the spare
+    state.json                                 next sequence and segment numbers
+    consumed.json                              written by the Spark job: what it committed
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import mmap
+import os
+import struct
+import threading
+import time
+import uuid
+import zlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hive_ext_api import Counter, MetricsRegistry, PublishMessage
+
+from hive_ext_spark._ratelimit import RateLimitedLog
+from hive_ext_spark._segment import (
+    FIXED,
+    FRAME,
+    HAS_PROPERTIES,
+    OPEN_SUFFIX,
+    RECORD_OVERHEAD,
+    RETAIN,
+    SEGMENT_NUMBER_OFFSET,
+    SegmentError,
+    encode_header,
+    encode_properties,
+    landed_name,
+    parse_landed_name,
+    read_segment,
+)
+
+STATE_FILE = "state.json"
+CONSUMED_FILE = "consumed.json"
+
+_pack_fixed = FIXED.pack_into
+_pack_frame = FRAME.pack_into
+_pack_number = struct.Struct("<Q").pack_into
+_crc32 = zlib.crc32
+_FRAME_SIZE = FRAME.size
+
+log = logging.getLogger("hive.ext.spark")
+
+
+class _OpenSegment:
+    """A preallocated, memory-mapped segment file that records are copied into."""
+
+    __slots__ = ("capacity", "deadline", "fd", "first_seq", "header_len", "last_seq", "mm",
+                 "number", "path", "pos", "view")
+
+    def __init__(self, path: Path, fd: int, mm: mmap.mmap, header_len: int) -> None:
+        self.path = path
+        self.fd = fd
+        self.mm = mm
+        self.view = memoryview(mm)
+        self.capacity = len(mm)
+        self.header_len = header_len
+        self.pos = header_len
+        self.number = 0
+        self.first_seq = -1
+        self.last_seq = -1
+        self.deadline = float("inf")
+
+    @classmethod
+    def create(cls, folder: Path, node_id: str, capacity: int) -> _OpenSegment:
+        path = folder / f"{uuid.uuid4().hex}{OPEN_SUFFIX}"
+        header = encode_header(0, node_id, time.time_ns() // 1000)
+        capacity = max(capacity, len(header))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            # Reserve the blocks now: a full disk shows here, never as SIGBUS in append.
+            os.posix_fallocate(fd, 0, capacity)
+            mm = mmap.mmap(fd, capacity)
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        mm[: len(header)] = header
+        return cls(path, fd, mm, len(header))
+
+    @property
+    def events(self) -> int:
+        return 0 if self.first_seq < 0 else self.last_seq - self.first_seq + 1
+
+    def discard(self) -> None:
+        self.view.release()
+        self.mm.close()
+        os.close(self.fd)
+        self.path.unlink(missing_ok=True)
+
+
+@dataclass(slots=True)
+class LandedSegment:
+    number: int
+    first_seq: int
+    last_seq: int
+    path: Path
+    size: int
+
+    @property
+    def events(self) -> int:
+        return self.last_seq - self.first_seq + 1
+
+
+def fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json_atomically(path: Path, document: object) -> None:
+    """Temporary name, fsync, rename: readers see the old or the new content, never a part."""
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with temporary.open("w") as out:
+        json.dump(document, out)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, path)
+
+
+def read_json(path: Path) -> dict[str, object]:
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+class LogCounters:
+    """The node's metrics this log counts into (``spark-events.*``)."""
+
+    def __init__(self, metrics: MetricsRegistry | None) -> None:
+        def counter(name: str, description: str) -> Counter:
+            if metrics is None:
+                return _LocalCounter()
+            return metrics.counter(f"spark-events.{name}", description)
+
+        self.dropped = counter("dropped", "events not recorded: no segment to write into "
+                                          "(full disk, folder not writable)")
+        self.lost = counter("lost", "recorded events removed by retention-max-bytes before "
+                                    "the Spark job or S3 took them")
+        self.landed = counter("segments-landed", "segments closed and renamed to their final name")
+        self.removed = counter("segments-removed", "landed segments removed by retention")
+        self.write_errors = counter("write-errors", "segments that could not be created or landed")
+        self.recovered = counter("events-recovered", "events found in segments a killed node "
+                                                     "left open, landed at start")
+        self.s3_uploads = counter("s3-uploads", "segments shipped to S3")
+        self.s3_failures = counter("s3-failures", "failed attempts to ship a segment to S3")
+
+
+class _LocalCounter:
+    """A counter for a log that runs without a node (tools, tests)."""
+
+    def __init__(self) -> None:
+        self._value = 0
+
+    def inc(self, amount: int = 1) -> None:
+        self._value += amount
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+
+class EventLog:
+    """One node's event log in ``root/<node id>/``; :meth:`append` is the broker's hot path."""
+
+    def __init__(self, root: Path, node_id: str, *, segment_max_bytes: int,
+                 segment_max_age_s: float, retention_max_bytes: int,
+                 metrics: MetricsRegistry | None = None,
+                 logger: logging.Logger | None = None) -> None:
+        self.folder = root / node_id
+        self.node_id = node_id
+        self.segment_max_bytes = segment_max_bytes
+        self.segment_max_age_s = segment_max_age_s
+        self.retention_max_bytes = retention_max_bytes
+        self.log = logger or log
+        self.warn = RateLimitedLog(self.log)
+        self.counters = LogCounters(metrics)
+        self._lock = threading.Lock()
+        self._active: _OpenSegment | None = None
+        self._spare: _OpenSegment | None = None
+        self._to_land: deque[_OpenSegment] = deque()
+        self._next_seq = 1
+        self._next_segment = 1
+        self._landed: deque[LandedSegment] = deque()
+        self._landed_lock = threading.Lock()  # the writer and the S3 shipper share _landed
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._dropped_since_report = 0
+        self._last_error = ""
+        self.shipped_through = 0  # set by the S3 shipper: segments up to here are in S3
+        self.on_landed: Callable[[], None] | None = None  # the shipper's wake-up
+        self.recorded = 0  # events appended since start
+
+    # ------------------------------------------------------------------ start and stop
+
+    def open(self) -> None:
+        """Recover what a previous run left, then start the writer thread."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._recover()
+        self._prepare_spare()
+        self._activate_spare_if_idle()
+        self._thread = threading.Thread(target=self._run, name="hive-spark-events", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Land the active segment and stop the writer thread (the node is stopping)."""
+        with self._lock:
+            if self._active is not None:
+                self._to_land.append(self._active)
+                self._active = None
+            spare, self._spare = self._spare, None
+            self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        else:
+            self._land_pending()
+        if spare is not None:
+            spare.discard()
+
+    # ------------------------------------------------------------------ the hot path
+
+    def append(self, client_id: str, publish: PublishMessage) -> None:
+        """Record one PUBLISH; once this returns, the record is in the OS page cache."""
+        topic = publish.topic.encode()
+        client = client_id.encode()
+        payload = publish.payload
+        if (publish.user_properties or publish.content_type is not None
+                or publish.response_topic is not None or publish.correlation_data is not None
+                or publish.payload_format_indicator is not None
+                or publish.message_expiry_interval is not None):
+            props = encode_properties(publish.user_properties, publish.content_type,
+                                      publish.response_topic, publish.correlation_data,
+                                      publish.payload_format_indicator,
+                                      publish.message_expiry_interval)
+            flags = HAS_PROPERTIES | RETAIN if publish.retain else HAS_PROPERTIES
+        else:
+            props = b""
+            flags = RETAIN if publish.retain else 0
+        topic_len = len(topic)
+        client_len = len(client)
+        payload_len = len(payload)
+        size = RECORD_OVERHEAD + topic_len + client_len + payload_len + len(props)
+        with self._lock:
+            seg = self._active
+            if seg is None or seg.pos + size > seg.capacity:
+                seg = self._switch(size)
+                if seg is None:
+                    self.counters.dropped.inc()
+                    self._dropped_since_report += 1
+                    return
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            pos = seg.pos
+            mm = seg.mm
+            _pack_fixed(mm, pos + _FRAME_SIZE, seq, time.time_ns() // 1000, publish.qos, flags,
+                        topic_len, client_len, payload_len)
+            at = pos + RECORD_OVERHEAD
+            end = at + topic_len
+            mm[at:end] = topic
+            at, end = end, end + client_len
+            mm[at:end] = client
+            at, end = end, end + payload_len
+            mm[at:end] = payload
+            if props:
+                at, end = end, end + len(props)
+                mm[at:end] = props
+            _pack_frame(mm, pos, size - _FRAME_SIZE, _crc32(seg.view[pos + _FRAME_SIZE:end]))
+            seg.pos = end
+            if seg.first_seq < 0:
+                seg.first_seq = seq
+                seg.deadline = time.monotonic() + self.segment_max_age_s
+            seg.last_seq = seq
+            self.recorded += 1
+
+    def _switch(self, size: int) -> _OpenSegment | None:
+        """Under the lock: hand the active segment to the writer, activate one that fits."""
+        old = self._active
+        if old is not None:
+            self._to_land.append(old)
+            self._active = None
+        seg: _OpenSegment | None
+        if size > self.segment_max_bytes - 256:
+            try:  # rare: a message bigger than a segment gets a segment of its own, made here
+                seg = _OpenSegment.create(self.folder, self.node_id, size + 256)
+            except OSError as exc:
+                self._last_error = f"cannot create a segment for a {size}-byte event: {exc}"
+                seg = None
+        else:
+            seg, self._spare = self._spare, None
+        self._wake.set()
+        if seg is not None:
+            self._activate(seg)
+        return seg
+
+    def _activate(self, seg: _OpenSegment) -> None:
+        seg.number = self._next_segment
+        self._next_segment += 1
+        _pack_number(seg.mm, SEGMENT_NUMBER_OFFSET, seg.number)
+        self._active = seg
+
+    # ------------------------------------------------------------------ the writer thread
+
+    def _run(self) -> None:
+        tick = min(0.1, self.segment_max_age_s / 4)
+        while True:
+            self._wake.wait(tick)
+            self._wake.clear()
+            stopping = self._stopping
+            try:
+                if not stopping:
+                    self._prepare_spare()
+                    self._activate_spare_if_idle()
+                    self._rotate_by_age()
+                self._land_pending()
+                self._apply_retention()
+                self._report_drops()
+            except Exception:  # the thread must outlive any surprise; the next tick retries
+                self.counters.write_errors.inc()
+                self.log.exception("spark-events: the writer thread failed; retrying")
+                time.sleep(tick)
+            if stopping:
+                return
+
+    def _prepare_spare(self) -> None:
+        if self._spare is not None:
+            return
+        try:
+            seg = _OpenSegment.create(self.folder, self.node_id, self.segment_max_bytes)
+        except OSError as exc:
+            self.counters.write_errors.inc()
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            self._last_error = ("the disk is full" if full else "cannot create a segment") + \
+                f" in {self.folder}: {exc}"
+            self.warn.warning("spark-events: " + ("disk full" if full else "create"),
+                              "spark-events: %s; events are dropped until a segment can be "
+                              "made", self._last_error)
+            return
+        with self._lock:
+            if self._stopping:
+                spare, seg = seg, None
+            else:
+                self._spare, spare = seg, None
+        if spare is not None:
+            spare.discard()
+
+    def _activate_spare_if_idle(self) -> None:
+        with self._lock:
+            if self._active is None and self._spare is not None and not self._stopping:
+                seg, self._spare = self._spare, None
+                self._activate(seg)
+        if self._spare is None:
+            self._prepare_spare()
+
+    def _rotate_by_age(self) -> None:
+        with self._lock:
+            seg = self._active
+            if (seg is None or seg.first_seq < 0 or time.monotonic() < seg.deadline
+                    or self._spare is None):
+                return
+            self._to_land.append(seg)
+            spare, self._spare = self._spare, None
+            self._activate(spare)
+        self._prepare_spare()
+
+    def _land_pending(self) -> None:
+        while True:
+            with self._lock:
+                if not self._to_land:
+                    return
+                seg = self._to_land[0]
+            try:
+                self._land(seg)
+            except OSError as exc:
+                self.counters.write_errors.inc()
+                self.warn.warning("spark-events: land", "spark-events: cannot land segment %d "
+                                  "(%s): %s; retrying", seg.number, seg.path, exc)
+                return
+            with self._lock:
+                self._to_land.popleft()
+
+    def _land(self, seg: _OpenSegment) -> None:
+        if seg.first_seq < 0:
+            seg.discard()
+            return
+        used = seg.pos
+        if not seg.mm.closed:
+            seg.view.release()
+            seg.mm.close()
+        os.ftruncate(seg.fd, used)
+        os.fsync(seg.fd)
+        final = self.folder / landed_name(seg.number, seg.first_seq, seg.last_seq)
+        os.rename(seg.path, final)
+        fsync_folder(self.folder)
+        os.close(seg.fd)
+        self._save_state()
+        with self._landed_lock:
+            self._landed.append(LandedSegment(seg.number, seg.first_seq, seg.last_seq, final,
+                                              used))
+        self.counters.landed.inc()
+        if self.on_landed is not None:
+            self.on_landed()
+
+    def _save_state(self) -> None:
+        with self._lock:
+            state = {"next_sequence": self._next_seq, "next_segment": self._next_segment}
+        write_json_atomically(self.folder / STATE_FILE, state)
+
+    def _report_drops(self) -> None:
+        dropped, self._dropped_since_report = self._dropped_since_report, 0
+        if dropped:
+            self.warn.warning("spark-events: dropped", "spark-events: %d events dropped: %s",
+                              dropped, self._last_error or "no segment was ready")
+
+    # ------------------------------------------------------------------ retention
+
+    def consumed_through(self) -> int:
+        """The highest segment number the pipeline has taken (S3, or the Spark job's marker)."""
+        marker = read_json(self.folder / CONSUMED_FILE).get("segment", 0)
+        job = marker if isinstance(marker, int) else 0
+        return max(job, self.shipped_through)
+
+    def landed(self) -> list[LandedSegment]:
+        with self._landed_lock:
+            return list(self._landed)
+
+    def forget(self, segment: LandedSegment) -> None:
+        """The shipper removed a segment's local file (shipped, and kept only in S3)."""
+        with self._landed_lock:
+            if segment in self._landed:
+                self._landed.remove(segment)
+
+    def backlog_bytes(self) -> int:
+        consumed = self.consumed_through()
+        with self._landed_lock:
+            return sum(s.size for s in self._landed if s.number > consumed)
+
+    def _apply_retention(self) -> None:
+        with self._landed_lock:
+            total = sum(s.size for s in self._landed)
+            if total <= self.retention_max_bytes:
+                return
+            removed: list[LandedSegment] = []
+            while self._landed and total > self.retention_max_bytes:
+                oldest = self._landed.popleft()
+                total -= oldest.size
+                removed.append(oldest)
+        consumed = self.consumed_through()
+        for segment in removed:
+            segment.path.unlink(missing_ok=True)
+            self.counters.removed.inc()
+            if segment.number > consumed:
+                self.counters.lost.inc(segment.events)
+                self.warn.warning(
+                    "spark-events: lost", "spark-events: retention-max-bytes (%d) reached with "
+                    "segment %d not yet taken by the Spark job or S3: its %d events are removed "
+                    "(is the pipeline stopped?)", self.retention_max_bytes, segment.number,
+                    segment.events)
+
+    # ------------------------------------------------------------------ recovery
+
+    def _recover(self) -> None:
+        """Land what a killed run left open (complete records only); continue the numbers."""
+        state = read_json(self.folder / STATE_FILE)
+        next_seq = state.get("next_sequence", 1)
+        next_segment = state.get("next_segment", 1)
+        next_seq = next_seq if isinstance(next_seq, int) else 1
+        next_segment = next_segment if isinstance(next_segment, int) else 1
+        for stale in self.folder.glob(".*.tmp"):
+            stale.unlink(missing_ok=True)
+        left_open: list[tuple[int, Path]] = []
+        for path in self.folder.glob(f"*{OPEN_SUFFIX}"):
+            try:
+                data = path.read_bytes()
+                segment = read_segment(data)
+            except (OSError, SegmentError) as exc:
+                self.counters.write_errors.inc()
+                self.log.warning("spark-events: %s is not a readable segment (%s); set aside as "
+                                 "%s.bad", path, exc, path.name)
+                path.rename(path.with_name(path.name + ".bad"))
+                continue
+            if segment.header.segment == 0 or not segment.events:
+                path.unlink()  # a spare, or a segment that never got a record
+                continue
+            left_open.append((segment.header.segment, path))
+        for number, path in sorted(left_open):
+            data = path.read_bytes()
+            segment = read_segment(data)
+            first, last = segment.events[0].sequence, segment.events[-1].sequence
+            with path.open("r+b") as out:
+                out.truncate(segment.end)
+                out.flush()
+                os.fsync(out.fileno())
+            path.rename(self.folder / landed_name(number, first, last))
+            self.counters.recovered.inc(len(segment.events))
+            self.log.info("spark-events: landed segment %d that the previous run left open "
+                          "(%d complete events)", number, len(segment.events))
+        if left_open:
+            fsync_folder(self.folder)
+        landed = []
+        for path in self.folder.iterdir():
+            parsed = parse_landed_name(path.name)
+            if parsed is not None:
+                number, first, last = parsed
+                landed.append(LandedSegment(number, first, last, path, path.stat().st_size))
+        landed.sort(key=lambda s: s.number)
+        if landed:
+            next_seq = max(next_seq, landed[-1].last_seq + 1)
+            next_segment = max(next_segment, landed[-1].number + 1)
+        self._landed = deque(landed)
+        self._next_seq, self._next_segment = next_seq, next_segment
+        self._save_state()
+
+    # ------------------------------------------------------------------ for tests and tools
+
+    @property
+    def next_sequence(self) -> int:
+        return self._next_seq
+
+    def rotate(self) -> None:
+        """Land the active segment now (the writer thread does it within a tick)."""
+        with self._lock:
+            seg = self._active
+            if seg is None or seg.first_seq < 0:
+                return
+            seg.deadline = 0.0
+        self._wake.set()
