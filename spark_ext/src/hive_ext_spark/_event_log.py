@@ -19,7 +19,6 @@ Folder layout (``<folder>/<node id>/``):
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import mmap
 import os
@@ -35,6 +34,13 @@ from pathlib import Path
 
 from hive_ext_api import Counter, MetricsRegistry, PublishMessage
 
+from hive_ext_spark._files import (
+    CONSUMED_FILE,
+    STATE_FILE,
+    fsync_folder,
+    read_json,
+    write_json_atomically,
+)
 from hive_ext_spark._ratelimit import RateLimitedLog
 from hive_ext_spark._segment import (
     FIXED,
@@ -51,9 +57,6 @@ from hive_ext_spark._segment import (
     parse_landed_name,
     read_segment,
 )
-
-STATE_FILE = "state.json"
-CONSUMED_FILE = "consumed.json"
 
 _pack_fixed = FIXED.pack_into
 _pack_frame = FRAME.pack_into
@@ -122,32 +125,6 @@ class LandedSegment:
     @property
     def events(self) -> int:
         return self.last_seq - self.first_seq + 1
-
-
-def fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_json_atomically(path: Path, document: object) -> None:
-    """Temporary name, fsync, rename: readers see the old or the new content, never a part."""
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with temporary.open("w") as out:
-        json.dump(document, out)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temporary, path)
-
-
-def read_json(path: Path) -> dict[str, object]:
-    try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return document if isinstance(document, dict) else {}
 
 
 class LogCounters:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from hive_ext_spark._event_log import EventLog, read_json, write_json_atomically
+from hive_ext_spark._event_log import EventLog
+from hive_ext_spark._files import read_json, write_json_atomically
 from hive_ext_spark._settings import S3Settings
 
 SHIPPED_FILE = "s3-shipped.json"
