@@ -191,6 +191,7 @@ class EventLog:
         self._thread: threading.Thread | None = None
         self._dropped_since_report = 0
         self._last_error = ""
+        self._retry_create_at = 0.0  # append may make a segment itself, not before this
         self.shipped_through = 0  # set by the S3 shipper: segments up to here are in S3
         self.on_landed: Callable[[], None] | None = None  # the shipper's wake-up
         self.recorded = 0  # events appended since start
@@ -285,17 +286,29 @@ class EventLog:
             self._active = None
         seg: _OpenSegment | None
         if size > self.segment_max_bytes - 256:
-            try:  # rare: a message bigger than a segment gets a segment of its own, made here
-                seg = _OpenSegment.create(self.folder, self.node_id, size + 256)
-            except OSError as exc:
-                self._last_error = f"cannot create a segment for a {size}-byte event: {exc}"
-                seg = None
+            # rare: a message bigger than a segment gets a segment of its own, made here
+            seg = self._create_now(size + 256)
         else:
             seg, self._spare = self._spare, None
+            if seg is None:
+                # The writer has not made the spare yet (a burst): make one here, which costs a
+                # file creation; after a failure, only once a second (a full disk fails fast).
+                seg = self._create_now(self.segment_max_bytes)
         self._wake.set()
         if seg is not None:
             self._activate(seg)
         return seg
+
+    def _create_now(self, capacity: int) -> _OpenSegment | None:
+        now = time.monotonic()
+        if now < self._retry_create_at:
+            return None
+        try:
+            return _OpenSegment.create(self.folder, self.node_id, capacity)
+        except OSError as exc:
+            self._retry_create_at = now + 1.0
+            self._last_error = f"cannot create a segment in {self.folder}: {exc}"
+            return None
 
     def _activate(self, seg: _OpenSegment) -> None:
         seg.number = self._next_segment
