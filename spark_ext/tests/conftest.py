@@ -18,6 +18,10 @@ from _procs import HiveNode  # noqa: E402
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+# moto's S3 takes any key; set before Spark starts, so its Python workers inherit them.
+for _key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+    os.environ[_key] = "testing"
+os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
 
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
               "spark.driver.memory": "1g", "spark.sql.session.timeZone": "UTC"}
@@ -72,15 +76,12 @@ def s3_server() -> Iterator[str]:
 
 
 @pytest.fixture
-def s3(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def s3(s3_server: str) -> Iterator[Any]:
     """A boto3 client on a fresh moto state with the bucket ``events``."""
     import urllib.request
 
     import boto3
 
-    for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                       ("AWS_DEFAULT_REGION", "us-east-1")):
-        monkeypatch.setenv(key, value)
     urllib.request.urlopen(urllib.request.Request(f"{s3_server}/moto-api/reset", method="POST"),
                            timeout=5).close()
     client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
