@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _procs import HiveNode  # noqa: E402
+from _procs import HiveNode
 
 # What TESTBED.md says PySpark needs here: this Python for workers, loopback, no UI.
 os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -35,8 +35,8 @@ def spark_conf_args(tmp: Path) -> list[str]:
 
 
 @pytest.fixture
-def hive_node(tmp_path: Path) -> Iterator[Callable[..., HiveNode]]:
-    """``hive_node(properties="...", body="...", start=True)``: a node, stopped at the end."""
+def hive_run(tmp_path: Path) -> Iterator[Callable[..., HiveNode]]:
+    """``hive_run(properties="...", body="...", start=True)``: a node, stopped at the end."""
     nodes: list[HiveNode] = []
 
     def make(properties: str = "", body: str = "", start: bool = True,

@@ -21,9 +21,9 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
+
 from _procs import HiveNode, cluster_body, free_port, kill_tree, wait_for
 from conftest import spark_conf_args
-
 from hive_ext_spark import read_segment
 
 pytestmark = pytest.mark.timeout(420)

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _procs import wait_for
 from hive_ext_api import PublishMessage
 
+from _procs import wait_for
 from hive_ext_spark import EventLog, read_segment
 from hive_ext_spark._files import write_json_atomically
 from hive_ext_spark._segment import Event, parse_landed_name

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from _procs import HiveNode, wait_for
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from _procs import HiveNode, wait_for
 from hive_ext_spark import read_segment
 from hive_ext_spark._segment import Event
 
@@ -41,8 +41,8 @@ def client(node: HiveNode, client_id: str, version: int = mqtt.MQTTv5,
 
 
 def test_every_inbound_publish_is_recorded_with_its_properties(
-        hive_node: Callable[..., HiveNode]) -> None:
-    node = hive_node(FAST)
+        hive_run: Callable[..., HiveNode]) -> None:
+    node = hive_run(FAST)
     node.wait_for_log(r"spark-events: recording every inbound PUBLISH of node \w+")
     v5 = client(node, "meter-7")
     v311 = client(node, "legacy-1", mqtt.MQTTv311)
@@ -82,9 +82,9 @@ def test_every_inbound_publish_is_recorded_with_its_properties(
 
 
 def test_no_acknowledged_publish_is_lost_to_kill_9_and_numbers_continue(
-        hive_node: Callable[..., HiveNode]) -> None:
+        hive_run: Callable[..., HiveNode]) -> None:
     """A QoS 1 publisher runs flat out; the node is killed; every PUBACKed message is there."""
-    node = hive_node("segment-max-age = 60s\nsegment-max-bytes = 256KiB\n")
+    node = hive_run("segment-max-age = 60s\nsegment-max-bytes = 256KiB\n")
     acked: set[int] = set()
     publisher = client(node, "flat-out", mqtt.MQTTv311)
     lock = threading.Lock()
@@ -141,16 +141,16 @@ def test_no_acknowledged_publish_is_lost_to_kill_9_and_numbers_continue(
 
 
 def test_a_wrong_setting_refuses_the_extension_and_names_it(
-        hive_node: Callable[..., HiveNode]) -> None:
-    node = hive_node("segment-max-age = soon\n")
+        hive_run: Callable[..., HiveNode]) -> None:
+    node = hive_run("segment-max-age = soon\n")
     node.wait_for_log(r"segment-max-age = 'soon' is not a duration")
     node.wait_for_log(r"Started Hive")  # the node itself serves on
     assert not (node.events_root).exists()
 
 
-def test_an_unwritable_folder_refuses_the_extension(hive_node: Callable[..., HiveNode],
+def test_an_unwritable_folder_refuses_the_extension(hive_run: Callable[..., HiveNode],
                                                     tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    node = hive_node(f"folder = {blocker}/events\n")
+    node = hive_run(f"folder = {blocker}/events\n")
     node.wait_for_log(r"folder .*a-file/events")

@@ -8,8 +8,8 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
-from _procs import HiveNode, free_port, wait_for
 
+from _procs import HiveNode, free_port, wait_for
 from hive_ext_spark import read_segment
 
 pytestmark = pytest.mark.timeout(120)
@@ -45,8 +45,8 @@ def shipped(s3: Any, node_id: str) -> dict[str, list[int]]:
 
 
 def test_segments_are_shipped_in_order_and_removed_locally(
-        hive_node: Callable[..., HiveNode], s3: Any, s3_server: str) -> None:
-    node = hive_node(s3_properties(s3_server))
+        hive_run: Callable[..., HiveNode], s3: Any, s3_server: str) -> None:
+    node = hive_run(s3_properties(s3_server))
     node.wait_for_log(r"shipped to s3://events/plant-a/")
     publish(node, "a", 200)
     wait_for(lambda: shipped(s3, node.node_id).get("a") == list(range(200)), 15,
@@ -58,7 +58,7 @@ def test_segments_are_shipped_in_order_and_removed_locally(
 
 
 def test_an_outage_is_logged_and_retried_while_the_node_serves(
-        hive_node: Callable[..., HiveNode]) -> None:
+        hive_run: Callable[..., HiveNode]) -> None:
     from moto.server import ThreadedMotoServer
 
     port = free_port()
@@ -69,7 +69,7 @@ def test_an_outage_is_logged_and_retried_while_the_node_serves(
 
     s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
     s3.create_bucket(Bucket="events")
-    node = hive_node(s3_properties(endpoint, **{"s3-keep-local": "true"}))
+    node = hive_run(s3_properties(endpoint, **{"s3-keep-local": "true"}))
     try:
         publish(node, "before", 10)
         wait_for(lambda: shipped(s3, node.node_id).get("before") == list(range(10)), 15,

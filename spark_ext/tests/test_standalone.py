@@ -15,10 +15,10 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
-from _procs import HiveNode, free_port, kill_tree, wait_for
-from conftest import spark_conf_args
 
 import hive_ext_spark.stream
+from _procs import HiveNode, free_port, kill_tree, wait_for
+from conftest import spark_conf_args
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -84,9 +84,9 @@ def standalone(tmp_path: Path) -> Iterator[str]:
 
 
 def test_spark_submit_to_a_standalone_cluster(standalone: str, tmp_path: Path, spark: Any,
-                                              hive_node: Any) -> None:
+                                              hive_run: Any) -> None:
     shared = tmp_path / "shared"
-    node: HiveNode = hive_node(f"folder = {shared / 'events'}\nsegment-max-age = 200ms\n")
+    node: HiveNode = hive_run(f"folder = {shared / 'events'}\nsegment-max-age = 200ms\n")
     publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="line-1")
     publisher.connect("127.0.0.1", node.port)
     publisher.loop_start()

@@ -354,12 +354,11 @@ class EventLog:
                               "made", self._last_error)
             return
         with self._lock:
-            if self._stopping:
-                spare, seg = seg, None
-            else:
-                self._spare, spare = seg, None
-        if spare is not None:
-            spare.discard()
+            stopping = self._stopping
+            if not stopping:
+                self._spare = seg
+        if stopping:
+            seg.discard()
 
     def _activate_spare_if_idle(self) -> None:
         with self._lock:

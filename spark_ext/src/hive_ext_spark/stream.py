@@ -26,7 +26,7 @@ require("pyspark", "the Spark job")
 
 from pyspark.sql import Column, DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
-from pyspark.sql.streaming import StreamingQuery  # noqa: E402
+from pyspark.sql.streaming.query import StreamingQuery  # noqa: E402
 
 from hive_ext_spark._inputs import input_spec  # noqa: E402
 from hive_ext_spark._source import SOURCE_NAME, HiveEventsDataSource  # noqa: E402
