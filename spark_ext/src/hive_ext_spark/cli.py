@@ -30,13 +30,14 @@ def _dump(paths: Sequence[str]) -> int:
             print(f"hive-spark dump: {path}: {exc}", file=sys.stderr)
             return 1
         for event in segment.events:
-            row = {"node_id": segment.header.node_id, "segment": segment.header.segment,
+            row: dict[str, object] = {"node_id": segment.header.node_id, "segment": segment.header.segment,
                    "sequence": event.sequence, "timestamp_us": event.timestamp_us,
                    "topic": event.topic, "qos": event.qos, "retain": event.retain,
-                   "client_id": event.client_id,
-                   "payload": event.payload.decode(errors="replace")
-                   if event.payload.isascii() else base64.b64encode(event.payload).decode(),
-                   "user_properties": event.user_properties}
+                   "client_id": event.client_id, "user_properties": event.user_properties}
+            try:
+                row["payload"] = event.payload.decode()
+            except UnicodeDecodeError:
+                row["payload_base64"] = base64.b64encode(event.payload).decode()
             print(json.dumps(row))
     return 0
 
