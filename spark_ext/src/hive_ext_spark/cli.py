@@ -30,7 +30,8 @@ def _dump(paths: Sequence[str]) -> int:
             print(f"hive-spark dump: {path}: {exc}", file=sys.stderr)
             return 1
         for event in segment.events:
-            row: dict[str, object] = {"node_id": segment.header.node_id, "segment": segment.header.segment,
+            row: dict[str, object] = {
+                   "node_id": segment.header.node_id, "segment": segment.header.segment,
                    "sequence": event.sequence, "timestamp_us": event.timestamp_us,
                    "topic": event.topic, "qos": event.qos, "retain": event.retain,
                    "client_id": event.client_id, "user_properties": event.user_properties}
