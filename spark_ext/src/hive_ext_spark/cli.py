@@ -31,10 +31,10 @@ def _dump(paths: Sequence[str]) -> int:
             return 1
         for event in segment.events:
             row: dict[str, object] = {
-                   "node_id": segment.header.node_id, "segment": segment.header.segment,
-                   "sequence": event.sequence, "timestamp_us": event.timestamp_us,
-                   "topic": event.topic, "qos": event.qos, "retain": event.retain,
-                   "client_id": event.client_id, "user_properties": event.user_properties}
+                "node_id": segment.header.node_id, "segment": segment.header.segment,
+                "sequence": event.sequence, "timestamp_us": event.timestamp_us,
+                "topic": event.topic, "qos": event.qos, "retain": event.retain,
+                "client_id": event.client_id, "user_properties": event.user_properties}
             try:
                 row["payload"] = event.payload.decode()
             except UnicodeDecodeError:
