@@ -52,6 +52,12 @@ def landed_events(folder: Path) -> list[Event]:
     return events
 
 
+def landed_through(event_log: EventLog, sequence: int) -> bool:
+    """Whether the segment holding ``sequence`` has landed."""
+    return any(parse_landed_name(p.name)[2] >= sequence  # type: ignore[index]
+               for p in event_log.folder.glob("*.events"))
+
+
 def publish(n: int, size: int = 100) -> PublishMessage:
     return PublishMessage(f"devices/d{n % 7}/value", str(n).encode().ljust(size, b"."), 1)
 
@@ -115,7 +121,8 @@ def test_retention_removes_the_oldest_and_counts_what_the_pipeline_lost(
         for n in range(2000):  # about 300 KiB
             event_log.append("c", publish(n))
         event_log.rotate()
-        wait_for(lambda: event_log.counters.removed.value > 0, 5.0, "retention")
+        wait_for(lambda: event_log.counters.removed.value > 0 and landed_through(event_log, 2000),
+                 5.0, "retention, and everything landed")
         kept = sum(p.stat().st_size for p in event_log.folder.glob("*.events"))
         assert kept <= 192 * KIB
         events = landed_events(event_log.folder)
@@ -132,7 +139,8 @@ def test_retention_removes_the_oldest_and_counts_what_the_pipeline_lost(
         for n in range(2000):
             event_log.append("c", publish(n))
         event_log.rotate()
-        wait_for(lambda: event_log.counters.removed.value > removed, 5.0, "retention")
+        wait_for(lambda: event_log.counters.removed.value > removed
+                 and landed_through(event_log, 4000), 5.0, "retention, and everything landed")
         assert event_log.counters.lost.value == lost
     finally:
         event_log.close()
