@@ -284,6 +284,8 @@ class EventLog:
         if old is not None:
             self._to_land.append(old)
             self._active = None
+        if self._stopping:
+            return None
         seg: _OpenSegment | None
         if size > self.segment_max_bytes - 256:
             # rare: a message bigger than a segment gets a segment of its own, made here
@@ -406,7 +408,8 @@ class EventLog:
         os.ftruncate(seg.fd, used)
         os.fsync(seg.fd)
         final = self.folder / landed_name(seg.number, seg.first_seq, seg.last_seq)
-        os.rename(seg.path, final)
+        if not final.exists():  # a retry after the folder's fsync failed: renamed already
+            os.rename(seg.path, final)
         fsync_folder(self.folder)
         os.close(seg.fd)
         self._save_state()

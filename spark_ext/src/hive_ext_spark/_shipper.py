@@ -38,7 +38,7 @@ class S3Shipper:
         self._thread = threading.Thread(target=self._run, name="hive-spark-s3", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
         """Ship what is landed (within ``timeout``), then stop; the rest goes at the next start."""
         self._stop.set()
         self._wake.set()

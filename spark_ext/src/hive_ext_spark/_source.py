@@ -38,7 +38,7 @@ try:  # pyspark 4.2 and later: Trigger.AvailableNow stops at the data landed whe
 except ImportError:  # pyspark 4.0 and 4.1 run availableNow as one batch
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
-from hive_ext_spark._inputs import SegmentRef, open_input  # noqa: E402
+from hive_ext_spark._inputs import SegmentInput, SegmentRef, open_input  # noqa: E402
 from hive_ext_spark._segment import Event, read_segment  # noqa: E402
 
 log = logging.getLogger("hive_ext_spark")
@@ -123,11 +123,21 @@ class _Inputs:
             raise ValueError("the hive_events source needs the option 'inputs'")
         self.specs: list[dict[str, Any]] = json.loads(text)
         self.partition_bytes = int(options.get("max-partition-bytes", DEFAULT_PARTITION_BYTES))
+        self._opened: list[SegmentInput] = []  # on the driver: one client per input, kept
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles readers to its workers; clients (boto3) do not pickle: open them there.
+        return {**self.__dict__, "_opened": []}
+
+    def opened(self) -> list[tuple[dict[str, Any], SegmentInput]]:
+        if not self._opened:
+            self._opened = [open_input(spec) for spec in self.specs]
+        return list(zip(self.specs, self._opened, strict=True))
 
     def listing(self) -> dict[str, list[tuple[SegmentRef, dict[str, Any]]]]:
         by_node: dict[str, dict[int, tuple[SegmentRef, dict[str, Any]]]] = {}
-        for spec in self.specs:
-            for ref in open_input(spec).list_segments():
+        for spec, source in self.opened():
+            for ref in source.list_segments():
                 by_node.setdefault(ref.node_id, {}).setdefault(ref.number, (ref, spec))
         return {node: [found[n] for n in sorted(found)] for node, found in by_node.items()}
 
@@ -205,8 +215,7 @@ class HiveEventsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def commit(self, end: dict[str, Any]) -> None:
         """Tell folder inputs' nodes what is taken, so their retention knows what it may drop."""
-        for spec in self.inputs.specs:
-            source = open_input(spec)
+        for _, source in self.inputs.opened():
             for node_id, upto in end["nodes"].items():
                 source.mark_consumed(node_id, upto["segment"])
 
