@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hive_ext_spark import queries
+from hive_ext_spark import cli, queries
 from hive_ext_spark._inputs import input_spec
 from hive_ext_spark._segment import Event, encode_header, encode_record, landed_name
 from hive_ext_spark.stream import start
@@ -125,7 +126,8 @@ def test_a_segment_removed_before_the_job_took_it_is_skipped(spark: Any,
     assert [r.sequence for r in rows(spark, out)] == [1, 3]
 
 
-def test_example_queries(spark: Any, tmp_path: Path) -> None:
+def test_example_queries(spark: Any, tmp_path: Path,
+                         capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "events"
     land(root, "node-a", 1, [
         ev(1, 0, "meters/1", b"10", client="meter-1"),
@@ -145,6 +147,12 @@ def test_example_queries(spark: Any, tmp_path: Path) -> None:
     latest = [(r.device, r.topic, r.value)
               for r in spark.sql(queries.LATEST_VALUE_PER_DEVICE).collect()]
     assert latest == [("meter-1", "meters/1", "12"), ("meter-2", "meters/2", "21")]
+
+    # The same from the command line (in this process, so in this session).
+    assert cli.main(["query", "latest", "--parquet", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert re.search(r"\|meter-1\|meters/1\|12 +\|2026-03-01 23:59:05\|", shown), shown
+    assert re.search(r"\|meter-2\|meters/2\|21 +\|2026-03-01 23:59:10\|", shown), shown
 
 
 def test_the_job_reads_an_s3_prefix_and_a_folder_once_each(spark: Any, tmp_path: Path,
