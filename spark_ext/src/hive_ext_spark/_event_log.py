@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import errno
 import logging
-import mmap
 import os
 import struct
 import threading
 import time
-import uuid
 import zlib
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from hive_ext_api import Counter, MetricsRegistry, PublishMessage
+from hive_ext_api import MetricsRegistry, PublishMessage
 
+from hive_ext_spark._counters import LogCounters
 from hive_ext_spark._files import (
     CONSUMED_FILE,
     STATE_FILE,
@@ -42,21 +40,18 @@ from hive_ext_spark._files import (
     write_json_atomically,
 )
 from hive_ext_spark._ratelimit import RateLimitedLog
+from hive_ext_spark._recovery import recover
 from hive_ext_spark._segment import (
     FIXED,
     FRAME,
     HAS_PROPERTIES,
-    OPEN_SUFFIX,
     RECORD_OVERHEAD,
     RETAIN,
     SEGMENT_NUMBER_OFFSET,
-    SegmentError,
-    encode_header,
     encode_properties,
     landed_name,
-    parse_landed_name,
-    read_segment,
 )
+from hive_ext_spark._segment_files import LandedSegment, OpenSegment
 
 _pack_fixed = FIXED.pack_into
 _pack_frame = FRAME.pack_into
@@ -65,102 +60,6 @@ _crc32 = zlib.crc32
 _FRAME_SIZE = FRAME.size
 
 log = logging.getLogger("hive.ext.spark")
-
-
-class _OpenSegment:
-    """A preallocated, memory-mapped segment file that records are copied into."""
-
-    __slots__ = ("capacity", "deadline", "fd", "first_seq", "header_len", "last_seq", "mm",
-                 "number", "path", "pos", "view")
-
-    def __init__(self, path: Path, fd: int, mm: mmap.mmap, header_len: int) -> None:
-        self.path = path
-        self.fd = fd
-        self.mm = mm
-        self.view = memoryview(mm)
-        self.capacity = len(mm)
-        self.header_len = header_len
-        self.pos = header_len
-        self.number = 0
-        self.first_seq = -1
-        self.last_seq = -1
-        self.deadline = float("inf")
-
-    @classmethod
-    def create(cls, folder: Path, node_id: str, capacity: int) -> _OpenSegment:
-        path = folder / f"{uuid.uuid4().hex}{OPEN_SUFFIX}"
-        header = encode_header(0, node_id, time.time_ns() // 1000)
-        capacity = max(capacity, len(header))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            # Reserve the blocks now: a full disk shows here, never as SIGBUS in append.
-            os.posix_fallocate(fd, 0, capacity)
-            mm = mmap.mmap(fd, capacity)
-        except BaseException:
-            os.close(fd)
-            path.unlink(missing_ok=True)
-            raise
-        mm[: len(header)] = header
-        return cls(path, fd, mm, len(header))
-
-    @property
-    def events(self) -> int:
-        return 0 if self.first_seq < 0 else self.last_seq - self.first_seq + 1
-
-    def discard(self) -> None:
-        self.view.release()
-        self.mm.close()
-        os.close(self.fd)
-        self.path.unlink(missing_ok=True)
-
-
-@dataclass(slots=True)
-class LandedSegment:
-    number: int
-    first_seq: int
-    last_seq: int
-    path: Path
-    size: int
-
-    @property
-    def events(self) -> int:
-        return self.last_seq - self.first_seq + 1
-
-
-class LogCounters:
-    """The node's metrics this log counts into (``spark-events.*``)."""
-
-    def __init__(self, metrics: MetricsRegistry | None) -> None:
-        def counter(name: str, description: str) -> Counter:
-            if metrics is None:
-                return _LocalCounter()
-            return metrics.counter(f"spark-events.{name}", description)
-
-        self.dropped = counter("dropped", "events not recorded: no segment to write into "
-                                          "(full disk, folder not writable)")
-        self.lost = counter("lost", "recorded events removed by retention-max-bytes before "
-                                    "the Spark job or S3 took them")
-        self.landed = counter("segments-landed", "segments closed and renamed to their final name")
-        self.removed = counter("segments-removed", "landed segments removed by retention")
-        self.write_errors = counter("write-errors", "segments that could not be created or landed")
-        self.recovered = counter("events-recovered", "events found in segments a killed node "
-                                                     "left open, landed at start")
-        self.s3_uploads = counter("s3-uploads", "segments shipped to S3")
-        self.s3_failures = counter("s3-failures", "failed attempts to ship a segment to S3")
-
-
-class _LocalCounter:
-    """A counter for a log that runs without a node (tools, tests)."""
-
-    def __init__(self) -> None:
-        self._value = 0
-
-    def inc(self, amount: int = 1) -> None:
-        self._value += amount
-
-    @property
-    def value(self) -> int:
-        return self._value
 
 
 class EventLog:
@@ -179,9 +78,9 @@ class EventLog:
         self.warn = RateLimitedLog(self.log)
         self.counters = LogCounters(metrics)
         self._lock = threading.Lock()
-        self._active: _OpenSegment | None = None
-        self._spare: _OpenSegment | None = None
-        self._to_land: deque[_OpenSegment] = deque()
+        self._active: OpenSegment | None = None
+        self._spare: OpenSegment | None = None
+        self._to_land: deque[OpenSegment] = deque()
         self._next_seq = 1
         self._next_segment = 1
         self._landed: deque[LandedSegment] = deque()
@@ -201,7 +100,11 @@ class EventLog:
     def open(self) -> None:
         """Recover what a previous run left, then start the writer thread."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._recover()
+        recovered = recover(self.folder, self.counters, self.log)
+        self._landed = deque(recovered.landed)
+        self._next_seq = recovered.next_sequence
+        self._next_segment = recovered.next_segment
+        self._save_state()
         self._prepare_spare()
         self._activate_spare_if_idle()
         self._thread = threading.Thread(target=self._run, name="hive-spark-events", daemon=True)
@@ -278,7 +181,7 @@ class EventLog:
             seg.last_seq = seq
             self.recorded += 1
 
-    def _switch(self, size: int) -> _OpenSegment | None:
+    def _switch(self, size: int) -> OpenSegment | None:
         """Under the lock: hand the active segment to the writer, activate one that fits."""
         old = self._active
         if old is not None:
@@ -286,7 +189,7 @@ class EventLog:
             self._active = None
         if self._stopping:
             return None
-        seg: _OpenSegment | None
+        seg: OpenSegment | None
         if size > self.segment_max_bytes - 256:
             # rare: a message bigger than a segment gets a segment of its own, made here
             seg = self._create_now(size + 256)
@@ -301,18 +204,18 @@ class EventLog:
             self._activate(seg)
         return seg
 
-    def _create_now(self, capacity: int) -> _OpenSegment | None:
+    def _create_now(self, capacity: int) -> OpenSegment | None:
         now = time.monotonic()
         if now < self._retry_create_at:
             return None
         try:
-            return _OpenSegment.create(self.folder, self.node_id, capacity)
+            return OpenSegment.create(self.folder, self.node_id, capacity)
         except OSError as exc:
             self._retry_create_at = now + 1.0
             self._last_error = f"cannot create a segment in {self.folder}: {exc}"
             return None
 
-    def _activate(self, seg: _OpenSegment) -> None:
+    def _activate(self, seg: OpenSegment) -> None:
         seg.number = self._next_segment
         self._next_segment += 1
         _pack_number(seg.mm, SEGMENT_NUMBER_OFFSET, seg.number)
@@ -345,7 +248,7 @@ class EventLog:
         if self._spare is not None:
             return
         try:
-            seg = _OpenSegment.create(self.folder, self.node_id, self.segment_max_bytes)
+            seg = OpenSegment.create(self.folder, self.node_id, self.segment_max_bytes)
         except OSError as exc:
             self.counters.write_errors.inc()
             full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
@@ -397,7 +300,7 @@ class EventLog:
             with self._lock:
                 self._to_land.popleft()
 
-    def _land(self, seg: _OpenSegment) -> None:
+    def _land(self, seg: OpenSegment) -> None:
         if seg.first_seq < 0:
             seg.discard()
             return
@@ -475,60 +378,6 @@ class EventLog:
                     "segment %d not yet taken by the Spark job or S3: its %d events are removed "
                     "(is the pipeline stopped?)", self.retention_max_bytes, segment.number,
                     segment.events)
-
-    # ------------------------------------------------------------------ recovery
-
-    def _recover(self) -> None:
-        """Land what a killed run left open (complete records only); continue the numbers."""
-        state = read_json(self.folder / STATE_FILE)
-        next_seq = state.get("next_sequence", 1)
-        next_segment = state.get("next_segment", 1)
-        next_seq = next_seq if isinstance(next_seq, int) else 1
-        next_segment = next_segment if isinstance(next_segment, int) else 1
-        for stale in self.folder.glob(".*.tmp"):
-            stale.unlink(missing_ok=True)
-        left_open: list[tuple[int, Path]] = []
-        for path in self.folder.glob(f"*{OPEN_SUFFIX}"):
-            try:
-                data = path.read_bytes()
-                segment = read_segment(data)
-            except (OSError, SegmentError) as exc:
-                self.counters.write_errors.inc()
-                self.log.warning("spark-events: %s is not a readable segment (%s); set aside as "
-                                 "%s.bad", path, exc, path.name)
-                path.rename(path.with_name(path.name + ".bad"))
-                continue
-            if segment.header.segment == 0 or not segment.events:
-                path.unlink()  # a spare, or a segment that never got a record
-                continue
-            left_open.append((segment.header.segment, path))
-        for number, path in sorted(left_open):
-            data = path.read_bytes()
-            segment = read_segment(data)
-            first, last = segment.events[0].sequence, segment.events[-1].sequence
-            with path.open("r+b") as out:
-                out.truncate(segment.end)
-                out.flush()
-                os.fsync(out.fileno())
-            path.rename(self.folder / landed_name(number, first, last))
-            self.counters.recovered.inc(len(segment.events))
-            self.log.info("spark-events: landed segment %d that the previous run left open "
-                          "(%d complete events)", number, len(segment.events))
-        if left_open:
-            fsync_folder(self.folder)
-        landed = []
-        for path in self.folder.iterdir():
-            parsed = parse_landed_name(path.name)
-            if parsed is not None:
-                number, first, last = parsed
-                landed.append(LandedSegment(number, first, last, path, path.stat().st_size))
-        landed.sort(key=lambda s: s.number)
-        if landed:
-            next_seq = max(next_seq, landed[-1].last_seq + 1)
-            next_segment = max(next_segment, landed[-1].number + 1)
-        self._landed = deque(landed)
-        self._next_seq, self._next_segment = next_seq, next_segment
-        self._save_state()
 
     # ------------------------------------------------------------------ for tests and tools
 
