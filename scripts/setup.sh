@@ -31,3 +31,4 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[dev]"
+bash scripts/testbed/spark.sh  # Java if missing; pyspark, pyarrow, boto3, moto in .venv

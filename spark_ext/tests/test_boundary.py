@@ -1,0 +1,87 @@
+"""The broker side needs neither Spark, Arrow nor boto3; missing ones are named with the extra."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+BLOCK = textwrap.dedent("""
+    import importlib.abc, sys
+
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("pyspark", "pyarrow", "boto3", "botocore", "py4j"):
+                raise ImportError(f"No module named {name!r} (blocked by the test)")
+            return None
+
+    sys.meta_path.insert(0, Block())
+""")
+
+
+def run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", BLOCK + textwrap.dedent(code)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_broker_side_runs_without_spark_arrow_or_boto3(tmp_path: object) -> None:
+    done = run(f"""
+        import logging, pathlib
+        from hive_ext_api import ExtensionContext, PublishMessage, ClientInfo
+        import hive_ext_spark as ext
+
+        class Services:
+            node_id = "node-x"
+            metrics = None
+
+        data = pathlib.Path({str(tmp_path)!r})
+        context = ExtensionContext("spark", data, Services(), logging.getLogger("t"))
+        ext.hive_extension_start(context)
+        ext.hive_intercept_publish_inbound(ClientInfo("c", 5), PublishMessage("t", b"x"))
+        ext.hive_extension_stop(context)
+        print(len(list((data / "events" / "node-x").glob("*.events"))))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"
+
+
+def test_the_spark_side_names_the_extra_to_install() -> None:
+    done = run("""
+        from hive_ext_spark._deps import MissingDependency
+        try:
+            import hive_ext_spark.stream
+        except MissingDependency as exc:
+            print(exc)
+    """)
+    assert "the Spark job needs pyspark" in done.stdout
+    assert "pip install 'hive-ext-spark[spark]'" in done.stdout
+    cli = run("""
+        import sys
+        from hive_ext_spark.cli import main
+        sys.exit(main(["stream", "--input", "x", "--output", "y", "--checkpoint", "z"]))
+    """)
+    assert cli.returncode == 2
+    assert "pip install 'hive-ext-spark[spark]'" in cli.stderr
+
+
+def test_s3_shipping_without_boto3_refuses_and_names_the_extra(tmp_path: object) -> None:
+    done = run(f"""
+        import logging, os, pathlib
+        from hive_ext_api import ExtensionContext, ExtensionRefused
+        import hive_ext_spark as ext
+
+        class Services:
+            node_id = "node-x"
+            metrics = None
+
+        data = pathlib.Path({str(tmp_path)!r})
+        (data / "spark.properties").write_text("s3-bucket-name = events\\n")
+        os.environ.pop("HIVE_SPARK_CONFIG", None)
+        try:
+            ext.hive_extension_start(ExtensionContext("spark", data, Services(),
+                                                      logging.getLogger("t")))
+        except ExtensionRefused as exc:
+            print(exc)
+    """)
+    assert "s3-bucket-name needs boto3" in done.stdout, done.stderr
+    assert "pip install 'hive-ext-spark[s3]'" in done.stdout
