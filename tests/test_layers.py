@@ -182,19 +182,5 @@ def test_the_codec_does_no_io(graph: dict[str, set[str]]) -> None:
         imported = {name.split(".")[0] for name in _imports(module, path)}
         assert not imported & IO_MODULES, f"{module} imports {imported & IO_MODULES}"
 
-
-PACKAGE_FOLDERS = [f for f in ("examples", "extensions", "spark_ext") if (ROOT / f).is_dir()]
-
-
-@pytest.mark.parametrize("folder", PACKAGE_FOLDERS)
-def test_extension_packages_import_the_api_only(folder: str) -> None:
-    base = ROOT / folder
-    wrong = []
-    for path in base.rglob("*.py"):
-        tree = ast.parse(path.read_text(), str(path))
-        for node in ast.walk(tree):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            wrong += [f"{path.relative_to(ROOT)}: {n}" for n in names
-                      if n == CORE or n.startswith(CORE + ".")]
-    assert not wrong, wrong
+# Extension packages (examples/, extensions/, spark_ext/) importing hive_ext_api only: see
+# tests/extensions/test_packages.py.
