@@ -118,6 +118,7 @@ class Channel:
         "out_alias_max",
         "outbound_aliases",
         "outbound_chain",
+        "peer_gone",
         "problem_info",
         "requested_expiry",
         "send_window",
@@ -160,6 +161,7 @@ class Channel:
         self.info: ClientInfo | None = None  # made at CONNECT when extensions need it
         self.auth_method: str | None = None
         self.outbound_chain: asyncio.Task[None] | None = None  # async outbound interceptors
+        self.peer_gone = False  # the network side closed (see connection_lost)
         self.throttled = False  # reading paused: past the receive maximum (strategy throttle)
         broker.accept(self)
         io.arm_deadline(broker.settings.connect_timeout)
@@ -211,13 +213,23 @@ class Channel:
                     handler(self, packet)
 
     def connection_lost(self) -> None:
-        """The network side is gone (the client closed, or the connection broke)."""
-        self.closed = True
+        """The network side is gone (the client closed, or the connection broke).
+
+        While an extension step holds later packets back, what the client sent before it left
+        (a PUBLISH, its DISCONNECT) is still handled, once the step is done.
+        """
+        self.peer_gone = True
         self.out = []
         if self._auth_waiter is not None:
             self._auth_waiter.set_result(None)
             self._auth_waiter = None
-        self._ended()
+        if self._deferred is None:
+            self._lost()
+
+    def _lost(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._ended()
 
     def _ended(self) -> None:
         self.broker.connection_closed(self, self.session, self.disconnect_received,
@@ -266,6 +278,8 @@ class Channel:
                 log.exception("internal error on the connection of %r", self.client_id or "?")
                 self._refuse(RC.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
         self.flush()
+        if self.peer_gone and self._deferred is None:
+            self._lost()
 
     # -- the client's side of an AUTH exchange (flow.AuthConversation)
 
@@ -274,7 +288,7 @@ class Channel:
         self.flush()
 
     async def next_auth(self) -> Auth | None:
-        if self.closed:
+        if self.closed or self.peer_gone:
             return None
         waiter = self._auth_waiter = asyncio.get_running_loop().create_future()
         try:
@@ -304,7 +318,7 @@ class Channel:
         out = self.out
         if out:
             self.out = []
-            if not self.closed:
+            if not self.closed and not self.peer_gone:
                 self.io.write(out[0] if len(out) == 1 else b"".join(out))
 
     def send_packet(self, packet: Any) -> None:
@@ -693,10 +707,13 @@ class Channel:
                          "subscription identifiers are disabled")
             return
         extensions = self.broker.extensions
-        if extensions.intercepts_subscribe or extensions.authorizes_subscribe:
-            self._defer(self._subscribe_checked(packet))
-        else:
+        if not (extensions.intercepts_subscribe or extensions.authorizes_subscribe):
             self.finish_subscribe(packet, {})
+        elif flow.subscribe_hooks_inline(extensions):
+            assert self.info is not None
+            self.finish_subscribe(packet, flow.subscribe_inline(extensions, self.info, packet))
+        else:
+            self._defer(self._subscribe_checked(packet))
 
     async def _subscribe_checked(self, packet: Subscribe) -> None:
         assert self.info is not None

@@ -292,23 +292,56 @@ def _applied(message: Message, publish: PublishMessage, answer: Any) -> int | No
 # ---------------------------------------------------------------------------- SUBSCRIBE
 
 
+def subscribe_hooks_inline(extensions: Extensions) -> bool:
+    """Every SUBSCRIBE hook is a plain function: the channel runs them without waiting."""
+    return (extensions.runs_inline("hive_intercept_subscribe")
+            and extensions.runs_inline("hive_authorize_subscribe"))
+
+
+def _wanted(requests: list[SubscriptionRequest]) -> list[SubscriptionInfo]:
+    return [SubscriptionInfo(r.topic_filter, r.qos, r.no_local, r.retain_as_published,
+                             r.retain_handling) for r in requests]
+
+
+def _intercepted(info: ClientInfo, requests: list[SubscriptionRequest],
+                 wanted: list[SubscriptionInfo]) -> list[SubscriptionRequest]:
+    if len(wanted) == len(requests):
+        return [SubscriptionRequest(w.topic_filter, min(max(int(w.qos), 0), 2), w.no_local,
+                                    w.retain_as_published, w.retain_handling) for w in wanted]
+    # the SUBACK must answer every filter the client sent, in order
+    log.error("a subscribe interceptor changed the number of subscriptions of %r from %d to %d: "
+              "its changes are ignored", info.client_id, len(requests), len(wanted))
+    return requests
+
+
+def subscribe_inline(extensions: Extensions, info: ClientInfo,
+                     packet: Subscribe) -> dict[int, int]:
+    """:func:`subscribe` for plain-function hooks, in the caller's turn of the loop."""
+    requests = packet.subscriptions
+    if extensions.intercepts_subscribe:
+        wanted = _wanted(requests)
+        extensions.each_inline("hive_intercept_subscribe", client=info, subscriptions=wanted)
+        requests = _intercepted(info, requests, wanted)
+    refused: dict[int, int] = {}
+    if extensions.authorizes_subscribe:
+        for index, request in enumerate(requests):
+            code = refusal(extensions.authorize_subscribe(info, request.topic_filter,
+                                                          request.qos))
+            if code is not None:
+                refused[index] = code
+    packet.subscriptions = requests
+    return refused
+
+
 async def subscribe(extensions: Extensions, info: ClientInfo,
                     packet: Subscribe) -> dict[int, int]:
     """Interceptors may change the requests (in ``packet``); authorizers refuse some: their
     reason codes by the request's index."""
     requests = packet.subscriptions
     if extensions.intercepts_subscribe:
-        wanted = [SubscriptionInfo(r.topic_filter, r.qos, r.no_local, r.retain_as_published,
-                                   r.retain_handling) for r in requests]
+        wanted = _wanted(requests)
         await extensions.intercept_subscribe(info, wanted)
-        if len(wanted) == len(requests):
-            requests = [SubscriptionRequest(w.topic_filter, min(max(int(w.qos), 0), 2),
-                                            w.no_local, w.retain_as_published, w.retain_handling)
-                        for w in wanted]
-        else:  # the SUBACK must answer every filter the client sent, in order
-            log.error("a subscribe interceptor changed the number of subscriptions of %r from "
-                      "%d to %d: its changes are ignored", info.client_id, len(requests),
-                      len(wanted))
+        requests = _intercepted(info, requests, wanted)
     refused: dict[int, int] = {}
     if extensions.authorizes_subscribe:
         for index, request in enumerate(requests):

@@ -71,6 +71,10 @@ class Extensions:
         self._impls = {name: list(reversed(getattr(hook, name).get_hookimpls()))
                        for name in (*_HOT_HOOKS, *_OTHER_HOOKS)}
         impls = self._impls
+        # Hooks whose every implementation is a plain function: the core may call them inline.
+        self._inline = {name: not any(inspect.iscoroutinefunction(impl.function)
+                                      for impl in found)
+                        for name, found in impls.items()}
         self.authenticates = bool(impls["hive_authenticate"])
         self.enhanced_auth = bool(impls["hive_enhanced_authenticate"])
         self.authorizes_publish = bool(impls["hive_authorize_publish"])
@@ -164,6 +168,27 @@ class Extensions:
         answers = []
         for impl in self._impls[hook]:
             result = await self._answer(impl, hook, kwargs)
+            if result is not None:
+                answers.append(result)
+        return answers
+
+    def runs_inline(self, hook: str) -> bool:
+        """No implementation of ``hook`` is ``async``: it can be called without waiting."""
+        return self._inline[hook]
+
+    def each_inline(self, hook: str, **kwargs: Any) -> list[Any]:
+        """:meth:`each` for a hook that :meth:`runs_inline`, in the caller's turn of the loop."""
+        answers = []
+        for impl in self._impls[hook]:
+            try:
+                result = self._call(impl, kwargs)
+            except Exception:
+                result = self._failed(impl, hook, "raised")
+            if inspect.isawaitable(result):  # a plain function that returned a coroutine
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
+                result = self._failed(impl, hook, "returned an awaitable from a plain function")
             if result is not None:
                 answers.append(result)
         return answers

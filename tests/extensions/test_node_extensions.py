@@ -531,19 +531,12 @@ class TestExtensionStart:
 
 
 class Broken:
-    """Every hook raises, sync or async."""
+    """Every hook raises, sync or async, but the authorizers: a failing authorizer refuses
+    (tests/extensions/test_fail_closed.py)."""
 
     @hookimpl
     def hive_authenticate(self) -> None:
         raise RuntimeError("authenticate")
-
-    @hookimpl
-    async def hive_authorize_publish(self) -> None:
-        raise RuntimeError("authorize publish")
-
-    @hookimpl
-    def hive_authorize_subscribe(self) -> None:
-        raise RuntimeError("authorize subscribe")
 
     @hookimpl
     def hive_intercept_connect(self) -> None:
@@ -597,7 +590,7 @@ class TestBrokenExtension:
         subscriber.client.unsubscribe("t/#")
         publisher.disconnect()
         failures = hive_node.extensions.failures
-        eventually(lambda: failures["Broken"] >= 20)
+        eventually(lambda: failures["Broken"] >= 15)  # every call of a hook above raised
 
 
 # ---------------------------------------------------------------------------- persistence
