@@ -15,6 +15,11 @@ from hive_core.broker._broker import Broker
 from hive_core.broker._channel import Channel
 
 
+LINGER = 2.0
+"""Seconds a closed connection keeps reading (and dropping) input so the client reads our last
+packets: see :meth:`ClientConnection.close`."""
+
+
 class Transport(Protocol):
     """What a connection needs from the network: asyncio's transport, or a WebSocket adapter."""
 
@@ -30,14 +35,19 @@ class Transport(Protocol):
 
     def resume_reading(self) -> None: ...
 
+    def can_write_eof(self) -> bool: ...
+
+    def write_eof(self) -> None: ...
+
 
 class ClientConnection(asyncio.Protocol):
     """An asyncio protocol for one MQTT client; the MQTT itself is in ``self.channel``."""
 
-    __slots__ = ("_deadline", "channel", "data_received", "transport")
+    __slots__ = ("_deadline", "_linger", "channel", "data_received", "transport")
 
     def __init__(self, broker: Broker, listener: str = "tcp") -> None:
         self._deadline: asyncio.TimerHandle | None = None
+        self._linger: asyncio.TimerHandle | None = None
         self.transport: Transport | None = None
         self.channel = Channel(broker, self, listener)
         # Set before the loop makes the transport: uvloop looks data_received up once, then.
@@ -51,6 +61,9 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None = None) -> None:
         self._cancel_deadline()
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         self.channel.connection_lost()
 
     def pause_writing(self) -> None:
@@ -66,9 +79,25 @@ class ClientConnection(asyncio.Protocol):
         self.transport.write(data)
 
     def close(self) -> None:
+        """Close so that the client can read what was written last (a DISCONNECT's reason).
+
+        Closing a socket whose input is not read makes the kernel reset the connection, and a
+        client still sending then loses what it had not read yet. So the sending side is shut
+        first, what arrives is read and dropped (the channel is closed), and the socket closes
+        when the client closes its side, or after LINGER seconds.
+        """
         self._cancel_deadline()
-        if self.transport is not None:
-            self.transport.close()
+        transport = self.transport
+        if transport is None or transport.is_closing() or self._linger is not None:
+            return
+        try:
+            transport.resume_reading()  # throttled or not: the input must be drained now
+            if transport.can_write_eof():
+                transport.write_eof()
+        except (OSError, RuntimeError):  # the connection broke meanwhile
+            transport.close()
+            return
+        self._linger = asyncio.get_running_loop().call_later(LINGER, transport.close)
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if self.transport is None:

@@ -127,6 +127,15 @@ class _FrameWriter:
             protocol._send(CloseConnection(code=1000))
         protocol._close_transport()
 
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        """WebSocket's own half-close: a Close frame; the client's Close ends the connection."""
+        protocol = self._protocol
+        if protocol._ws.state.name == "OPEN":
+            protocol._send(CloseConnection(code=1000))
+
     def is_closing(self) -> bool:
         transport = self._protocol._transport
         return transport is None or transport.is_closing()

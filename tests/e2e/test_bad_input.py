@@ -480,3 +480,25 @@ def _round_trip(port: int, transport: str = "tcp", ca: str | None = None) -> Non
     finally:
         client.disconnect()
         client.loop_stop()
+
+
+def test_a_disconnect_reaches_a_client_that_is_still_sending(hive_factory):
+    """The node shuts its sending side and drains the client's input before closing, so a
+    client that keeps writing still reads the DISCONNECT (Paho's test_flow_control2): closing
+    at once makes the client's next write meet a reset, and paho then never reads it."""
+    node = hive_factory(body="<mqtt><receive-maximum><server-receive-maximum>2"
+                             "</server-receive-maximum><strategy>disconnect</strategy>"
+                             "</receive-maximum></mqtt>")
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="eager", protocol=mqtt.MQTTv5,
+                         reconnect_on_failure=False)
+    client.max_inflight_messages_set(1000)
+    reasons: queue.Queue[int] = queue.Queue()
+    client.on_disconnect = lambda c, u, f, reason, p: reasons.put(int(reason.value))
+    client.connect("127.0.0.1", node.port)
+    client.loop_start()
+    try:
+        for _ in range(300):
+            client.publish("burst", b"x" * 200, qos=2)
+        assert reasons.get(timeout=10) == 0x93
+    finally:
+        client.loop_stop()
