@@ -26,6 +26,7 @@ from ._base import (
     misplaced,
 )
 from ._listeners import Keystore, Truststore
+from ._schema import model_shape
 
 __all__ = [
     "BroadcastDiscovery",
@@ -285,7 +286,15 @@ class TcpHealthCheck(ConfigModel, tag="tcp-health-check"):
     """0: an ephemeral port."""
     external_address: str | None = element(tag="external-address", default=None)
     external_port: Port = element(tag="external-port", default=0)
-    port_range: PositiveInt | Literal[0] = element(tag="port-range", default=50)
+    port_range: NonNegativeInt = element(tag="port-range", default=50)
+    """Also try bind-port+1 .. bind-port+port-range when bind-port is taken; 0: bind-port only."""
+
+    @model_validator(mode="after")
+    def _range_fits(self) -> TcpHealthCheck:
+        if self.bind_port and self.bind_port + self.port_range > 65535:
+            raise misplaced("port-range", f"bind-port {self.bind_port} + port-range "
+                            f"{self.port_range} goes past port 65535")
+        return self
 
 
 class FailureDetection(ConfigModel, tag="failure-detection"):
@@ -327,7 +336,8 @@ class Cluster(ConfigModel, tag="cluster"):
     node_name: str | None = element(tag="node-name", default=None)
     """Hive addition: a stable name for this node; None means one is generated at start."""
     host_discovery_address: str | None = element(tag="host-discovery-address", default=None)
-    """The address other nodes use to reach this one during discovery (seed 000)."""
+    """The address other nodes reach this node on (seed 000): what it announces to discovery
+    and to its peers. The transport's <external-address> says the same; give one of them."""
     transport: Transport | None = element(tag="transport", default=None)
     discovery: Discovery | None = element(tag="discovery", default=None)
     failure_detection: FailureDetection = element(default_factory=FailureDetection)
@@ -363,6 +373,11 @@ class Cluster(ConfigModel, tag="cluster"):
         if isinstance(self.effective_transport(), TcpTransport):
             return StaticDiscovery()
         return MulticastDiscovery()
+
+    @property
+    def external_address(self) -> str | None:
+        """The address other nodes reach this node on, when configured (NAT, several NICs)."""
+        return self.effective_transport().external_address or self.host_discovery_address
 
     @property
     def transport_kind(self) -> TransportKind:
@@ -416,5 +431,28 @@ class Cluster(ConfigModel, tag="cluster"):
                 "failure-detection/heartbeat",
                 f"heartbeat timeout ({heartbeat.timeout_ms} ms) must be longer than its "
                 f"interval ({heartbeat.interval_ms} ms)",
+            )
+        external = self.effective_transport().external_address
+        if self.host_discovery_address and external and external != self.host_discovery_address:
+            raise misplaced(
+                "host-discovery-address",
+                f"host-discovery-address {self.host_discovery_address} and the transport's "
+                f"external-address {external} both say where other nodes reach this node; "
+                "keep one of them",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _enabled_is_said(self) -> Cluster:
+        # A <cluster> that sets it up but does not say <enabled> (seed 000's shape) would run
+        # a lone broker while the operator believes it is clustered: refuse, do not guess.
+        given = self.model_fields_set - {"enabled"}
+        if given and "enabled" not in self.model_fields_set:
+            slots = model_shape(Cluster).slots
+            elements = ", ".join(f"<{slots[name].outer_tags[0]}>" for name in sorted(given))
+            raise ValueError(
+                f"<cluster> sets {elements} but not <enabled>, and a cluster is off unless "
+                "enabled: add <enabled>true</enabled> to run this node in the cluster, or "
+                "<enabled>false</enabled> to run it alone on purpose"
             )
         return self

@@ -19,14 +19,17 @@ from wsproto.events import (
 from wsproto.utilities import RemoteProtocolError
 
 from hive_core.broker import Broker, ClientConnection
+from hive_core.net._throttle import ReadThrottle
 
 log = logging.getLogger("hive.websocket")
 
 
 class WebSocketProtocol(asyncio.Protocol):
     def __init__(self, broker: Broker, path: str, subprotocols: tuple[str, ...],
-                 listener: str) -> None:
+                 listener: str, incoming_rate: int = 0) -> None:
         self._broker = broker
+        # <incoming-bandwidth-throttling>: counted on the socket's bytes, frames included
+        self._throttle = ReadThrottle(incoming_rate) if incoming_rate else None
         self._path = path
         self._subprotocols = subprotocols
         self._listener = listener
@@ -38,6 +41,8 @@ class WebSocketProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport: no isinstance check here.
         self._transport = cast(asyncio.Transport, transport)
+        if self._throttle is not None:
+            self._throttle.transport = transport
         # The broker's no-CONNECT timeout starts at the upgrade; this one covers the upgrade.
         self._upgrade_deadline = asyncio.get_running_loop().call_later(
             self._broker.settings.connect_timeout, self._upgrade_timed_out)
@@ -73,6 +78,8 @@ class WebSocketProtocol(asyncio.Protocol):
                 if self._ws.state.name == "REMOTE_CLOSING":
                     self._send(event.response())
                 self._close_transport()
+        if self._throttle is not None:
+            self._throttle.spent(len(data))
 
     def _handshake(self, request: Request) -> None:
         offered = list(request.subprotocols)
@@ -98,6 +105,8 @@ class WebSocketProtocol(asyncio.Protocol):
             self._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._throttle is not None:
+            self._throttle.close()
         if self._upgrade_deadline is not None:
             self._upgrade_deadline.cancel()
         if self._mqtt is not None:

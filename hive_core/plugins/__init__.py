@@ -1,6 +1,7 @@
 """Loading extensions, the typed facade over their hooks, and Hive's built-in plugins."""
 
 from hive_core.plugins._facade import Extensions
+from hive_core.plugins._lan import WarningGate
 from hive_core.plugins._manager import (
     BUILTIN_PLUGINS,
     DISABLED_ENV,
@@ -9,4 +10,4 @@ from hive_core.plugins._manager import (
 )
 
 __all__ = ["BUILTIN_PLUGINS", "DISABLED_ENV", "ExtensionManager", "ExtensionRecord",
-           "Extensions"]
+           "Extensions", "WarningGate"]
