@@ -27,6 +27,13 @@ class ListenError(OSError):
         return str(self.args[0])
 
 
+def _with_errno(exc: OSError) -> OSError:
+    """The error that carries the errno: uvloop wraps it in one without ("could not bind")."""
+    while not exc.errno and isinstance(exc.__cause__, OSError):
+        exc = exc.__cause__
+    return exc
+
+
 def _reason(host: str, exc: OSError) -> str:
     if isinstance(exc, socket.gaierror):
         return f"cannot resolve {host!r}: {exc.strerror}"
@@ -39,4 +46,5 @@ def _reason(host: str, exc: OSError) -> str:
 def listen_error(element: str, host: str, port: int | str, exc: OSError) -> ListenError:
     """The error to raise when binding ``element`` (``"<tcp-listener>"``) on host:port failed."""
     shown = f"[{host}]" if ":" in host else host
+    exc = _with_errno(exc)
     return ListenError(f"{element} on {shown}:{port}: {_reason(host, exc)}", exc.errno)

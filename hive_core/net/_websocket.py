@@ -29,7 +29,7 @@ class WebSocketProtocol(asyncio.Protocol):
                  listener: str, incoming_rate: int = 0) -> None:
         self._broker = broker
         # <incoming-bandwidth-throttling>: counted on the socket's bytes, frames included
-        self._throttle = ReadThrottle(incoming_rate) if incoming_rate else None
+        self._throttle = ReadThrottle(incoming_rate, self._process) if incoming_rate else None
         self._path = path
         self._subprotocols = subprotocols
         self._listener = listener
@@ -54,6 +54,12 @@ class WebSocketProtocol(asyncio.Protocol):
             self._close_transport()
 
     def data_received(self, data: bytes) -> None:
+        if self._throttle is not None:
+            self._throttle.received(data)
+        else:
+            self._process(data)
+
+    def _process(self, data: bytes) -> None:
         try:
             self._ws.receive_data(data)
             events = list(self._ws.events())
@@ -78,8 +84,6 @@ class WebSocketProtocol(asyncio.Protocol):
                 if self._ws.state.name == "REMOTE_CLOSING":
                     self._send(event.response())
                 self._close_transport()
-        if self._throttle is not None:
-            self._throttle.spent(len(data))
 
     def _handshake(self, request: Request) -> None:
         offered = list(request.subprotocols)
