@@ -109,3 +109,32 @@ def test_health_check_behind_nat_uses_its_own_external_address(hive_factory, nat
     _membership_holds(nodes, 1.5 * STATIC_RELOAD)
     # each node holds its health connection to the other through the other's forwarder
     assert [f.accepted for f in forwards] == [1, 1]
+
+
+def test_host_discovery_address_is_what_the_node_advertises(hive_factory, nat):
+    """Seed 000's <host-discovery-address>: the address other nodes reach this node on."""
+    port_a, port_b = free_port(), free_port()
+    forward = nat("127.0.0.13", port_b)  # only through it is B reachable at 127.0.0.13
+    listed = (f"<node><host>127.0.0.1</host><port>{port_a}</port></node>"
+              f"<node><host>{forward.public[0]}</host><port>{forward.public[1]}</port></node>")
+    bodies = []
+    for port, extra in ((port_a, ""),
+                        (port_b, f"<host-discovery-address>{forward.public[0]}"
+                                 "</host-discovery-address>")):
+        rest = free_port()
+        bodies.append((rest,
+                       "<cluster><enabled>true</enabled>"
+                       "<transport><tcp><bind-address>127.0.0.1</bind-address>"
+                       f"<bind-port>{port}</bind-port>"
+                       f"<external-port>{forward.public[1] if extra else 0}</external-port>"
+                       f"</tcp></transport>{extra}"
+                       f"<discovery><static>{listed}</static></discovery>"
+                       f"<failure-detection>{HEARTBEAT}</failure-detection></cluster>"
+                       "<rest-api><enabled>true</enabled><listeners><http>"
+                       f"<port>{rest}</port><bind-address>127.0.0.1</bind-address>"
+                       "</http></listeners></rest-api>"))
+    a, b = (hive_factory(body=body, rest=rest) for rest, body in bodies)
+    wait_for_members([a, b], 2, timeout=15)
+    for node in (a, b):
+        seen = {m["id"]: (m["address"], m["port"]) for m in cluster_nodes(node)}
+        assert seen[node_id(b)] == forward.public  # not its bind address 127.0.0.1
