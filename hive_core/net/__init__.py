@@ -1,6 +1,10 @@
 """Listeners: TCP, TLS and WebSocket in front of the broker; TLS on node links."""
 
-from hive_core.net._addresses import AdvertisedAddress, advertised_address
+from hive_core.net._addresses import (
+    AdvertisedAddress,
+    advertised_address,
+    default_route_address,
+)
 from hive_core.net._bind import ListenError, listen_error
 from hive_core.net._listeners import (
     BoundListener,
@@ -25,6 +29,7 @@ __all__ = [
     "client_context",
     "close_listeners",
     "cluster_contexts",
+    "default_route_address",
     "dial_tls",
     "handshake_failure",
     "listen_error",

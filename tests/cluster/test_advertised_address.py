@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 from conftest import free_port
+from netns import Testbed, testbed
 
 from hive_core.config import parse_config
-from hive_core.net import AdvertisedAddress, advertised_address
-from hive_core.net._addresses import default_route_address
+from hive_core.net import AdvertisedAddress, advertised_address, default_route_address
 from hive_core.node import cluster_settings
-from netns import Testbed, testbed
 
 __all__ = ["testbed"]  # the fixture, imported for pytest
 
