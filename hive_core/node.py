@@ -48,8 +48,11 @@ def run_node(node: HiveNode) -> None:
     anyio.run(node.run, backend="asyncio", backend_options={"use_uvloop": use_uvloop})
 
 
-def node_id(data_dir: Path) -> str:
-    """This node's persistent id, made once and kept in its data folder."""
+def node_id(data_dir: Path, name: str | None = None) -> str:
+    """This node's id: ``<cluster><node-name>`` when given, else one made once and kept in its
+    data folder."""
+    if name:
+        return name
     path = data_dir / "node-id"
     try:
         return path.read_text().strip()
@@ -142,7 +145,8 @@ class HiveNode:
             taken[name] += 1
             manager.register(name if taken[name] == 1 else f"{name}-{taken[name]}", plugin)
         self.extensions = Extensions(manager)
-        self.services = NodeServices(node_id=node_id(data_dir), version=__version__)
+        self.services = NodeServices(node_id=node_id(data_dir, config.cluster.node_name),
+                                     version=__version__)
         self._stop_requested = False
         self._stopping: anyio.Event | None = None  # made in run(): it belongs to the event loop
 

@@ -109,7 +109,8 @@ class RestApi:
             self._servers.append(server)
             host, port = bound_address(server)
             self.bound.append((host, port))
-            log.info("Started REST API on address %s and on port %d", host, port)
+            log.info("Started REST API%s on address %s and on port %d",
+                     f" {listener.name}" if listener.name else "", host, port)
 
     def close(self) -> None:
         for server in self._servers:

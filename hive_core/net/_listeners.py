@@ -66,9 +66,11 @@ async def open_mqtt_listener(listener: Any, broker: Broker, incoming_rate: int =
             tls.client_authentication_mode, tls.protocols, tls.cipher_suites)
     if kind.endswith("websocket"):
         path, subprotocols = listener.path, tuple(listener.subprotocols)
+        allow_extensions = bool(listener.allow_extensions)
 
         def factory() -> asyncio.Protocol:
-            return WebSocketProtocol(broker, path, subprotocols, name, incoming_rate)
+            return WebSocketProtocol(broker, path, subprotocols, name, incoming_rate,
+                                     allow_extensions)
     elif incoming_rate:
         def factory() -> asyncio.Protocol:
             return ThrottledConnection(broker, name, incoming_rate)

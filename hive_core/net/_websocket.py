@@ -16,6 +16,7 @@ from wsproto.events import (
     Request,
     TextMessage,
 )
+from wsproto.extensions import Extension, PerMessageDeflate
 from wsproto.utilities import RemoteProtocolError
 
 from hive_core.broker import Broker, ClientConnection
@@ -26,8 +27,10 @@ log = logging.getLogger("hive.websocket")
 
 class WebSocketProtocol(asyncio.Protocol):
     def __init__(self, broker: Broker, path: str, subprotocols: tuple[str, ...],
-                 listener: str, incoming_rate: int = 0) -> None:
+                 listener: str, incoming_rate: int = 0, allow_extensions: bool = False) -> None:
         self._broker = broker
+        # <allow-extensions>: permessage-deflate, the one WebSocket extension clients offer
+        self._extensions: list[Extension] = [PerMessageDeflate()] if allow_extensions else []
         # <incoming-bandwidth-throttling>: counted on the socket's bytes, frames included
         self._throttle = ReadThrottle(incoming_rate, self._process) if incoming_rate else None
         self._path = path
@@ -96,7 +99,7 @@ class WebSocketProtocol(asyncio.Protocol):
             return
         if self._upgrade_deadline is not None:
             self._upgrade_deadline.cancel()
-        self._send(AcceptConnection(subprotocol=chosen))
+        self._send(AcceptConnection(subprotocol=chosen, extensions=self._extensions))
         self._mqtt = ClientConnection(self._broker, self._listener)
         self._mqtt.connection_made(_FrameWriter(self))
 
