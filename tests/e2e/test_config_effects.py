@@ -199,3 +199,35 @@ def test_commit_interval_and_sync_reach_the_file_store(tmp_path: Path) -> None:
         "persistence", tmp_path, None, logging.getLogger("t"), parse_config("<hivemq/>"),  # type: ignore[arg-type]
         tmp_path))
     assert (default._commit_interval, default._sync) == (0.002, True)  # type: ignore[attr-defined]
+
+
+def test_in_memory_persistence_keeps_nothing_across_a_restart(hive_factory: Any) -> None:
+    kept, forgotten = hive_factory(), hive_factory(body="<persistence><mode>in-memory</mode>"
+                                                        "</persistence>")
+    for node in (kept, forgotten):
+        with RawClient(node.port) as client:
+            client.connect(5, "durable", clean_start=False, SESSION_EXPIRY_INTERVAL=3600)
+            client.subscribe("t", qos=1)
+            client.disconnect()
+        node.restart()
+        with RawClient(node.port) as client:
+            present = client.connect(5, "durable", clean_start=False,
+                                     SESSION_EXPIRY_INTERVAL=3600).session_present
+        assert present is (node is kept)
+    assert not (forgotten.data_dir / "persistence").exists()
+
+
+def test_heartbeat_enabled_false_and_udp_external_address_reach_the_cluster() -> None:
+    from hive_core.node import cluster_settings
+
+    config = parse_config(
+        "<hivemq><cluster><enabled>true</enabled><transport><udp><bind-address>127.0.0.1"
+        "</bind-address><bind-port>7811</bind-port><external-address>192.0.2.40"
+        "</external-address><external-port>17811</external-port></udp></transport>"
+        "<failure-detection><heartbeat><enabled>false</enabled></heartbeat>"
+        "</failure-detection></cluster></hivemq>")
+    settings = cluster_settings(config)
+    assert (settings.bind_host, settings.bind_port) == ("127.0.0.1", 7811)
+    assert (settings.external_host, settings.external_port) == ("192.0.2.40", 17811)
+    assert settings.heartbeat_timeout == float("inf")  # never dropped for silence
+    assert settings.transport_kind == "udp"
