@@ -130,6 +130,19 @@ def _cluster_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_reference(args: argparse.Namespace) -> int:
+    """Write every element of config.xml, with its default, as Markdown."""
+    from hive_core.config import reference_markdown
+
+    text = reference_markdown()
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text)
+        print(f"hive: wrote {args.out}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hive", description="Hive, a clustered MQTT broker")
     parser.add_argument("--version", action="version", version=f"hive {__version__}")
@@ -160,6 +173,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="how long to wait for the answer (default: 5)")
     status.set_defaults(handler=_cluster_status)
     add_certs_command(commands)
+    config = commands.add_parser("config", help="about config.xml")
+    config_commands = config.add_subparsers(dest="config_command", metavar="COMMAND")
+    reference = config_commands.add_parser(
+        "reference", help="every element of config.xml with its default, as Markdown "
+                          "(the source of docs/configuration.md)")
+    reference.add_argument("--out", type=Path, default=None, metavar="FILE",
+                           help="write it to FILE instead of standard output")
+    reference.set_defaults(handler=_config_reference)
     args = parser.parse_args(argv)
     incomplete = _missing_command(parser, args)
     if incomplete is not None:  # `hive`, `hive cluster`: what could follow, not an error line

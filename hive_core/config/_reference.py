@@ -75,7 +75,11 @@ def _field_docs(model: type) -> dict[str, str]:
 def _one_line(text: str) -> str:
     """Docstring text as one table cell: reST markup as Markdown, pipes escaped."""
     text = re.sub(r":\w+:`([^`]*)`", r"\1", text).replace("``", "`")
-    return " ".join(text.split()).replace("|", "\\|")
+    # an element name outside code would be read as an HTML tag by a Markdown renderer
+    parts = re.split(r"(`[^`]*`)", " ".join(text.split()))
+    text = "".join(part if part.startswith("`") else re.sub(r"(<[^<>\s]+>)", r"`\1`", part)
+                   for part in parts)
+    return text.replace("|", "\\|")
 
 
 def _default(info: Any) -> str:
@@ -84,7 +88,7 @@ def _default(info: Any) -> str:
     value = info.default
     if value is PydanticUndefined:
         return "required"
-    if value is None:
+    if value is None or value == "":
         return "not set"
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -137,7 +141,7 @@ def reference_markdown() -> str:
         tag = slot.outer_tags[0]
         member = next(iter(slot.tags.values()))
         assert member is not None
-        out.append(f"\n## `<{tag}>`\n")
+        out.append(f"\n## `<{tag}>`\n\n")
         intro = _one_line(_field_docs(HiveConfig).get(name, ""))
         out.append(f"{intro} {SECTION_NOTES.get(tag, '')}".strip() + "\n")
         out.append("\n| element | value | default | meaning |\n| --- | --- | --- | --- |\n")
