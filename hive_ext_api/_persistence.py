@@ -89,29 +89,68 @@ class Snapshot:
 class SessionStore(Protocol):
     """The storage behind persistent sessions and retained messages.
 
-    Write methods are synchronous and cheap: they append to the pending batch. ``commit`` resolves
-    once every write made before the call is durable; one disk sync covers all of them (group
-    commit). A write that a later write cancels before the batch is flushed may never hit the disk.
+    Write methods are synchronous and cheap: they append to the pending batch and never touch the
+    disk on the caller's thread. ``commit`` resolves once every write made before the call is
+    durable; one disk sync covers all of them (group commit). A write that a later write cancels
+    before the batch is flushed may never hit the disk. The broker calls every method from its
+    event loop.
     """
 
-    async def open(self) -> Snapshot: ...
+    async def open(self) -> Snapshot:
+        """Open the storage and read everything it holds, once, when the node starts.
 
-    async def close(self) -> None: ...
+        :raises PersistenceError: the storage cannot be opened or read (the node does not
+            start, and says why).
+        """
+        ...
 
-    def save_session(self, session: StoredSession) -> None: ...
+    async def close(self) -> None:
+        """Write what is pending and release the storage (the node stops).
 
-    def delete_session(self, client_id: str) -> None: ...  # also drops its queue and in-flight
+        :raises PersistenceError: the last batch could not be made durable.
+        """
+        ...
 
-    def enqueue(self, client_id: str, seq: int, message: StoredMessage) -> None: ...
+    def save_session(self, session: StoredSession) -> None:
+        """Insert or replace a session's record (its subscriptions included): the client
+        connected, subscribed, unsubscribed or disconnected."""
+        ...
 
-    def dequeue(self, client_id: str, seq: int) -> None: ...
+    def delete_session(self, client_id: str) -> None:
+        """The session ended (expired, or a clean start replaced it): its record, queue and
+        in-flight exchanges go."""
+        ...
 
-    def save_inflight(self, inflight: StoredInflight) -> None: ...
+    def enqueue(self, client_id: str, seq: int, message: StoredMessage) -> None:
+        """A QoS 1/2 message waits for an offline or busy client at queue position ``seq``
+        (positions grow; a position is never reused)."""
+        ...
 
-    def delete_inflight(self, client_id: str, packet_id: int, direction: Direction) -> None: ...
+    def dequeue(self, client_id: str, seq: int) -> None:
+        """The message at ``seq`` left the queue (sent, expired or dropped)."""
+        ...
 
-    def save_retained(self, message: StoredMessage) -> None: ...
+    def save_inflight(self, inflight: StoredInflight) -> None:
+        """Insert or replace an unfinished QoS 1/2 exchange; replacing keeps its place in the
+        order exchanges started (the order of resends after a reconnect)."""
+        ...
 
-    def delete_retained(self, topic: str) -> None: ...
+    def delete_inflight(self, client_id: str, packet_id: int, direction: Direction) -> None:
+        """The exchange finished (PUBACK, PUBCOMP, or PUBREL for an inbound QoS 2 message)."""
+        ...
 
-    async def commit(self) -> None: ...
+    def save_retained(self, message: StoredMessage) -> None:
+        """Set the retained message of ``message.topic``."""
+        ...
+
+    def delete_retained(self, topic: str) -> None:
+        """Clear the retained message of ``topic``."""
+        ...
+
+    async def commit(self) -> None:
+        """Resolve once every write made before this call is durable.
+
+        :raises PersistenceError: the batch could not be written; its writes stay pending and
+            are retried. The broker then acknowledges nothing that depended on them.
+        """
+        ...

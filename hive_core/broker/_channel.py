@@ -30,6 +30,7 @@ from hive_core.mqtt import (
     PUBACK,
     PUBCOMP,
     PUBREC,
+    PUBREL,
     Auth,
     ConnAck,
     Connect,
@@ -404,6 +405,9 @@ class Channel:
             return
         will = connect.will
         if will is not None:
+            if will.topic.startswith("$SYS/") or will.topic == "$SYS":
+                self.refuse_connect(RC.NOT_AUTHORIZED, "a will may not be published under $SYS/")
+                return
             if will.qos > settings.maximum_qos:
                 self.refuse_connect(RC.QOS_NOT_SUPPORTED)
                 return
@@ -512,8 +516,12 @@ class Channel:
                 self._ack_publish(packet, RC.NOT_AUTHORIZED, False)
             return
         if qos == 2 and packet.packet_id in session.inbound_qos2:
-            self._ack_publish(packet, RC.SUCCESS, False)  # duplicate: routed already
-            return
+            if packet.dup:
+                self._ack_publish(packet, RC.SUCCESS, False)  # a resend: routed already
+                return
+            # Without DUP the client says its earlier exchange on this id is over (it got a
+            # PUBCOMP this node failed to make durable before a crash): a new message.
+            session.inbound_qos2.discard(packet.packet_id)
         if qos and (len(session.inbound_qos2) + len(self._acks_waiting)
                     >= settings.server_receive_maximum) and self.version == 5 and (
                 # A waiting PUBREC is in inbound_qos2 already: count only waiting PUBACKs.
@@ -570,10 +578,13 @@ class Channel:
                               durable)
 
     def _ack_publish(self, packet: Publish, reason: int, durable: bool) -> None:
-        data = encode_ack(PUBACK if packet.qos == 1 else PUBREC, packet.packet_id or 0, reason,
-                          self.version)
+        self.send_after_commit(encode_ack(PUBACK if packet.qos == 1 else PUBREC,
+                                          packet.packet_id or 0, reason, self.version), durable)
+
+    def send_after_commit(self, data: bytes, durable: bool = True) -> None:
+        """Send ``data`` once what it confirms is on disk (``durable``), in order with the
+        other packets sent this way: an acknowledgement never overtakes an earlier one."""
         if durable or self._acks_waiting:
-            # Acknowledge only what is on disk, and keep acknowledgements in order.
             self._acks_waiting.append(data)
             self._ack_needs_commit = self._ack_needs_commit or durable
             if self._ack_task is None:
@@ -607,12 +618,14 @@ class Channel:
         assert session is not None
         pid = packet.packet_id
         known = pid in session.inbound_qos2
+        durable = known and session.persistent
         if known:
             session.inbound_qos2.discard(pid)
-            if session.persistent:
+            if durable:
                 self.broker.records.released_qos2(session, pid)
         reason = RC.SUCCESS if known or self.version != 5 else RC.PACKET_IDENTIFIER_NOT_FOUND
-        self.send(encode_ack(PUBCOMP, pid, reason, self.version))
+        # PUBCOMP only once the release is on disk: after a crash the client may reuse the id.
+        self.send_after_commit(encode_ack(PUBCOMP, pid, reason, self.version), durable)
 
     def _on_puback(self, packet: PubAck) -> None:
         assert self.session is not None
@@ -632,7 +645,8 @@ class Channel:
             self.broker.outbox.acknowledged(session, packet.packet_id)
             return
         self.broker.outbox.released(session, packet.packet_id, outbound)
-        self.send_packet(PubRel(packet.packet_id))
+        # PUBREL only once "released" is on disk: a crash must not send the PUBLISH again.
+        self.send_after_commit(encode_ack(PUBREL, packet.packet_id), session.persistent)
 
     def _on_pubcomp(self, packet: PubComp) -> None:
         assert self.session is not None

@@ -108,6 +108,11 @@ class Outbox:
         outbound = session.inflight[pid] = Outbound(pending)
         if session.persistent:
             self.records.sent(session, pid, outbound)
+            if pending.qos == 2:
+                # Exactly once: the packet id must be on disk before the client sees it, or a
+                # crash would send the message again under another id.
+                link.send_after_commit(head + pid.to_bytes(2, "big") + tail)
+                return
         link.send(head + pid.to_bytes(2, "big") + tail)
 
     @staticmethod

@@ -55,12 +55,16 @@ def parse_config(text: str | bytes, source: str = "<string>") -> HiveConfig:
             line=root.sourceline,
             path=root.tag,
         )
-    _substitute_environment(root, source)
-    _check_element(HiveConfig, root, source)
+    from_environment = _substitute_environment(root, source)
     try:
-        return HiveConfig.from_xml_tree(root)
-    except pydantic.ValidationError as error:
-        raise _config_error(error, root, source) from None
+        _check_element(HiveConfig, root, source)
+        try:
+            return HiveConfig.from_xml_tree(root)
+        except pydantic.ValidationError as error:
+            raise _config_error(error, root, source) from None
+    except ConfigError as error:
+        # A value from ${ENV:...} may be a secret: the message names the variable instead.
+        raise _redacted(error, from_environment) from None
 
 
 # --- reading ------------------------------------------------------------------------------
@@ -98,17 +102,19 @@ def _doctype_line(data: bytes) -> int | None:
     return data.count(b"\n", 0, position) + 1 if position >= 0 else None
 
 
-def _substitute_environment(root: Element, source: str) -> None:
-    """Replace ``${ENV:NAME}`` in text and attribute values.
+def _substitute_environment(root: Element, source: str) -> dict[str, str]:
+    """Replace ``${ENV:NAME}`` in text and attribute values; the values put in, by placeholder.
 
     Done on the parsed tree rather than the raw text, so line numbers stay true and a value
     holding ``<`` or ``&`` (a password, say) is taken literally.
     """
+    used: dict[str, str] = {}
 
     def substitute(value: str, element: Element, where: str) -> str:
         def lookup(match: re.Match[str]) -> str:
             name = match.group(1)
             try:
+                used[match.group(0)] = os.environ[name]
                 return os.environ[name]
             except KeyError:
                 raise ConfigError(
@@ -126,6 +132,19 @@ def _substitute_environment(root: Element, source: str) -> None:
         for name, value in element.attrib.items():
             if "${" in value:
                 element.set(name, substitute(value, element, f"/@{name}"))
+    return used
+
+
+def _redacted(error: ConfigError, from_environment: dict[str, str]) -> ConfigError:
+    """``error`` with every value that came from the environment replaced by its placeholder."""
+    problem = error.problem
+    # longest first: a value that contains another is replaced whole
+    for placeholder, value in sorted(from_environment.items(), key=lambda item: -len(item[1])):
+        if value:
+            problem = problem.replace(repr(value), placeholder).replace(value, placeholder)
+    if problem == error.problem:
+        return error
+    return ConfigError(problem, source=error.source, line=error.line, path=error.path)
 
 
 # --- refusing what no model declares -------------------------------------------------------

@@ -36,6 +36,11 @@ log = logging.getLogger("hive.extensions")
 T = TypeVar("T")
 DEFAULT_DEADLINE = 5.0
 
+_FAIL_CLOSED = {"hive_authorize_publish": False, "hive_authorize_subscribe": False}
+"""What an implementation that raised or ran past the deadline answers, for hooks that must not
+fail open: an authorizer that fails refuses (an authenticator that fails already leaves the
+client without an answer, which refuses it)."""
+
 _HOT_HOOKS = (
     "hive_authenticate", "hive_enhanced_authenticate", "hive_authorize_publish",
     "hive_authorize_subscribe", "hive_intercept_connect", "hive_intercept_publish_inbound",
@@ -56,6 +61,7 @@ class Extensions:
         self.manager = manager
         self.deadline = deadline
         self.failures: Counter[str] = Counter()  # by extension name
+        self.refused_on_failure: Counter[str] = Counter()  # by hook: failed authorizers
         self._impls: dict[str, list[HookImpl]] = {}
         self.refresh()
 
@@ -91,10 +97,18 @@ class Extensions:
 
     # ------------------------------------------------------------------ the chain
 
-    def _failed(self, impl: HookImpl, hook: str, what: str) -> None:
+    def _failed(self, impl: HookImpl, hook: str, what: str) -> Any:
+        """Log and count a failed implementation; the answer that stands for it (None: none)."""
         self.failures[impl.plugin_name] += 1
-        log.error("extension %s: %s %s; going on without its answer", impl.plugin_name, hook,
-                  what, exc_info=what == "raised")
+        answer = _FAIL_CLOSED.get(hook)
+        if answer is None:
+            log.error("extension %s: %s %s; going on without its answer", impl.plugin_name,
+                      hook, what, exc_info=what == "raised")
+        else:
+            self.refused_on_failure[hook] += 1
+            log.error("extension %s: %s %s; refusing", impl.plugin_name, hook, what,
+                      exc_info=what == "raised")
+        return answer
 
     def _call(self, impl: HookImpl, kwargs: dict[str, Any]) -> Any:
         return impl.function(*[kwargs[name] for name in impl.argnames])
@@ -103,10 +117,9 @@ class Extensions:
         try:
             return await asyncio.wait_for(pending, self.deadline)
         except TimeoutError:
-            self._failed(impl, hook, f"took longer than {self.deadline:g} s")
+            return self._failed(impl, hook, f"took longer than {self.deadline:g} s")
         except Exception:
-            self._failed(impl, hook, "raised")
-        return None
+            return self._failed(impl, hook, "raised")
 
     def first(self, hook: str, **kwargs: Any) -> Any:
         """First non-None answer; an awaitable when an ``async`` implementation must be awaited."""
@@ -115,7 +128,9 @@ class Extensions:
             try:
                 result = self._call(impl, kwargs)
             except Exception:
-                self._failed(impl, hook, "raised")
+                result = self._failed(impl, hook, "raised")
+                if result is not None:
+                    return result
                 continue
             if inspect.isawaitable(result):
                 return self._first_async(hook, impls[index:], kwargs, result)
@@ -139,8 +154,7 @@ class Extensions:
         try:
             result = self._call(impl, kwargs)
         except Exception:
-            self._failed(impl, hook, "raised")
-            return None
+            return self._failed(impl, hook, "raised")
         if inspect.isawaitable(result):
             result = await self._settle(impl, hook, result)
         return result

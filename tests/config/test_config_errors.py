@@ -579,3 +579,18 @@ def test_a_doctype_is_refused() -> None:
     )
     with pytest.raises(ConfigError, match="line 2: a DOCTYPE is not allowed"):
         parse_config(xml)
+
+
+@pytest.mark.parametrize("where", [
+    "<listeners><tcp-listener><port>${ENV:HIVE_TEST_SECRET}</port></tcp-listener></listeners>",
+    "<cluster><discovery><broadcast><broadcast-address>${ENV:HIVE_TEST_SECRET}"
+    "</broadcast-address></broadcast></discovery></cluster>",
+])
+def test_a_value_from_the_environment_is_not_printed(
+        where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config error names the variable, not its value: it may be a password."""
+    monkeypatch.setenv("HIVE_TEST_SECRET", "hunter2-db-password")
+    with pytest.raises(ConfigError) as caught:
+        parse_config(f"<hivemq>{where}</hivemq>")
+    assert "hunter2" not in str(caught.value)
+    assert "${ENV:HIVE_TEST_SECRET}" in str(caught.value)

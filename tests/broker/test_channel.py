@@ -1,0 +1,599 @@
+"""One client's MQTT protocol driven in memory: no sockets, no processes (h11's way of testing).
+
+Each :class:`Peer` is a client whose bytes go straight into a :class:`Channel` of a real
+:class:`Broker` (in-memory store); what the channel writes comes back decoded. The broker batches
+output per loop iteration, so every step flushes it before the test looks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from hive_core.broker import Broker, BrokerSettings, Channel
+from hive_core.mqtt import (
+    Auth,
+    ConnAck,
+    Connect,
+    Disconnect,
+    PacketDecoder,
+    PingReq,
+    PingResp,
+    PropertyId,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    ReasonCode,
+    SubAck,
+    Subscribe,
+    SubscriptionRequest,
+    UnsubAck,
+    Unsubscribe,
+    Will,
+    encode_packet,
+)
+from hive_core.persistence import MemorySessionStore, Snapshot
+
+P = PropertyId
+RC = ReasonCode
+
+
+class Io:
+    """The network side of a channel: what it writes, whether it closed, its deadline."""
+
+    def __init__(self, version: int) -> None:
+        self.decoder = PacketDecoder(protocol_version=version, server=False)
+        self.packets: list[Any] = []
+        self.closed = False
+        self.deadline = 0.0
+
+    def write(self, data: bytes) -> None:
+        self.packets += self.decoder.feed(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 50000) if name == "peername" else default
+
+    def arm_deadline(self, seconds: float) -> None:
+        self.deadline = seconds
+
+
+class Peer:
+    _ids = itertools.count(1)
+
+    def __init__(self, broker: Broker, version: int = 5) -> None:
+        self.broker = broker
+        self.version = version
+        self.io = Io(version)
+        self.channel = Channel(broker, self.io)
+        self._seen = 0
+        self.leftover: list[Any] = []  # what connect() and subscribe() read past their answer
+
+    def send(self, *packets: Any) -> None:
+        self.channel.receive_data(b"".join(encode_packet(p, self.version) for p in packets))
+        self.broker.flush()
+
+    def new(self) -> list[Any]:
+        """What arrived since the last call."""
+        packets = self.leftover + self.io.packets[self._seen:]
+        self.leftover = []
+        self._seen = len(self.io.packets)
+        return packets
+
+    def connect(self, client_id: str, **options: Any) -> ConnAck:
+        self.send(Connect(client_id, self.version, **options))
+        packets = self.new()
+        assert packets and isinstance(packets[0], ConnAck), packets
+        self.leftover = packets[1:]
+        return packets[0]
+
+    def subscribe(self, *filters: str, qos: int = 1, **options: Any) -> SubAck:
+        pid = next(self._ids)
+        self.send(Subscribe(pid, [SubscriptionRequest(f, qos, **options) for f in filters]))
+        packets = self.new()
+        suback = [p for p in packets if isinstance(p, SubAck)]
+        assert suback and suback[0].packet_id == pid
+        self.leftover = [p for p in packets if not isinstance(p, SubAck)]
+        return suback[0]
+
+    def publishes(self) -> list[Publish]:
+        return [p for p in self.new() if isinstance(p, Publish)]
+
+
+def run(scenario: Callable[[Broker], Awaitable[None]], **settings: Any) -> None:
+    async def main() -> None:
+        broker = Broker(BrokerSettings(**settings), MemorySessionStore())
+        broker.start(Snapshot())
+        try:
+            await scenario(broker)
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())
+
+
+async def settle() -> None:
+    """Let spawned steps (acknowledgements after a commit, extension steps) run."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+# ---------------------------------------------------------------------------- CONNECT
+
+
+def test_the_first_packet_must_be_connect() -> None:
+    async def scenario(broker: Broker) -> None:
+        peer = Peer(broker, version=4)
+        peer.send(PingReq())
+        assert peer.io.closed
+        assert peer.new() == []  # MQTT 3: nothing to say before CONNECT, just close
+
+    run(scenario)
+
+
+def test_connack_announces_the_node_limits_to_an_mqtt5_client() -> None:
+    async def scenario(broker: Broker) -> None:
+        ack = Peer(broker).connect("c", properties={P.SESSION_EXPIRY_INTERVAL: 10_000})
+        assert ack.reason_code == 0 and not ack.session_present
+        assert ack.properties[P.RECEIVE_MAXIMUM] == 10
+        assert ack.properties[P.TOPIC_ALIAS_MAXIMUM] == 5
+        assert ack.properties[P.MAXIMUM_QOS] == 1
+        assert ack.properties[P.SESSION_EXPIRY_INTERVAL] == 3600  # capped
+
+    run(scenario, maximum_qos=1, max_session_expiry=3600)
+
+
+def test_an_empty_client_id_is_assigned_for_mqtt5_and_refused_for_a_persistent_v311() -> None:
+    async def scenario(broker: Broker) -> None:
+        ack = Peer(broker).connect("")
+        assert ack.properties[P.ASSIGNED_CLIENT_IDENTIFIER].startswith("hive-")
+        v311 = Peer(broker, version=4)
+        ack = v311.connect("", clean_start=False)
+        assert ack.reason_code == 2  # identifier rejected
+        assert v311.io.closed
+
+    run(scenario)
+
+
+def test_a_client_id_longer_than_allowed_is_refused() -> None:
+    async def scenario(broker: Broker) -> None:
+        peer = Peer(broker)
+        ack = peer.connect("x" * 9)
+        assert ack.reason_code == RC.CLIENT_IDENTIFIER_NOT_VALID
+        assert peer.io.closed
+
+    run(scenario, max_client_id_length=8)
+
+
+def test_max_connections_refuses_a_new_client_but_not_a_takeover() -> None:
+    async def scenario(broker: Broker) -> None:
+        assert Peer(broker).connect("a").reason_code == 0
+        assert Peer(broker).connect("b").reason_code == RC.QUOTA_EXCEEDED
+        assert Peer(broker).connect("a").reason_code == 0
+
+    run(scenario, max_connections=1)
+
+
+def test_a_will_above_the_maximum_qos_is_refused() -> None:
+    async def scenario(broker: Broker) -> None:
+        ack = Peer(broker).connect("c", will=Will("w", b"x", qos=2))
+        assert ack.reason_code == RC.QOS_NOT_SUPPORTED
+
+    run(scenario, maximum_qos=1)
+
+
+def test_keep_alive_above_the_maximum_is_lowered_and_arms_the_deadline() -> None:
+    async def scenario(broker: Broker) -> None:
+        peer = Peer(broker)
+        assert peer.io.deadline == 10.0  # no CONNECT yet: the connect timeout
+        ack = peer.connect("c", keep_alive=600)
+        assert ack.properties[P.SERVER_KEEP_ALIVE] == 60
+        assert peer.io.deadline == 90.0  # 1.5 x keep alive
+
+    run(scenario, max_keep_alive=60)
+
+
+def test_a_missed_keep_alive_closes_with_0x8d() -> None:
+    async def scenario(broker: Broker) -> None:
+        peer = Peer(broker)
+        peer.connect("c", keep_alive=10)
+        peer.channel.check_deadline(peer.channel.last_read + 5)
+        assert not peer.io.closed and peer.io.deadline == pytest.approx(10.0)
+        peer.channel.check_deadline(peer.channel.last_read + 16)
+        assert peer.io.closed
+        assert [p.reason_code for p in peer.new() if isinstance(p, Disconnect)] == [0x8D]
+
+    run(scenario)
+
+
+def test_a_second_connect_is_a_protocol_error() -> None:
+    async def scenario(broker: Broker) -> None:
+        peer = Peer(broker)
+        peer.connect("c")
+        peer.send(Connect("c", 5))
+        assert [p.reason_code for p in peer.new() if isinstance(p, Disconnect)] == [0x82]
+        assert peer.io.closed
+
+    run(scenario)
+
+
+def test_ping() -> None:
+    async def scenario(broker: Broker) -> None:
+        peer = Peer(broker, version=4)
+        peer.connect("c")
+        peer.send(PingReq())
+        assert peer.new() == [PingResp()]
+
+    run(scenario)
+
+
+# ---------------------------------------------------------------------------- takeover, expiry
+
+
+def test_a_second_connection_takes_the_session_over() -> None:
+    async def scenario(broker: Broker) -> None:
+        first = Peer(broker)
+        first.connect("c", clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 60})
+        first.subscribe("t/#")
+        second = Peer(broker)
+        ack = second.connect("c", clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 60})
+        assert ack.session_present
+        assert [p.reason_code for p in first.new() if isinstance(p, Disconnect)] == [0x8E]
+        assert first.io.closed
+        publisher = Peer(broker)
+        publisher.connect("p")
+        publisher.send(Publish("t/1", b"x", qos=0))
+        assert [p.payload for p in second.publishes()] == [b"x"]
+
+    run(scenario)
+
+
+def test_a_session_outlives_its_connection_until_it_expires() -> None:
+    async def scenario(broker: Broker) -> None:
+        peer = Peer(broker)
+        peer.connect("c", clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 1})
+        peer.subscribe("t")
+        peer.channel.connection_lost()
+        assert "c" in broker.sessions
+        publisher = Peer(broker)
+        publisher.connect("p")
+        publisher.send(Publish("t", b"queued", qos=1, packet_id=1))
+        await asyncio.sleep(1.3)
+        assert "c" not in broker.sessions
+        back = Peer(broker)
+        assert not back.connect("c", clean_start=False).session_present
+
+    run(scenario)
+
+
+def test_a_clean_start_discards_the_old_session() -> None:
+    async def scenario(broker: Broker) -> None:
+        peer = Peer(broker)
+        peer.connect("c", clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 60})
+        peer.subscribe("t")
+        peer.send(Disconnect())
+        ack = Peer(broker).connect("c", clean_start=True)
+        assert not ack.session_present
+        assert broker.sessions["c"].subscriptions == {}
+
+    run(scenario)
+
+
+def test_the_will_goes_out_when_the_connection_breaks_not_after_disconnect() -> None:
+    async def scenario(broker: Broker) -> None:
+        watcher = Peer(broker)
+        watcher.connect("w")
+        watcher.subscribe("wills/#", qos=0)
+        polite = Peer(broker)
+        polite.connect("polite", will=Will("wills/polite", b"gone"))
+        polite.send(Disconnect())
+        rude = Peer(broker)
+        rude.connect("rude", will=Will("wills/rude", b"gone"))
+        rude.channel.connection_lost()
+        broker.flush()
+        assert [p.topic for p in watcher.publishes()] == ["wills/rude"]
+
+    run(scenario)
+
+
+# ---------------------------------------------------------------------------- QoS 1 and 2
+
+
+def test_qos1_from_publisher_to_subscriber_and_back() -> None:
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s")
+        sub.subscribe("t", qos=1)
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(Publish("t", b"one", qos=1, packet_id=7))
+        assert pub.new() == [PubAck(7)]
+        (delivery,) = sub.publishes()
+        assert delivery.qos == 1 and delivery.payload == b"one"
+        assert broker.sessions["s"].inflight
+        sub.send(PubAck(delivery.packet_id))
+        assert not broker.sessions["s"].inflight
+
+    run(scenario)
+
+
+def test_qos1_without_a_subscriber_is_acknowledged_with_no_matching_subscribers() -> None:
+    async def scenario(broker: Broker) -> None:
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(Publish("nobody", b"x", qos=1, packet_id=3))
+        assert pub.new() == [PubAck(3, RC.NO_MATCHING_SUBSCRIBERS)]
+
+    run(scenario)
+
+
+def test_inbound_qos2_is_routed_once_whatever_the_duplicates() -> None:
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s")
+        sub.subscribe("t", qos=0)
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(Publish("t", b"once", qos=2, packet_id=9))
+        assert pub.new() == [PubRec(9)]
+        pub.send(Publish("t", b"once", qos=2, packet_id=9, dup=True))
+        assert pub.new() == [PubRec(9)]
+        assert [p.payload for p in sub.publishes()] == [b"once"]
+        pub.send(PubRel(9))
+        assert pub.new() == [PubComp(9)]
+        pub.send(PubRel(9))  # unknown now
+        assert pub.new() == [PubComp(9, RC.PACKET_IDENTIFIER_NOT_FOUND)]
+
+    run(scenario)
+
+
+def test_outbound_qos2_publish_pubrec_pubrel_pubcomp() -> None:
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s")
+        sub.subscribe("t", qos=2)
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(Publish("t", b"x", qos=2, packet_id=1))
+        (delivery,) = sub.publishes()
+        pid = delivery.packet_id
+        sub.send(PubRec(pid))
+        assert sub.new() == [PubRel(pid)]
+        assert broker.sessions["s"].inflight[pid].state == "pubrel"
+        sub.send(PubComp(pid))
+        assert not broker.sessions["s"].inflight
+
+    run(scenario)
+
+
+def test_persistent_acknowledgements_wait_for_the_store_and_keep_their_order() -> None:
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s", clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 60})
+        sub.subscribe("t", qos=1)
+        sub.channel.connection_lost()  # offline: deliveries are queued in the store
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(Publish("t", b"1", qos=1, packet_id=1), Publish("other", b"2", qos=1,
+                                                                   packet_id=2))
+        assert pub.new() == []  # the first waits for its commit, the second waits behind it
+        await settle()
+        broker.flush()
+        assert pub.new() == [PubAck(1), PubAck(2, RC.NO_MATCHING_SUBSCRIBERS)]
+        back = Peer(broker)
+        assert back.connect("s", clean_start=False).session_present
+        assert [p.payload for p in back.leftover if isinstance(p, Publish)] == [b"1"]
+
+    run(scenario)
+
+
+def test_the_client_receive_maximum_limits_what_is_in_flight() -> None:
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s", properties={P.RECEIVE_MAXIMUM: 2})
+        sub.subscribe("t", qos=1)
+        pub = Peer(broker)
+        pub.connect("p")
+        for pid in range(1, 6):
+            pub.send(Publish("t", str(pid).encode(), qos=1, packet_id=pid))
+        first = sub.publishes()
+        assert [p.payload for p in first] == [b"1", b"2"]
+        sub.send(PubAck(first[0].packet_id))
+        assert [p.payload for p in sub.publishes()] == [b"3"]
+        assert len(broker.sessions["s"].queue) == 2
+
+    run(scenario)
+
+
+def test_more_qos2_in_flight_than_the_server_receive_maximum_is_refused_with_0x93() -> None:
+    async def scenario(broker: Broker) -> None:
+        pub = Peer(broker)
+        pub.connect("p")
+        for pid in range(1, 4):
+            pub.send(Publish("t", b"x", qos=2, packet_id=pid))
+        assert not pub.io.closed
+        pub.send(Publish("t", b"x", qos=2, packet_id=4))
+        assert [p.reason_code for p in pub.new() if isinstance(p, Disconnect)] == [0x93]
+        assert pub.io.closed
+
+    run(scenario, server_receive_maximum=3)
+
+
+def test_unacknowledged_deliveries_are_sent_again_with_dup_after_a_reconnect() -> None:
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s", clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 60})
+        sub.subscribe("t", qos=1)
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(Publish("t", b"x", qos=1, packet_id=1))
+        (first,) = sub.publishes()
+        sub.channel.connection_lost()
+        back = Peer(broker)
+        back.connect("s", clean_start=False)
+        (again,) = [p for p in back.leftover if isinstance(p, Publish)]
+        assert again.dup and again.packet_id == first.packet_id and again.payload == b"x"
+
+    run(scenario)
+
+
+# ---------------------------------------------------------------------------- topic aliases
+
+
+def test_inbound_topic_aliases_resolve_and_bad_ones_are_refused() -> None:
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s")
+        sub.subscribe("long/topic/name", qos=0)
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(Publish("long/topic/name", b"1", properties={P.TOPIC_ALIAS: 1}),
+                 Publish("", b"2", properties={P.TOPIC_ALIAS: 1}))
+        assert [(p.topic, p.payload) for p in sub.publishes()] == [
+            ("long/topic/name", b"1"), ("long/topic/name", b"2")]
+        pub.send(Publish("", b"3", properties={P.TOPIC_ALIAS: 2}))
+        assert [p.reason_code for p in pub.new() if isinstance(p, Disconnect)] == [0x82]
+        other = Peer(broker)
+        other.connect("o")
+        other.send(Publish("t", b"x", properties={P.TOPIC_ALIAS: 6}))
+        assert [p.reason_code for p in other.new() if isinstance(p, Disconnect)] == [0x94]
+
+    run(scenario)
+
+
+def test_outbound_topic_aliases_send_the_topic_once() -> None:
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s", properties={P.TOPIC_ALIAS_MAXIMUM: 2})
+        sub.subscribe("t/#", qos=0)
+        pub = Peer(broker)
+        pub.connect("p")
+        for payload in (b"1", b"2"):
+            pub.send(Publish("t/a", payload))
+        first, second = sub.publishes()
+        assert first.topic == "t/a" and first.properties[P.TOPIC_ALIAS] == 1
+        assert second.topic == "" and second.properties[P.TOPIC_ALIAS] == 1
+
+    run(scenario)
+
+
+# ---------------------------------------------------------------------------- subscriptions
+
+
+def test_subscribe_unsubscribe_and_retained_messages() -> None:
+    async def scenario(broker: Broker) -> None:
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(Publish("r/1", b"kept", retain=True))
+        sub = Peer(broker)
+        sub.connect("s")
+        suback = sub.subscribe("r/+", "bad/#/filter", qos=1)
+        assert suback.reason_codes == [1, RC.TOPIC_FILTER_INVALID]
+        assert [(p.topic, p.retain) for p in sub.publishes()] == [("r/1", True)]
+        sub.send(Unsubscribe(99, ["r/+", "never"]))
+        assert sub.new() == [UnsubAck(99, [0, RC.NO_SUBSCRIPTION_EXISTED])]
+
+    run(scenario)
+
+
+def test_no_local_on_a_shared_subscription_is_a_protocol_error() -> None:
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s")
+        sub.send(Subscribe(1, [SubscriptionRequest("$share/g/t", 1, no_local=True)]))
+        assert [p.reason_code for p in sub.new() if isinstance(p, Disconnect)] == [0x82]
+
+    run(scenario)
+
+
+def test_sys_topics_are_closed_to_publishers() -> None:
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s")
+        sub.subscribe("$SYS/#")
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(Publish("$SYS/broker/x", b"fake", qos=1, packet_id=1))
+        assert pub.new() == [PubAck(1, RC.NOT_AUTHORIZED)]
+        assert sub.publishes() == []
+
+    run(scenario)
+
+
+def test_auth_without_a_method_is_a_protocol_error() -> None:
+    async def scenario(broker: Broker) -> None:
+        peer = Peer(broker)
+        peer.connect("c")
+        peer.send(Auth(RC.RE_AUTHENTICATE, {P.AUTHENTICATION_METHOD: "x"}))
+        assert [p.reason_code for p in peer.new() if isinstance(p, Disconnect)] == [0x82]
+
+    run(scenario)
+
+
+# ---------------------------------------------------------------------------- QoS 2 and the disk
+
+PERSISTENT = {P.SESSION_EXPIRY_INTERVAL: 3600}
+
+
+def test_pubcomp_waits_until_the_release_is_on_disk() -> None:
+    async def scenario(broker: Broker) -> None:
+        pub = Peer(broker)
+        pub.connect("p", clean_start=False, properties=PERSISTENT)
+        pub.send(Publish("t", b"x", qos=2, packet_id=4))
+        await settle()
+        broker.flush()
+        assert pub.new() == [PubRec(4, RC.NO_MATCHING_SUBSCRIBERS)]
+        pub.send(PubRel(4))
+        assert pub.new() == []  # the release is not durable yet
+        await settle()
+        broker.flush()
+        assert pub.new() == [PubComp(4)]
+
+    run(scenario)
+
+
+def test_a_reused_packet_id_without_dup_is_a_new_message() -> None:
+    """After a crash lost a release, the client (which got its PUBCOMP) reuses the id: the
+    message must be routed, not taken for a resend."""
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s")
+        sub.subscribe("t", qos=0)
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(Publish("t", b"first", qos=2, packet_id=7))
+        broker.sessions["p"].inbound_qos2.add(7)  # as a crash before the release left it
+        pub.send(Publish("t", b"second", qos=2, packet_id=7))
+        pub.send(Publish("t", b"second", qos=2, packet_id=7, dup=True))
+        assert [p.payload for p in sub.publishes()] == [b"first", b"second"]
+
+    run(scenario)
+
+
+def test_pubrel_and_a_qos2_delivery_wait_until_their_state_is_on_disk() -> None:
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s", clean_start=False, properties=PERSISTENT)
+        sub.subscribe("t", qos=2)
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(Publish("t", b"x", qos=2, packet_id=1))
+        assert sub.publishes() == []  # its packet id is not durable yet
+        await settle()
+        broker.flush()
+        (delivery,) = sub.publishes()
+        sub.send(PubRec(delivery.packet_id))
+        assert sub.new() == []
+        await settle()
+        broker.flush()
+        assert sub.new() == [PubRel(delivery.packet_id)]
+
+    run(scenario)
