@@ -28,3 +28,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[dev]"
+
+sha256sum pyproject.toml > .venv/.hive-setup-stamp  # run.sh sets up again only when it changes
