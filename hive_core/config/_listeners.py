@@ -99,7 +99,7 @@ class _Listener(ConfigModel):
     bind_address: str = element(tag="bind-address", default="0.0.0.0")
     """The local address to listen on; 0.0.0.0: every interface."""
     name: str | None = element(tag="name", default=None)
-    """A name for the logs; not set: <kind>-listener-<port>, e.g. tcp-listener-1883."""
+    """A name for the logs; not set: `<kind>-listener-<port>`, e.g. tcp-listener-1883."""
 
     @property
     def display_name(self) -> str:

@@ -122,7 +122,7 @@ class Mqtt(ConfigModel, tag="mqtt"):
     shared_subscriptions: FeatureSwitch = element(
         tag="shared-subscriptions", default_factory=FeatureSwitch
     )
-    """Whether clients may subscribe to $share/<group>/<filter>."""
+    """Whether clients may subscribe to `$share/<group>/<filter>`."""
     quality_of_service: QualityOfService = element(default_factory=QualityOfService)
     """The highest QoS."""
     retained_messages: FeatureSwitch = element(
