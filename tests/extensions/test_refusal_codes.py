@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from e2e.rawclient import RawClient
 
-from hive_core.mqtt import PubAck
+from hive_core.mqtt import PropertyId, PubAck
 from hive_ext_api import AuthDecision, ConnectInfo, ReasonCode, hookimpl
 
 pytestmark = pytest.mark.timeout(60)
@@ -31,6 +31,8 @@ class Gate:
     def hive_authenticate(self, connect: ConnectInfo) -> AuthDecision | None:
         if connect.username == "ok":
             return AuthDecision.accept()
+        if connect.username == "tenant":
+            return AuthDecision(True, 0, user_properties=[("tenant", "blue")])
         return AuthDecision.refuse(int(connect.username or "0x87", 16))
 
 
@@ -80,3 +82,12 @@ def test_a_refused_connect_per_protocol(hive_node: Any, code: int, v311: int) ->
         assert v5.connect(5, "c5", username=f"{code:#04x}").reason_code == code
     with RawClient(hive_node.port) as old:
         assert old.connect(4, "c4", username=f"{code:#04x}").reason_code == v311
+
+
+def test_the_user_properties_of_an_accepting_decision_reach_a_v5_client(hive_node: Any) -> None:
+    with RawClient(hive_node.port) as client:
+        connack = client.connect(5, "with-props", username="tenant")
+        assert connack.reason_code == 0
+        assert ("tenant", "blue") in connack.properties[PropertyId.USER_PROPERTY]
+    with RawClient(hive_node.port) as old:
+        assert old.connect(4, "old-props", username="tenant").reason_code == 0
