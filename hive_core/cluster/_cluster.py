@@ -370,6 +370,7 @@ class Cluster:
             return
         existing = self.members.get(peer_id)
         incarnation = int(hello.get("incarnation", 0))
+        swapped = False  # the same member on another link: no news for the log
         if existing is not None and not existing.link.closed:
             if incarnation > existing.incarnation:
                 keep_new = True  # the peer restarted: its old link is dead, whatever it looks
@@ -387,6 +388,7 @@ class Cluster:
             if not keep_new:
                 link.close()
                 return
+            swapped = incarnation == existing.incarnation
             existing.link.peer_id = None
             existing.link.close()
         link.peer_id = peer_id
@@ -396,15 +398,20 @@ class Cluster:
         if self.health is not None and hello.get("health_port"):
             self.health.watch(peer_id, incarnation, str(hello.get("health_host") or address.host),
                               int(hello["health_port"]))
-        log.info("Cluster node %s (%s:%d, Hive %s) joined the cluster", peer_id, address.host,
-                 address.port, hello.get("version"))
+        if swapped:
+            log.debug("Cluster node %s: now on the link %s opened", peer_id,
+                      "this node" if link.outbound else "it")
+        else:
+            log.info("Cluster node %s (%s:%d, Hive %s) joined the cluster", peer_id,
+                     address.host, address.port, hello.get("version"))
         if answer:  # WELCOME first: the dialling node drops every frame before it
             link.send(FrameKind.WELCOME, self._hello())
         link.send(FrameKind.FILTERS, sorted(self._local_filters))
         link.send(FrameKind.RETAINED, [message_body(m) for m in self.broker.retained_messages()])
         link.send(FrameKind.MEMBERS, [[m.address.host, m.address.port]
                                       for m in self.members.values() if m.node_id != peer_id])
-        self._log_view()
+        if not swapped:
+            self._log_view()
 
     def _log_view(self) -> None:
         names = sorted([self.node_id, *self.members])
