@@ -50,6 +50,9 @@ log = logging.getLogger("hive.cluster")
 _PUBLISH = FrameKind.PUBLISH
 FLUSH_PUBLISHES = 256
 """PUBLISH frames from other nodes between two flushes of the local subscribers' output."""
+SIMULTANEOUS_DIALS = 1.0
+"""Seconds after a member joined within which a second link from it is a dial that crossed
+this node's own (both decide by node id); later it is the member reached under another address."""
 
 
 @dataclass(slots=True)
@@ -386,6 +389,10 @@ class Cluster:
                 keep_new = (link.outbound and self.node_id < peer_id) or (
                     not link.outbound and peer_id < self.node_id)
             if not keep_new:
+                if answer and time.monotonic() - existing.joined_at > SIMULTANEOUS_DIALS:
+                    # Not a dial crossing ours: the peer reached this node under another
+                    # address. The WELCOME tells it whom; it keeps the old link as well.
+                    link.send(FrameKind.WELCOME, self._hello())
                 link.close()
                 return
             swapped = incarnation == existing.incarnation
