@@ -245,7 +245,7 @@ def _run(args: argparse.Namespace) -> int:
 def add_certs_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``certs ca`` and ``certs node`` to the ``hive`` command."""
     certs = commands.add_parser("certs", help="make a cluster CA and node certificates")
-    kinds = certs.add_subparsers(dest="certs_command", required=True)
+    kinds = certs.add_subparsers(dest="certs_command", metavar="COMMAND")
     ca = kinds.add_parser("ca", help="make a CA that signs the cluster's node certificates")
     ca.add_argument("--out", type=Path, required=True, help="folder for ca.pem and ca-key.pem")
     ca.add_argument("--name", default="Hive Cluster CA", help="the CA's common name")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from hive_core import __version__
 from hive_core.certs import add_certs_command
+from hive_core.plugins import LOCAL_EXTENSION_FORMS
 
 DEFAULT_CONFIG = Path("conf/config.xml")
 DEFAULT_REST = "http://127.0.0.1:8888"
@@ -27,6 +28,7 @@ def _run(args: argparse.Namespace) -> int:
     from hive_core.config import ConfigError, default_config, load_config
     from hive_core.net import TLSConfigError
     from hive_core.node import HiveNode, run_node
+    from hive_core.plugins import LocalExtensionError, import_local_extension
 
     _configure_logging(args.log_level)
     log = logging.getLogger("hive")
@@ -44,9 +46,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"hive: {exc}", file=sys.stderr)
         return 2
     try:
-        local = [importlib.import_module(name) for name in args.extension]
-    except ImportError as exc:
-        print(f"hive: --extension: cannot import {exc.name!r}: {exc}", file=sys.stderr)
+        local = [import_local_extension(target) for target in args.extension]
+    except LocalExtensionError as exc:
+        print(f"hive: --extension: {exc}", file=sys.stderr)
         return 2
     node = HiveNode(config, args.data_dir.resolve(), extra_extensions=local)
     try:
@@ -128,10 +130,23 @@ def _cluster_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_reference(args: argparse.Namespace) -> int:
+    """Write every element of config.xml, with its default, as Markdown."""
+    from hive_core.config import reference_markdown
+
+    text = reference_markdown()
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text)
+        print(f"hive: wrote {args.out}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hive", description="Hive, a clustered MQTT broker")
     parser.add_argument("--version", action="version", version=f"hive {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = commands.add_parser("run", help="start a node")
     run.add_argument("--config", type=Path, default=None,
                      help=f"config.xml to use (default: {DEFAULT_CONFIG} if present, "
@@ -140,16 +155,16 @@ def main(argv: list[str] | None = None) -> int:
                      help="folder for the node's persistent data (default: ./data)")
     run.add_argument("--log-level", default="info",
                      choices=["debug", "info", "warning", "error"])
-    run.add_argument("--extension", action="append", default=[], metavar="MODULE",
-                     help="also load this extension module (importable, not installed as a "
-                          "package); may be given several times")
+    run.add_argument("--extension", action="append", default=[], metavar="MODULE_OR_PATH",
+                     help="also load this extension, not installed as a package: "
+                          f"{LOCAL_EXTENSION_FORMS}; may be given several times")
     run.set_defaults(handler=_run)
     listing = commands.add_parser("extensions", help="list installed extensions")
     listing.add_argument("--config", type=Path, default=None,
                          help="config.xml whose <extensions><disabled> to apply")
     listing.set_defaults(handler=_extensions)
     cluster = commands.add_parser("cluster", help="ask a running node about its cluster")
-    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True)
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", metavar="COMMAND")
     status = cluster_commands.add_parser(
         "status", help="the members a running node sees: id, state, address, version")
     status.add_argument("--rest", default=DEFAULT_REST, metavar="URL",
@@ -158,8 +173,37 @@ def main(argv: list[str] | None = None) -> int:
                         help="how long to wait for the answer (default: 5)")
     status.set_defaults(handler=_cluster_status)
     add_certs_command(commands)
+    config = commands.add_parser("config", help="about config.xml")
+    config_commands = config.add_subparsers(dest="config_command", metavar="COMMAND")
+    reference = config_commands.add_parser(
+        "reference", help="every element of config.xml with its default, as Markdown "
+                          "(the source of docs/configuration.md)")
+    reference.add_argument("--out", type=Path, default=None, metavar="FILE",
+                           help="write it to FILE instead of standard output")
+    reference.set_defaults(handler=_config_reference)
     args = parser.parse_args(argv)
+    incomplete = _missing_command(parser, args)
+    if incomplete is not None:  # `hive`, `hive cluster`: what could follow, not an error line
+        incomplete.print_help(sys.stderr)
+        return 2
     return int(args.handler(args))
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any] | None:
+    actions = parser._subparsers._group_actions if parser._subparsers else []
+    return next((a for a in actions if isinstance(a, argparse._SubParsersAction)), None)
+
+
+def _missing_command(parser: argparse.ArgumentParser,
+                     args: argparse.Namespace) -> argparse.ArgumentParser | None:
+    """The parser whose command was left out (``hive``, ``hive cluster``), or None."""
+    action = _subcommands(parser)
+    if action is None:
+        return None
+    chosen = getattr(args, action.dest, None)
+    if chosen is None:
+        return parser
+    return _missing_command(action.choices[chosen], args)
 
 
 if __name__ == "__main__":

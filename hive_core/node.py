@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import socket
 import time
 import uuid
 from collections import Counter
@@ -24,8 +23,14 @@ from hive_core.admin import RestApi
 from hive_core.broker import Broker, BrokerSettings, BrokerStats, NodeServices
 from hive_core.cluster import Cluster, ClusterSettings, ClusterStats, HealthCheckSettings
 from hive_core.config import HiveConfig
-from hive_core.net import BoundListener, close_listeners, cluster_contexts, open_mqtt_listeners
-from hive_core.persistence import MemorySessionStore
+from hive_core.net import (
+    BoundListener,
+    advertised_address,
+    close_listeners,
+    cluster_contexts,
+    open_mqtt_listeners,
+)
+from hive_core.persistence import DataFolderLock, MemorySessionStore
 from hive_core.plugins import ExtensionManager, Extensions
 from hive_ext_api import ClusterMember, ExtensionContext
 
@@ -43,8 +48,11 @@ def run_node(node: HiveNode) -> None:
     anyio.run(node.run, backend="asyncio", backend_options={"use_uvloop": use_uvloop})
 
 
-def node_id(data_dir: Path) -> str:
-    """This node's persistent id, made once and kept in its data folder."""
+def node_id(data_dir: Path, name: str | None = None) -> str:
+    """This node's id: ``<cluster><node-name>`` when given, else one made once and kept in its
+    data folder."""
+    if name:
+        return name
     path = data_dir / "node-id"
     try:
         return path.read_text().strip()
@@ -59,9 +67,9 @@ def cluster_settings(config: HiveConfig) -> ClusterSettings:
     cluster = config.cluster
     transport = cluster.effective_transport()
     bind_host = transport.bind_address or "0.0.0.0"
-    external_host = transport.external_address or (
-        bind_host if bind_host not in ("0.0.0.0", "::") else socket.gethostbyname(
-            socket.gethostname()))
+    external_host, why = advertised_address(cluster, bind_host)
+    if why != "configured":
+        log.info("Cluster address other nodes are told to use: %s (%s)", external_host, why)
     heartbeat = cluster.effective_heartbeat()
     discovery = cluster.effective_discovery()
     reload_interval = float(getattr(discovery, "reload_interval", 60))
@@ -138,7 +146,8 @@ class HiveNode:
             taken[name] += 1
             manager.register(name if taken[name] == 1 else f"{name}-{taken[name]}", plugin)
         self.extensions = Extensions(manager)
-        self.services = NodeServices(node_id=node_id(data_dir), version=__version__)
+        self.services = NodeServices(node_id=node_id(data_dir, config.cluster.node_name),
+                                     version=__version__)
         self._stop_requested = False
         self._stopping: anyio.Event | None = None  # made in run(): it belongs to the event loop
 
@@ -178,7 +187,16 @@ class HiveNode:
     async def _serve(self, tasks: TaskGroup, started: Callable[[], None] | None) -> None:
         assert self._stopping is not None
         begun = time.monotonic()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        lock = DataFolderLock(self.data_dir)
+        lock.acquire()  # before anything reads or writes the folder
+        try:
+            await self._serve_locked(tasks, started, begun)
+        finally:
+            lock.release()
+
+    async def _serve_locked(self, tasks: TaskGroup, started: Callable[[], None] | None,
+                            begun: float) -> None:
+        assert self._stopping is not None
         log.info("Starting Hive %s, data folder %s", __version__, self.data_dir)
         for record in self.extensions.manager.records:
             if not record.active:
@@ -205,7 +223,9 @@ class HiveNode:
                 self.services.members_from(cluster.view)
                 await cluster.start(tasks)
             if not self._stopping.is_set():
-                self.listeners = await open_mqtt_listeners(self.config.listeners, broker)
+                self.listeners = await open_mqtt_listeners(
+                    self.config.listeners, broker,
+                    self.config.restrictions.incoming_bandwidth_throttling)
                 log.info("Started Hive in %d ms", (time.monotonic() - begun) * 1000)
                 if started is not None:
                     started()

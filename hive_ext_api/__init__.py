@@ -8,7 +8,7 @@ group ``hive.extensions``, and a ``HIVE_API`` string naming the API versions it 
 
 import pluggy
 
-from hive_ext_api import _hookspecs as hookspecs
+from hive_ext_api import hookspecs
 from hive_ext_api._persistence import (
     NEVER_EXPIRES,
     Direction,

@@ -75,6 +75,7 @@ class AuthDecision:
 
     ``allow`` lets the client in; otherwise ``reason_code`` (default NOT_AUTHORIZED) goes into
     the CONNACK (MQTT 3 clients get the closest return code) with ``reason_string`` for MQTT 5.
+    ``user_properties`` go into the CONNACK of an MQTT 5 client that is let in.
     """
 
     allow: bool

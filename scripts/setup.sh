@@ -32,3 +32,5 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[dev]"
 bash scripts/testbed/spark.sh  # Java if missing; pyspark, pyarrow, boto3, moto in .venv
+
+sha256sum pyproject.toml > .venv/.hive-setup-stamp  # run.sh sets up again only when it changes

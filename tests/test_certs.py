@@ -208,6 +208,25 @@ def test_cluster_contexts_honour_protocols(pki: Path) -> None:
     assert server_end.version() == "TLSv1.2"
 
 
+def test_cluster_contexts_honour_cipher_suites_and_the_client_side_stores(pki: Path) -> None:
+    tls = cluster_tls(pki, (
+        "<protocols><protocol>TLSv1.2</protocol></protocols><cipher-suites>"
+        "<cipher-suite>ECDHE-ECDSA-AES128-GCM-SHA256</cipher-suite></cipher-suites>"
+        f"<server-keystore><path>{pki}/node1/node1.pem</path></server-keystore>"
+        f"<server-certificate-truststore><path>{pki}/ca/ca.pem</path>"
+        "</server-certificate-truststore>"
+        "<client-authentication-mode>REQUIRED</client-authentication-mode>"
+        f"<client-authentication-keystore><path>{pki}/node2/node2.p12</path>"
+        f"<password>{PASSWORD}</password></client-authentication-keystore>"
+        f"<client-certificate-truststore><path>{pki}/node2/ca.p12</path>"
+        f"<password>{PASSWORD}</password></client-certificate-truststore>"))
+    accepting, dialing = cluster_contexts(tls)  # type: ignore[arg-type]
+    server_end, client_end = handshake(accepting, dialing)
+    assert server_end.cipher()[0] == "ECDHE-ECDSA-AES128-GCM-SHA256"  # type: ignore[index]
+    assert common_name(server_end.getpeercert()) == "node2"  # the dialling side's own store
+    assert common_name(client_end.getpeercert()) == "node1"
+
+
 def test_cluster_tls_without_a_server_truststore_is_refused(pki: Path) -> None:
     tls = cluster_tls(pki, f"<server-keystore><path>{pki}/node1/node1.pem</path>"
                            "</server-keystore>")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core import __version__
 from hive_core.admin._http import Document, serve_http
-from hive_core.net import bound_address
+from hive_core.net import bound_address, listen_error
 
 if TYPE_CHECKING:
     from hive_core.broker import BrokerStats
@@ -101,11 +101,16 @@ class RestApi:
     async def start(self, listeners: tuple[HttpListener, ...]) -> None:
         routes = self.routes()
         for listener in listeners:
-            server = await serve_http(routes, listener.bind_address, listener.port)
+            try:
+                server = await serve_http(routes, listener.bind_address, listener.port)
+            except OSError as exc:
+                raise listen_error("<rest-api><listeners><http>", listener.bind_address,
+                                   listener.port, exc) from exc
             self._servers.append(server)
             host, port = bound_address(server)
             self.bound.append((host, port))
-            log.info("Started REST API on address %s and on port %d", host, port)
+            log.info("Started REST API%s on address %s and on port %d",
+                     f" {listener.name}" if listener.name else "", host, port)
 
     def close(self) -> None:
         for server in self._servers:

@@ -208,6 +208,9 @@ class Broker:
         self.connections.discard(link)
         if session is None or session.connection is not link:
             return
+        logging.getLogger("hive.access").info(
+            "client %r disconnected (%s)", session.client_id,
+            "it sent DISCONNECT" if graceful else "connection lost or closed by the node")
         if link.info is not None and self.extensions.watches_clients:
             self.client_event(session.client_id, self.extensions.client_disconnected(
                 link.info, graceful))

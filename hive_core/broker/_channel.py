@@ -59,9 +59,11 @@ if TYPE_CHECKING:
     from hive_core.broker._broker import Broker
 
 log = logging.getLogger("hive.connection")
+access_log = logging.getLogger("hive.access")  # connects, disconnects, refusals: one line each
 
 P = PropertyId
 RC = ReasonCode
+_PROTOCOL_NAMES = {3: "3.1", 4: "3.1.1", 5: "5"}
 _PASS_THROUGH_DROP = (P.TOPIC_ALIAS, P.MESSAGE_EXPIRY_INTERVAL)
 
 
@@ -391,8 +393,8 @@ class Channel:
 
     def refuse_connect(self, reason: int, reason_string: str | None = None) -> None:
         """CONNACK with a refusal (an MQTT 3 return code for 3.x clients), then close."""
-        log.info("refusing CONNECT of %r: reason 0x%02X %s", self.client_id, reason,
-                 reason_string or "")
+        access_log.info("refusing CONNECT of %r: reason 0x%02X %s", self.client_id, reason,
+                        reason_string or "")
         if self.version == 5:
             props = {P.REASON_STRING: reason_string} if reason_string else {}
             self.send_packet(ConnAck(False, reason, props))
@@ -407,7 +409,7 @@ class Channel:
         version = self.version = connect.protocol_version
         v5 = version == 5
         props = connect.properties
-        client_id = connect.client_id
+        client_id = self.client_id = connect.client_id  # a refusal below names it
         if not client_id:
             if v5 or (version == 4 and connect.clean_start):
                 client_id = f"hive-{uuid.uuid4().hex}"
@@ -469,6 +471,12 @@ class Channel:
             _limits_into(ack, settings, props, client_id)
         # MQTT 3.1 has no session present flag: that CONNACK byte is reserved, always 0.
         self.send_packet(ConnAck(present and version >= 4, 0, ack))
+        peer = self.io.get_extra_info("peername")
+        access_log.info("client %r connected from %s on %s (MQTT %s%s%s)", client_id,
+                        f"{peer[0]}:{peer[1]}" if peer else "?", self.listener,
+                        _PROTOCOL_NAMES.get(version, version),
+                        f", user {self.username!r}" if self.username else "",
+                        ", session resumed" if present else "")
         broker.resume(session)
         extensions = broker.extensions
         if extensions.any_client_hooks:

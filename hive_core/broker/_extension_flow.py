@@ -108,6 +108,8 @@ async def connect(extensions: Extensions, info: ClientInfo, packet: Connect,
         decision = await extensions.authenticate(request)
         if not decision.allow:
             return Refusal(decision.reason_code, decision.reason_string)
+        if decision.user_properties:  # into the CONNACK (MQTT 5 clients only see them)
+            ack[P.USER_PROPERTY] = [(str(k), str(v)) for k, v in decision.user_properties]
     will = packet.will
     if will is not None and extensions.authorizes_publish:
         answer = await extensions.resolved(

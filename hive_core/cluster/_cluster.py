@@ -32,6 +32,7 @@ from hive_core.cluster._wire import (
     encode_publish_frame,
 )
 from hive_core.mqtt import decode_properties, encode_properties
+from hive_core.plugins import WarningGate
 from hive_ext_api import (
     ClusterMember,
     ClusterNodeAddress,
@@ -49,6 +50,9 @@ log = logging.getLogger("hive.cluster")
 _PUBLISH = FrameKind.PUBLISH
 FLUSH_PUBLISHES = 256
 """PUBLISH frames from other nodes between two flushes of the local subscribers' output."""
+SIMULTANEOUS_DIALS = 1.0
+"""Seconds after a member joined within which a second link from it is a dial that crossed
+this node's own (both decide by node id); later it is the member reached under another address."""
 
 
 @dataclass(slots=True)
@@ -184,6 +188,11 @@ class Cluster:
         self._local_filters: Counter[str] = Counter()
         self._links: set[PeerLink] = set()
         self._dialing: set[ClusterNodeAddress] = set()
+        # Addresses dialled and the node each reached: a node behind NAT, or listed under two
+        # addresses, is one node, not a new one at every discovery reload.
+        self._reached: dict[ClusterNodeAddress, str] = {}
+        self._dialled: dict[PeerLink, ClusterNodeAddress] = {}
+        self._unreachable = WarningGate(log)  # one warning per address and minute
         self._shared_turn: dict[SharedKey, int] = {}
         self.transport = transport if transport is not None else (
             UdpTransport(settings.bind_host, settings.bind_port)
@@ -212,6 +221,8 @@ class Cluster:
             lambda: PeerLink(self._on_frame, self._on_lost, outbound=False))
         if not self.settings.external_port:
             self.address = ClusterNodeAddress(self.address.host, bound.port)
+        if bound.host not in ("0.0.0.0", "::"):  # a list naming this node's own bind address
+            self._reached[ClusterNodeAddress(bound.host, bound.port)] = self.node_id
         log.info("Cluster node %s listening on %s:%d (external %s:%d)", self.node_id,
                  bound.host, bound.port, self.address.host, self.address.port)
         if self.health is not None:
@@ -299,6 +310,9 @@ class Cluster:
     def _known(self, address: ClusterNodeAddress) -> bool:
         if address == self.address:
             return True
+        reached = self._reached.get(address)
+        if reached is not None and (reached == self.node_id or reached in self.members):
+            return True
         return any(m.address == address for m in self.members.values())
 
     def _dial(self, address: ClusterNodeAddress) -> None:
@@ -320,8 +334,11 @@ class Cluster:
                 address, lambda: PeerLink(self._on_frame, self._on_lost, outbound=True),
                 self.settings.connect_timeout)
         except NodeUnreachable as exc:
-            log.debug("cannot reach cluster node %s:%d: %s", address.host, address.port, exc)
+            self._unreachable.warn(f"{address.host}:{address.port}", "cannot reach cluster node "
+                                   "%s; trying again at the next discovery reload", exc)
             return
+        self._unreachable.clear(f"{address.host}:{address.port}")
+        self._dialled[link] = address
         self._links.add(link)
         link.send(FrameKind.HELLO, self._hello())
 
@@ -342,6 +359,9 @@ class Cluster:
 
     def _establish(self, link: PeerLink, hello: dict[str, Any], answer: bool = False) -> None:
         peer_id = str(hello["id"])
+        dialled = self._dialled.pop(link, None)
+        if dialled is not None:
+            self._reached[dialled] = peer_id
         if peer_id == self.node_id:
             link.close()  # discovery listed this node itself
             return
@@ -353,16 +373,29 @@ class Cluster:
             return
         existing = self.members.get(peer_id)
         incarnation = int(hello.get("incarnation", 0))
+        swapped = False  # the same member on another link: no news for the log
         if existing is not None and not existing.link.closed:
             if incarnation > existing.incarnation:
                 keep_new = True  # the peer restarted: its old link is dead, whatever it looks
+            elif link.outbound == existing.link.outbound:
+                # One node opened both: it reached the same peer under a second address.
+                # Keep the first link; the WELCOME tells the dialling node whom it reached.
+                if answer:
+                    link.send(FrameKind.WELCOME, self._hello())
+                link.close()
+                return
             else:
                 # Both dialled at once: keep the link opened by the node with the smaller id.
                 keep_new = (link.outbound and self.node_id < peer_id) or (
                     not link.outbound and peer_id < self.node_id)
             if not keep_new:
+                if answer and time.monotonic() - existing.joined_at > SIMULTANEOUS_DIALS:
+                    # Not a dial crossing ours: the peer reached this node under another
+                    # address. The WELCOME tells it whom; it keeps the old link as well.
+                    link.send(FrameKind.WELCOME, self._hello())
                 link.close()
                 return
+            swapped = incarnation == existing.incarnation
             existing.link.peer_id = None
             existing.link.close()
         link.peer_id = peer_id
@@ -372,15 +405,20 @@ class Cluster:
         if self.health is not None and hello.get("health_port"):
             self.health.watch(peer_id, incarnation, str(hello.get("health_host") or address.host),
                               int(hello["health_port"]))
-        log.info("Cluster node %s (%s:%d, Hive %s) joined the cluster", peer_id, address.host,
-                 address.port, hello.get("version"))
+        if swapped:
+            log.debug("Cluster node %s: now on the link %s opened", peer_id,
+                      "this node" if link.outbound else "it")
+        else:
+            log.info("Cluster node %s (%s:%d, Hive %s) joined the cluster", peer_id,
+                     address.host, address.port, hello.get("version"))
         if answer:  # WELCOME first: the dialling node drops every frame before it
             link.send(FrameKind.WELCOME, self._hello())
         link.send(FrameKind.FILTERS, sorted(self._local_filters))
         link.send(FrameKind.RETAINED, [message_body(m) for m in self.broker.retained_messages()])
         link.send(FrameKind.MEMBERS, [[m.address.host, m.address.port]
                                       for m in self.members.values() if m.node_id != peer_id])
-        self._log_view()
+        if not swapped:
+            self._log_view()
 
     def _log_view(self) -> None:
         names = sorted([self.node_id, *self.members])
@@ -388,6 +426,7 @@ class Cluster:
 
     def _on_lost(self, link: PeerLink) -> None:
         self._links.discard(link)
+        self._dialled.pop(link, None)
         peer_id = link.peer_id
         if peer_id is not None and self.members.get(peer_id) is not None \
                 and self.members[peer_id].link is link:

@@ -15,6 +15,8 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hive_core.net import listen_error
+
 log = logging.getLogger("hive.cluster")
 
 __all__ = ["HealthCheck", "HealthCheckSettings"]
@@ -34,7 +36,10 @@ class HealthCheckSettings:
 
 
 FailureHandler = Callable[[str, int, str], None]
-"""(peer id, its incarnation, why): the peer's health connection closed or could not open."""
+"""(peer id, its incarnation, why): the peer's health connection closed.
+
+A connection that cannot be opened at all is warned about, not reported: the peer is alive (it
+just said HELLO) and only its health port is out of reach."""
 
 
 class HealthCheck:
@@ -71,8 +76,9 @@ class HealthCheck:
             self.port = self.settings.external_port or int(bound)
             log.info("TCP health check listening on %s:%d", self.settings.bind_host, bound)
             return
-        raise OSError(f"TCP health check: no free port in {first}..{last} on "
-                      f"{self.settings.bind_host}: {error}")
+        assert error is not None
+        ports = f"{first}-{last}" if last != first else str(first)
+        raise listen_error("<tcp-health-check>", self.settings.bind_host, ports, error)
 
     def watch(self, peer_id: str, incarnation: int, host: str, port: int) -> None:
         """Hold a connection to ``peer_id``'s health port; its loss is reported once."""
@@ -95,6 +101,14 @@ class HealthCheck:
         for transport in list(self._accepted):  # so the peers notice at once
             transport.close()
         self._accepted.clear()
+
+    def _unreachable(self, watch: _Watch, host: str, port: int, why: str) -> None:
+        if self._watches.get(watch.peer_id) is watch:
+            del self._watches[watch.peer_id]
+            log.warning("TCP health check: cannot connect to cluster node %s at %s:%d (%s); "
+                        "its failures are noticed by heartbeat only. Behind NAT, give "
+                        "<tcp-health-check> an <external-address> and <external-port> that "
+                        "reach its health port", watch.peer_id, host, port, why)
 
     def _failed(self, watch: _Watch, why: str) -> None:
         if self._watches.get(watch.peer_id) is watch:
@@ -138,7 +152,9 @@ class _Watch(asyncio.Protocol):
             async with asyncio.timeout(self.owner.connect_timeout):
                 transport, _ = await loop.create_connection(lambda: self, host, port)
         except (OSError, TimeoutError) as exc:
-            self.owner._failed(self, f"cannot connect to {host}:{port}: {exc or 'timed out'}")
+            # The peer just spoke on its node link: it is alive, its health port is not
+            # reachable from here (NAT, a firewall). Removing it would make it flap.
+            self.owner._unreachable(self, host, port, str(exc) or "timed out")
             return
         sock = transport.get_extra_info("socket")
         if sock is not None:  # a peer whose host vanished is noticed too, if slowly

@@ -14,7 +14,7 @@ import ssl
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
-from hive_core.net import TlsAcceptor, dial_tls
+from hive_core.net import TlsAcceptor, dial_tls, listen_error
 from hive_ext_api import ClusterNodeAddress
 
 __all__ = ["MemoryNetwork", "MemoryTransport", "NodeTransport", "NodeUnreachable",
@@ -68,8 +68,11 @@ class TcpTransport:
         loop = asyncio.get_running_loop()
         if self.server_ssl is not None:  # TLS by hand, so that a failed handshake is logged
             accept = self._acceptor = TlsAcceptor(accept, self.server_ssl, TLS_HANDSHAKE_TIMEOUT)
-        self._server = await loop.create_server(accept, self.bind_host, self.bind_port,
-                                                reuse_address=True)
+        try:
+            self._server = await loop.create_server(accept, self.bind_host, self.bind_port,
+                                                    reuse_address=True)
+        except OSError as exc:
+            raise listen_error("<transport><tcp>", self.bind_host, self.bind_port, exc) from exc
         bound = self._server.sockets[0].getsockname()
         return ClusterNodeAddress(str(bound[0]), int(bound[1]))
 

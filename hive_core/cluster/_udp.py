@@ -29,6 +29,7 @@ from typing import Any
 
 from hive_core.cluster._transport import LinkFactory, LinkT, NodeUnreachable
 from hive_core.cluster._wire import MAX_FRAME
+from hive_core.net import listen_error
 from hive_ext_api import ClusterNodeAddress
 
 __all__ = ["MAX_DATAGRAM", "MAX_FRAGMENT", "Reassembler", "ReliableLink", "UdpTiming",
@@ -542,8 +543,11 @@ class UdpTransport:
         if self._socket is not None:
             return
         loop = asyncio.get_running_loop()
-        self._socket, _ = await loop.create_datagram_endpoint(
-            lambda: _Socket(self), local_addr=(self.bind_host, self.bind_port))
+        try:
+            self._socket, _ = await loop.create_datagram_endpoint(
+                lambda: _Socket(self), local_addr=(self.bind_host, self.bind_port))
+        except OSError as exc:
+            raise listen_error("<transport><udp>", self.bind_host, self.bind_port, exc) from exc
         sock = self._socket.get_extra_info("socket")
         self._family = sock.family
         for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):  # bursts of a window; capped by OS

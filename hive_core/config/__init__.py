@@ -55,6 +55,7 @@ from ._mqtt import (
     TopicAlias,
 )
 from ._node import Extensions, Persistence
+from ._reference import reference_markdown
 from ._rest_api import HttpListener, RestApi
 from ._root import HiveConfig, default_config
 
@@ -109,4 +110,5 @@ __all__ = [
     "default_config",
     "load_config",
     "parse_config",
+    "reference_markdown",
 ]

@@ -7,6 +7,7 @@ Defaults follow HiveMQ's cluster documentation. What is absent is resolved by th
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -26,6 +27,7 @@ from ._base import (
     misplaced,
 )
 from ._listeners import Keystore, Truststore
+from ._schema import model_shape
 
 __all__ = [
     "BroadcastDiscovery",
@@ -61,6 +63,16 @@ def _cluster_name(value: str) -> str:
 ClusterName = Annotated[str, AfterValidator(_cluster_name)]
 
 
+def _node_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", value):
+        raise ValueError(f"a node name has 1 to 64 letters, digits, '.', '_' or '-', got "
+                         f"{value!r}")
+    return value
+
+
+NodeName = Annotated[str, AfterValidator(_node_name)]
+
+
 def _ipv4(value: str, what: str) -> ipaddress.IPv4Address:
     try:
         return ipaddress.IPv4Address(value)
@@ -75,24 +87,31 @@ class ClusterTls(ConfigModel, tag="tls"):
     """
 
     enabled: XmlBool = element(tag="enabled", default=False)
+    """Whether node links use TLS (mutual: both sides show a certificate)."""
     protocols: tuple[TlsProtocol, ...] = wrapped("protocols", element(tag="protocol"), default=())
     """Empty means the TLS library's defaults."""
     cipher_suites: tuple[str, ...] = wrapped(
         "cipher-suites", element(tag="cipher-suite"), default=()
     )
+    """Cipher suites allowed (OpenSSL names); none: the TLS library's defaults."""
     server_keystore: Keystore | None = element(tag="server-keystore", default=None)
+    """This node's certificate and key (required with TLS on)."""
     server_certificate_truststore: Truststore | None = element(
         tag="server-certificate-truststore", default=None
     )
+    """The CA that signed the other nodes' certificates (required with TLS on)."""
     client_authentication_mode: ClientAuthenticationMode = element(
         tag="client-authentication-mode", default="NONE"
     )
+    """Whether a dialling node must (REQUIRED), may (OPTIONAL) or need not (NONE) show one."""
     client_authentication_keystore: Keystore | None = element(
         tag="client-authentication-keystore", default=None
     )
+    """What this node shows when it dials; not set: the server-keystore."""
     client_certificate_truststore: Truststore | None = element(
         tag="client-certificate-truststore", default=None
     )
+    """Checks dialling nodes' certificates; not set: server-certificate-truststore."""
 
     @model_validator(mode="after")
     def _enabled_needs_keystore(self) -> ClusterTls:
@@ -103,12 +122,15 @@ class ClusterTls(ConfigModel, tag="tls"):
 
 class TcpTransport(ConfigModel, tag="tcp"):
     bind_address: str | None = element(tag="bind-address", default=None)
+    """The local address for node links; not set: every interface (see external-address)."""
     bind_port: BindPort = element(tag="bind-port", default=8000)
+    """The port node links are accepted on; 0: a free one."""
     external_address: str | None = element(tag="external-address", default=None)
     """The address other nodes should use, when this node is behind NAT."""
     external_port: Port = element(tag="external-port", default=0)
     """0: same as bind-port."""
     tls: ClusterTls | None = element(tag="tls", default=None)
+    """TLS between nodes; absent: plain TCP."""
 
     @property
     def tls_enabled(self) -> bool:
@@ -117,12 +139,19 @@ class TcpTransport(ConfigModel, tag="tcp"):
 
 class UdpTransport(ConfigModel, tag="udp"):
     bind_address: str | None = element(tag="bind-address", default=None)
+    """The local address of the node socket; not set: every interface."""
     bind_port: BindPort = element(tag="bind-port", default=8000)
+    """The UDP port of the node socket; 0: a free one."""
     external_address: str | None = element(tag="external-address", default=None)
+    """The address other nodes reach this one on, when it is not the bind address."""
     external_port: Port = element(tag="external-port", default=0)
+    """The port other nodes reach this one on; 0: the bound port."""
     multicast_enabled: XmlBool = element(tag="multicast-enabled", default=True)
+    """Must be true: multicast discovery, the only one UDP works with, needs it."""
     multicast_address: str = element(tag="multicast-address", default="228.8.8.8")
+    """The IPv4 multicast group discovery announces on."""
     multicast_port: Port = element(tag="multicast-port", default=45588)
+    """The UDP port of the multicast group."""
     multicast_ttl: Annotated[int, Field(ge=0, le=255)] = element(tag="multicast-ttl", default=1)
     """Hive addition: router hops a discovery datagram may cross. HiveMQ documents none; 1 keeps
     discovery on the interface's own link (JGroups, whose group and port these are, uses 8)."""
@@ -147,7 +176,9 @@ class Transport(ConfigModel, tag="transport"):
     """<transport> holds <tcp> or <udp>; neither means the default (see Cluster)."""
 
     tcp: TcpTransport | None = element(tag="tcp", default=None)
+    """Node links over TCP (optionally TLS); works with static, broadcast, extension discovery."""
     udp: UdpTransport | None = element(tag="udp", default=None)
+    """Node links over UDP; works only with multicast discovery."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Transport:
@@ -165,9 +196,13 @@ class StaticNode(ConfigModel, tag="node"):
     """
 
     ip: str | None = attr(name="ip", default=None)
+    """The node's address (the short form); or use <host>."""
     port_attribute: Port | None = attr(name="port", default=None)
+    """The node's cluster port; or use <port>."""
     host: str = element(tag="host", default="")
+    """The node's address or host name."""
     port: Port | None = element(tag="port", default=None)
+    """The node's cluster port; not set: this node's bind-port."""
 
     @model_validator(mode="before")
     @classmethod
@@ -198,6 +233,7 @@ class StaticDiscovery(ConfigModel, tag="static"):
     """A fixed list of nodes; listing this node itself is allowed and recommended."""
 
     nodes: tuple[StaticNode, ...] = element(tag="node", default=())
+    """The nodes, this one included or not; they are dialled every 5 s until joined."""
 
 
 class MulticastDiscovery(ConfigModel, tag="multicast"):
@@ -211,7 +247,9 @@ class MulticastDiscovery(ConfigModel, tag="multicast"):
 
 class BroadcastDiscovery(ConfigModel, tag="broadcast"):
     broadcast_address: str = element(tag="broadcast-address", default="255.255.255.255")
+    """Where announcements go: a subnet's broadcast address, or 255.255.255.255."""
     port: Port = element(tag="port", default=8555)
+    """The UDP port announcements go to."""
     port_range: NonNegativeInt = element(tag="port-range", default=5)
     """Also try port+1 .. port+port_range on other nodes."""
     announce_interval: Milliseconds = element(tag="announce-interval", default=2000)
@@ -246,9 +284,13 @@ class Discovery(ConfigModel, tag="discovery"):
     """<discovery> holds exactly one mechanism; none means the default (see Cluster)."""
 
     static: StaticDiscovery | None = element(tag="static", default=None)
+    """A fixed list of nodes."""
     multicast: MulticastDiscovery | None = element(tag="multicast", default=None)
+    """Nodes announce themselves on the UDP transport's multicast group."""
     broadcast: BroadcastDiscovery | None = element(tag="broadcast", default=None)
+    """Nodes announce themselves by UDP broadcast (TCP transport)."""
     extension: ExtensionDiscovery | None = element(tag="extension", default=None)
+    """Nodes come from a discovery extension (S3, Consul, Docker, ...)."""
 
     @property
     def chosen(
@@ -272,25 +314,42 @@ class Heartbeat(ConfigModel, tag="heartbeat"):
     """Interval and timeout default per transport; see Cluster.effective_heartbeat()."""
 
     enabled: XmlBool = element(tag="enabled", default=True)
+    """Whether heartbeats detect a silent node."""
     interval: Milliseconds | None = element(tag="interval", default=None)
+    """Milliseconds between heartbeats; not set: 3000 over TCP, 8000 over UDP."""
     timeout: Milliseconds | None = element(tag="timeout", default=None)
+    """Milliseconds of silence before a node is dropped; not set: 9000 TCP, 40000 UDP."""
 
 
 class TcpHealthCheck(ConfigModel, tag="tcp-health-check"):
     """A held-open TCP connection per peer, to notice a node leaving sooner than heartbeats."""
 
     enabled: XmlBool = element(tag="enabled", default=True)
+    """Whether each node holds a TCP connection to every peer."""
     bind_address: str | None = element(tag="bind-address", default=None)
+    """The local address of the health port; not set: the transport's."""
     bind_port: BindPort = element(tag="bind-port", default=0)
     """0: an ephemeral port."""
     external_address: str | None = element(tag="external-address", default=None)
+    """The address peers dial for the health port (NAT); not set: the node's."""
     external_port: Port = element(tag="external-port", default=0)
-    port_range: PositiveInt | Literal[0] = element(tag="port-range", default=50)
+    """The port peers dial for the health port (NAT); 0: the bound port."""
+    port_range: NonNegativeInt = element(tag="port-range", default=50)
+    """Also try bind-port+1 .. bind-port+port-range when bind-port is taken; 0: bind-port only."""
+
+    @model_validator(mode="after")
+    def _range_fits(self) -> TcpHealthCheck:
+        if self.bind_port and self.bind_port + self.port_range > 65535:
+            raise misplaced("port-range", f"bind-port {self.bind_port} + port-range "
+                            f"{self.port_range} goes past port 65535")
+        return self
 
 
 class FailureDetection(ConfigModel, tag="failure-detection"):
     heartbeat: Heartbeat = element(default_factory=Heartbeat)
+    """Heartbeats over the node links."""
     tcp_health_check: TcpHealthCheck = element(default_factory=TcpHealthCheck)
+    """A held-open TCP connection per peer: a node that dies is noticed at once."""
 
 
 class Replication(ConfigModel, tag="replication"):
@@ -324,14 +383,21 @@ class Cluster(ConfigModel, tag="cluster"):
     """
 
     enabled: XmlBool = element(tag="enabled", default=False)
-    node_name: str | None = element(tag="node-name", default=None)
-    """Hive addition: a stable name for this node; None means one is generated at start."""
+    """Whether this node joins a cluster."""
+    node_name: NodeName | None = element(tag="node-name", default=None)
+    """Hive addition: this node's id in the cluster (logs, REST API), unique among the nodes;
+    not set: an id made at the first start and kept in the data folder."""
     host_discovery_address: str | None = element(tag="host-discovery-address", default=None)
-    """The address other nodes use to reach this one during discovery (seed 000)."""
+    """The address other nodes reach this node on (seed 000): what it announces to discovery
+    and to its peers. The transport's <external-address> says the same; give one of them."""
     transport: Transport | None = element(tag="transport", default=None)
+    """How nodes talk to each other: <tcp> or <udp>."""
     discovery: Discovery | None = element(tag="discovery", default=None)
+    """How nodes find each other: one of static, multicast, broadcast, extension."""
     failure_detection: FailureDetection = element(default_factory=FailureDetection)
+    """How a node that left is noticed."""
     replication: Replication = element(default_factory=Replication)
+    """Copies of persistent data across nodes."""
 
     def _explicit_transport(self) -> TcpTransport | UdpTransport | None:
         if self.transport is None:
@@ -363,6 +429,11 @@ class Cluster(ConfigModel, tag="cluster"):
         if isinstance(self.effective_transport(), TcpTransport):
             return StaticDiscovery()
         return MulticastDiscovery()
+
+    @property
+    def external_address(self) -> str | None:
+        """The address other nodes reach this node on, when configured (NAT, several NICs)."""
+        return self.effective_transport().external_address or self.host_discovery_address
 
     @property
     def transport_kind(self) -> TransportKind:
@@ -416,5 +487,28 @@ class Cluster(ConfigModel, tag="cluster"):
                 "failure-detection/heartbeat",
                 f"heartbeat timeout ({heartbeat.timeout_ms} ms) must be longer than its "
                 f"interval ({heartbeat.interval_ms} ms)",
+            )
+        external = self.effective_transport().external_address
+        if self.host_discovery_address and external and external != self.host_discovery_address:
+            raise misplaced(
+                "host-discovery-address",
+                f"host-discovery-address {self.host_discovery_address} and the transport's "
+                f"external-address {external} both say where other nodes reach this node; "
+                "keep one of them",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _enabled_is_said(self) -> Cluster:
+        # A <cluster> that sets it up but does not say <enabled> (seed 000's shape) would run
+        # a lone broker while the operator believes it is clustered: refuse, do not guess.
+        given = self.model_fields_set - {"enabled"}
+        if given and "enabled" not in self.model_fields_set:
+            slots = model_shape(Cluster).slots
+            elements = ", ".join(f"<{slots[name].outer_tags[0]}>" for name in sorted(given))
+            raise ValueError(
+                f"<cluster> sets {elements} but not <enabled>, and a cluster is off unless "
+                "enabled: add <enabled>true</enabled> to run this node in the cluster, or "
+                "<enabled>false</enabled> to run it alone on purpose"
             )
         return self

@@ -44,15 +44,20 @@ class Keystore(ConfigModel, tag="keystore"):
     """
 
     path: str = element(tag="path")
+    """A PEM file (certificate chain and key) or a PKCS#12 bundle (.p12, .pfx)."""
     password: str | None = element(tag="password", default=None)
+    """The PKCS#12 password, or the key's when there is no private-key-password."""
     private_key_password: str | None = element(tag="private-key-password", default=None)
+    """The password of an encrypted private key."""
 
 
 class Truststore(ConfigModel, tag="truststore"):
     """The certificates a TLS endpoint trusts (PEM bundle or PKCS#12, like :class:`Keystore`)."""
 
     path: str = element(tag="path")
+    """A PEM file of CA certificates, or a PKCS#12 bundle (.p12, .pfx)."""
     password: str | None = element(tag="password", default=None)
+    """The PKCS#12 password."""
 
 
 class ListenerTls(ConfigModel, tag="tls"):
@@ -61,16 +66,21 @@ class ListenerTls(ConfigModel, tag="tls"):
     protocols: tuple[TlsProtocol, ...] = wrapped(
         "protocols", element(tag="protocol"), default=("TLSv1.3", "TLSv1.2")
     )
+    """The TLS versions offered."""
     cipher_suites: tuple[str, ...] = wrapped(
         "cipher-suites", element(tag="cipher-suite"), default=()
     )
     """Empty means the TLS library's defaults."""
     keystore: Keystore = element(tag="keystore")
+    """The listener's certificate chain and private key."""
     truststore: Truststore | None = element(tag="truststore", default=None)
+    """The CA certificates that client certificates are checked against."""
     client_authentication_mode: ClientAuthenticationMode = element(
         tag="client-authentication-mode", default="NONE"
     )
+    """Whether a client must (REQUIRED), may (OPTIONAL) or need not (NONE) show a certificate."""
     handshake_timeout: Milliseconds = element(tag="handshake-timeout", default=10000)
+    """Milliseconds a client has to finish the TLS handshake."""
 
     @model_validator(mode="after")
     def _client_auth_needs_trust(self) -> ListenerTls:
@@ -87,7 +97,9 @@ class _Listener(ConfigModel):
     kind: ClassVar[ListenerKind]
     port: Port
     bind_address: str = element(tag="bind-address", default="0.0.0.0")
+    """The local address to listen on; 0.0.0.0: every interface."""
     name: str | None = element(tag="name", default=None)
+    """A name for the logs; not set: `<kind>-listener-<port>`, e.g. tcp-listener-1883."""
 
     @property
     def display_name(self) -> str:
@@ -98,6 +110,7 @@ class _Listener(ConfigModel):
 class TcpListener(_Listener, tag="tcp-listener"):
     kind: ClassVar[ListenerKind] = "tcp"
     port: Port = element(tag="port", default=1883)
+    """The TCP port; 0 asks the system for a free one."""
 
 
 class LegacyTcpListener(TcpListener, tag="tcp"):
@@ -107,23 +120,31 @@ class LegacyTcpListener(TcpListener, tag="tcp"):
 class TlsTcpListener(_Listener, tag="tls-tcp-listener"):
     kind: ClassVar[ListenerKind] = "tls-tcp"
     port: Port = element(tag="port", default=8883)
+    """The TCP port; 0 asks the system for a free one."""
     tls: ListenerTls = element(tag="tls")
+    """TLS: key store, trust store, protocols, client certificates."""
 
 
 class WebsocketListener(_Listener, tag="websocket-listener"):
     kind: ClassVar[ListenerKind] = "websocket"
     port: Port = element(tag="port", default=8000)
+    """The TCP port; 0 asks the system for a free one."""
     path: str = element(tag="path", default="/mqtt")
+    """The HTTP path WebSocket clients upgrade on."""
     subprotocols: tuple[str, ...] = wrapped(
         "subprotocols", element(tag="subprotocol"), default=("mqtt", "mqttv3.1")
     )
+    """The WebSocket subprotocols accepted."""
     allow_extensions: XmlBool = element(tag="allow-extensions", default=False)
+    """Whether WebSocket extensions may be negotiated."""
 
 
 class TlsWebsocketListener(WebsocketListener, tag="tls-websocket-listener"):
     kind: ClassVar[ListenerKind] = "tls-websocket"
     port: Port = element(tag="port", default=8001)
+    """The TCP port; 0 asks the system for a free one."""
     tls: ListenerTls = element(tag="tls")
+    """TLS: key store, trust store, protocols, client certificates."""
 
 
 AnyListener = (
@@ -139,6 +160,7 @@ class Listeners(ConfigModel, tag="listeners", search_mode="strict"):
     """
 
     items: tuple[AnyListener, ...] = element(default=())
+    """The listeners, in the order they are opened."""
 
     def __iter__(self) -> Iterator[AnyListener]:  # type: ignore[override]
         return iter(self.items)

@@ -31,13 +31,16 @@ class QueuedMessages(ConfigModel, tag="queued-messages"):
     """Messages kept for an offline or slow client."""
 
     max_queue_size: PositiveInt = element(tag="max-queue-size", default=1000)
+    """Messages kept per client at most; what comes beyond follows <strategy>."""
     strategy: Literal["discard", "discard-oldest"] = element(tag="strategy", default="discard")
     """When the queue is full: drop the new message, or drop the oldest queued one."""
 
 
 class TopicAlias(ConfigModel, tag="topic-alias"):
     enabled: XmlBool = element(tag="enabled", default=True)
+    """Whether MQTT 5 clients may use topic aliases."""
     max_per_client: UInt16 = element(tag="max-per-client", default=5)
+    """Topic aliases a client may set up (the CONNACK's Topic Alias Maximum)."""
 
 
 class MessageExpiry(ConfigModel, tag="message-expiry"):
@@ -56,6 +59,7 @@ class Packets(ConfigModel, tag="packets"):
     max_packet_size: Annotated[int, Field(ge=1, le=268435460)] = element(
         tag="max-packet-size", default=268435460
     )
+    """Bytes; a bigger packet from a client closes its connection (MQTT 5: 0x95)."""
 
 
 class ReceiveMaximum(ConfigModel, tag="receive-maximum"):
@@ -73,16 +77,19 @@ class KeepAlive(ConfigModel, tag="keep-alive"):
     allow_unlimited: XmlBool = element(tag="allow-unlimited", default=True)
     """Whether a client may ask for keep-alive 0 (never time out)."""
     max_keep_alive: UInt16 = element(tag="max-keep-alive", default=65535)
+    """Seconds; a client asking for more gets this (MQTT 5: Server Keep Alive)."""
 
 
 class FeatureSwitch(ConfigModel):
     """An element holding only <enabled>, such as <shared-subscriptions>."""
 
     enabled: XmlBool = element(tag="enabled", default=True)
+    """Whether the feature is on."""
 
 
 class QualityOfService(ConfigModel, tag="quality-of-service"):
     max_qos: Annotated[int, Field(ge=0, le=2)] = element(tag="max-qos", default=2)
+    """The highest QoS the node accepts and grants."""
 
 
 class InflightWindow(ConfigModel, tag="inflight-window"):
@@ -92,43 +99,59 @@ class InflightWindow(ConfigModel, tag="inflight-window"):
     """
 
     max_messages: UInt16 = element(tag="max-messages", default=32)
+    """Outbound QoS 1 and 2 messages in flight per client at most."""
 
 
 class Mqtt(ConfigModel, tag="mqtt"):
     queued_messages: QueuedMessages = element(default_factory=QueuedMessages)
+    """Messages kept for offline or slow clients."""
     topic_alias: TopicAlias = element(default_factory=TopicAlias)
+    """MQTT 5 topic aliases."""
     message_expiry: MessageExpiry = element(default_factory=MessageExpiry)
+    """The longest message expiry interval granted."""
     session_expiry: SessionExpiry = element(default_factory=SessionExpiry)
+    """The longest session expiry interval granted."""
     packets: Packets = element(default_factory=Packets)
+    """The largest packet accepted."""
     receive_maximum: ReceiveMaximum = element(default_factory=ReceiveMaximum)
+    """Flow control of what clients send."""
     keep_alive: KeepAlive = element(default_factory=KeepAlive)
+    """The keep alive clients may ask for."""
     subscription_identifier: FeatureSwitch = element(
         tag="subscription-identifier", default_factory=FeatureSwitch
     )
+    """Whether MQTT 5 clients may give subscription identifiers."""
     wildcard_subscriptions: FeatureSwitch = element(
         tag="wildcard-subscriptions", default_factory=FeatureSwitch
     )
+    """Whether filters may hold + and #."""
     shared_subscriptions: FeatureSwitch = element(
         tag="shared-subscriptions", default_factory=FeatureSwitch
     )
+    """Whether clients may subscribe to `$share/<group>/<filter>`."""
     quality_of_service: QualityOfService = element(default_factory=QualityOfService)
+    """The highest QoS."""
     retained_messages: FeatureSwitch = element(
         tag="retained-messages", default_factory=FeatureSwitch
     )
+    """Whether retained messages are kept (off: MQTT 5 Retain Available 0)."""
     inflight_window: InflightWindow = element(default_factory=InflightWindow)
+    """Outbound QoS 1 and 2 messages in flight per client."""
 
 
 class Restrictions(ConfigModel, tag="restrictions"):
     max_connections: int = element(tag="max-connections", default=-1)
-    """-1: unlimited."""
+    """Clients connected to this node at once at most (0x97 beyond it); -1: unlimited."""
     max_client_id_length: UInt16 = element(tag="max-client-id-length", default=65535)
+    """Characters; a longer client id is refused (0x85)."""
     max_topic_length: UInt16 = element(tag="max-topic-length", default=65535)
+    """Characters; a longer topic or filter is refused."""
     no_connect_idle_timeout: Milliseconds = element(tag="no-connect-idle-timeout", default=10000)
     """Milliseconds a new connection may take to send CONNECT before it is closed."""
     incoming_bandwidth_throttling: NonNegativeInt = element(
         tag="incoming-bandwidth-throttling", default=0
     )
-    """Bytes per second per client; 0: no throttling."""
+    """Bytes per second each client may send (reading pauses beyond it); 0: no limit."""
 
     @field_validator("max_connections")
     @classmethod

@@ -15,6 +15,7 @@ class Persistence(ConfigModel, tag="persistence"):
     """How this node stores sessions, queued and retained messages."""
 
     mode: Literal["file", "in-memory"] = element(tag="mode", default="file")
+    """file: kept in <data>/persistence/sessions.db; in-memory: nothing kept."""
     commit_interval: NonNegativeInt = element(tag="commit-interval", default=2)
     """Milliseconds to gather writes into one commit; 0 commits every write at once."""
     sync: XmlBool = element(tag="sync", default=True)

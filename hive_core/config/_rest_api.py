@@ -14,15 +14,20 @@ class HttpListener(ConfigModel, tag="http"):
     """One plain HTTP listener of the REST API; port 0 asks the OS for a free one."""
 
     port: Port = element(tag="port", default=8888)
+    """The TCP port; 0 asks the system for a free one."""
     bind_address: str = element(tag="bind-address", default="0.0.0.0")
+    """The local address; 0.0.0.0: every interface (127.0.0.1 keeps it local)."""
     name: str | None = element(tag="name", default=None)
+    """A name for the logs."""
 
 
 class RestApi(ConfigModel, tag="rest-api"):
     """<rest-api>: off unless enabled; enabled with no <listeners> means HTTP on 0.0.0.0:8888."""
 
     enabled: XmlBool = element(tag="enabled", default=False)
+    """Whether the node serves its REST API (health, cluster members, metrics)."""
     listeners: tuple[HttpListener, ...] = wrapped("listeners", element(tag="http"), default=())
+    """Where it listens; none: HTTP on 0.0.0.0:8888."""
 
     def effective_listeners(self) -> tuple[HttpListener, ...]:
         return self.listeners or (HttpListener(),)

@@ -22,12 +22,19 @@ class HiveConfig(ConfigModel, tag="hivemq"):
     """
 
     listeners: Listeners = element(default_factory=default_listeners)
+    """Where MQTT clients connect."""
     mqtt: Mqtt = element(default_factory=Mqtt)
+    """MQTT protocol limits and features."""
     restrictions: Restrictions = element(default_factory=Restrictions)
+    """Limits on connections and what they send."""
     cluster: Cluster = element(default_factory=Cluster)
+    """Several nodes as one broker."""
     persistence: Persistence = element(default_factory=Persistence)
+    """Hive addition: how this node keeps sessions and retained messages."""
     extensions: Extensions = element(default_factory=Extensions)
+    """Hive addition: which installed extensions not to load."""
     rest_api: RestApi = element(default_factory=RestApi)
+    """The HTTP API operators and `hive cluster status` ask."""
 
 
 def default_config() -> HiveConfig:

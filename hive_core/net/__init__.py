@@ -1,5 +1,11 @@
 """Listeners: TCP, TLS and WebSocket in front of the broker; TLS on node links."""
 
+from hive_core.net._addresses import (
+    AdvertisedAddress,
+    advertised_address,
+    default_route_address,
+)
+from hive_core.net._bind import ListenError, listen_error
 from hive_core.net._listeners import (
     BoundListener,
     bound_address,
@@ -11,6 +17,23 @@ from hive_core.net._tls import TLSConfigError, client_context, cluster_contexts,
 from hive_core.net._tls_links import TlsAcceptor, dial_tls, handshake_failure
 from hive_core.net._websocket import WebSocketProtocol
 
-__all__ = ["BoundListener", "TLSConfigError", "TlsAcceptor", "WebSocketProtocol",
-           "bound_address", "client_context", "close_listeners", "cluster_contexts", "dial_tls",
-           "handshake_failure", "open_mqtt_listener", "open_mqtt_listeners", "server_context"]
+__all__ = [
+    "AdvertisedAddress",
+    "BoundListener",
+    "ListenError",
+    "TLSConfigError",
+    "TlsAcceptor",
+    "WebSocketProtocol",
+    "advertised_address",
+    "bound_address",
+    "client_context",
+    "close_listeners",
+    "cluster_contexts",
+    "default_route_address",
+    "dial_tls",
+    "handshake_failure",
+    "listen_error",
+    "open_mqtt_listener",
+    "open_mqtt_listeners",
+    "server_context",
+]

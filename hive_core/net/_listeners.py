@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hive_core.broker import Broker, ClientConnection
+from hive_core.net._bind import listen_error
+from hive_core.net._throttle import ThrottledConnection
 from hive_core.net._tls import server_context
 from hive_core.net._websocket import WebSocketProtocol
 
@@ -43,8 +45,14 @@ def bound_address(server: asyncio.AbstractServer) -> tuple[str, int]:
     return host, port
 
 
-async def open_mqtt_listener(listener: Any, broker: Broker) -> BoundListener:
-    """Open one ``<...-listener>`` of the config for ``broker``'s clients."""
+async def open_mqtt_listener(listener: Any, broker: Broker, incoming_rate: int = 0,
+                             ) -> BoundListener:
+    """Open one ``<...-listener>`` of the config for ``broker``'s clients.
+
+    ``incoming_rate`` (bytes per second, 0: unlimited) paces what each client may send
+    (``<restrictions><incoming-bandwidth-throttling>``). A bind that fails raises
+    :class:`~hive_core.net.ListenError` naming the listener's element and address.
+    """
     loop = asyncio.get_running_loop()
     kind = listener.kind
     name = listener.display_name
@@ -58,27 +66,37 @@ async def open_mqtt_listener(listener: Any, broker: Broker) -> BoundListener:
             tls.client_authentication_mode, tls.protocols, tls.cipher_suites)
     if kind.endswith("websocket"):
         path, subprotocols = listener.path, tuple(listener.subprotocols)
+        allow_extensions = bool(listener.allow_extensions)
 
         def factory() -> asyncio.Protocol:
-            return WebSocketProtocol(broker, path, subprotocols, name)
+            return WebSocketProtocol(broker, path, subprotocols, name, incoming_rate,
+                                     allow_extensions)
+    elif incoming_rate:
+        def factory() -> asyncio.Protocol:
+            return ThrottledConnection(broker, name, incoming_rate)
     else:
         def factory() -> asyncio.Protocol:
             return ClientConnection(broker, name)
-    server = await loop.create_server(
-        factory, listener.bind_address, listener.port, ssl=context, backlog=BACKLOG,
-        reuse_address=True,
-        ssl_handshake_timeout=(listener.tls.handshake_timeout / 1000) if context else None)
+    try:
+        server = await loop.create_server(
+            factory, listener.bind_address, listener.port, ssl=context, backlog=BACKLOG,
+            reuse_address=True,
+            ssl_handshake_timeout=(listener.tls.handshake_timeout / 1000) if context else None)
+    except OSError as exc:
+        element = f"<{type(listener).__xml_tag__}>" + (f" {listener.name}" if listener.name else "")
+        raise listen_error(element, listener.bind_address, listener.port, exc) from exc
     host, port = bound_address(server)
     log.info("Started %s listener %s on address %s and on port %d", kind, name, host, port)
     return BoundListener(kind, name, host, port, server)
 
 
-async def open_mqtt_listeners(listeners: Iterable[Any], broker: Broker) -> list[BoundListener]:
+async def open_mqtt_listeners(listeners: Iterable[Any], broker: Broker, incoming_rate: int = 0,
+                              ) -> list[BoundListener]:
     """Open every listener in order; on a failure the ones already open are closed again."""
     opened: list[BoundListener] = []
     try:
         for listener in listeners:
-            opened.append(await open_mqtt_listener(listener, broker))
+            opened.append(await open_mqtt_listener(listener, broker, incoming_rate))
     except BaseException:
         close_listeners(opened)
         raise

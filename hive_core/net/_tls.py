@@ -40,6 +40,27 @@ def _is_pkcs12(path: Path) -> bool:
     return path.suffix.lower() in (".p12", ".pfx")
 
 
+_JAVA_MAGIC = {b"\xfe\xed\xfe\xed": "JKS", b"\xce\xce\xce\xce": "JCEKS"}
+
+
+def _refuse_java_store(path: Path, what: str) -> None:
+    """HiveMQ's examples use Java key stores; say how to convert one instead of "PEM lib"."""
+    try:
+        with path.open("rb") as file:
+            kind = _JAVA_MAGIC.get(file.read(4))
+    except OSError:
+        return  # not readable: the loader says so
+    if kind is None and path.suffix.lower() not in (".jks", ".jceks"):
+        return
+    kind = kind or "JKS"
+    p12 = path.with_suffix(".p12")
+    raise TLSConfigError(
+        f"{what} {path} is a Java {kind} key store, which Hive does not read: convert it to "
+        f"PKCS#12 with `keytool -importkeystore -srckeystore {path} -srcstoretype {kind} "
+        f"-destkeystore {p12} -deststoretype PKCS12` and give {p12} as the path (or then to "
+        f"PEM: `openssl pkcs12 -in {p12} -out {path.with_suffix('.pem')} -nodes`)")
+
+
 def _pkcs12_to_pem(path: Path, password: str | None) -> tuple[bytes, bytes, list[bytes]]:
     try:
         key, cert, extra = pkcs12.load_key_and_certificates(
@@ -71,6 +92,7 @@ def _limit(context: ssl.SSLContext, protocols: Sequence[str], cipher_suites: Seq
 def _load_keystore(context: ssl.SSLContext, keystore: str | os.PathLike[str],
                    password: str | None, private_key_password: str | None) -> None:
     path = Path(keystore)
+    _refuse_java_store(path, "key store")
     try:
         if _is_pkcs12(path):
             key_pem, cert_pem, chain = _pkcs12_to_pem(path, password)
@@ -88,6 +110,7 @@ def _load_keystore(context: ssl.SSLContext, keystore: str | os.PathLike[str],
 def _load_truststore(context: ssl.SSLContext, truststore: str | os.PathLike[str],
                      password: str | None) -> None:
     path = Path(truststore)
+    _refuse_java_store(path, "trust store")
     try:
         if _is_pkcs12(path):
             _, cert_pem, chain = _pkcs12_to_pem(path, password)

@@ -16,17 +16,23 @@ from wsproto.events import (
     Request,
     TextMessage,
 )
+from wsproto.extensions import Extension, PerMessageDeflate
 from wsproto.utilities import RemoteProtocolError
 
 from hive_core.broker import Broker, ClientConnection
+from hive_core.net._throttle import ReadThrottle
 
 log = logging.getLogger("hive.websocket")
 
 
 class WebSocketProtocol(asyncio.Protocol):
     def __init__(self, broker: Broker, path: str, subprotocols: tuple[str, ...],
-                 listener: str) -> None:
+                 listener: str, incoming_rate: int = 0, allow_extensions: bool = False) -> None:
         self._broker = broker
+        # <allow-extensions>: permessage-deflate, the one WebSocket extension clients offer
+        self._extensions: list[Extension] = [PerMessageDeflate()] if allow_extensions else []
+        # <incoming-bandwidth-throttling>: counted on the socket's bytes, frames included
+        self._throttle = ReadThrottle(incoming_rate, self._process) if incoming_rate else None
         self._path = path
         self._subprotocols = subprotocols
         self._listener = listener
@@ -38,6 +44,8 @@ class WebSocketProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport: no isinstance check here.
         self._transport = cast(asyncio.Transport, transport)
+        if self._throttle is not None:
+            self._throttle.transport = transport
         # The broker's no-CONNECT timeout starts at the upgrade; this one covers the upgrade.
         self._upgrade_deadline = asyncio.get_running_loop().call_later(
             self._broker.settings.connect_timeout, self._upgrade_timed_out)
@@ -49,6 +57,12 @@ class WebSocketProtocol(asyncio.Protocol):
             self._close_transport()
 
     def data_received(self, data: bytes) -> None:
+        if self._throttle is not None:
+            self._throttle.received(data)
+        else:
+            self._process(data)
+
+    def _process(self, data: bytes) -> None:
         try:
             self._ws.receive_data(data)
             events = list(self._ws.events())
@@ -85,7 +99,7 @@ class WebSocketProtocol(asyncio.Protocol):
             return
         if self._upgrade_deadline is not None:
             self._upgrade_deadline.cancel()
-        self._send(AcceptConnection(subprotocol=chosen))
+        self._send(AcceptConnection(subprotocol=chosen, extensions=self._extensions))
         self._mqtt = ClientConnection(self._broker, self._listener)
         self._mqtt.connection_made(_FrameWriter(self))
 
@@ -98,6 +112,8 @@ class WebSocketProtocol(asyncio.Protocol):
             self._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._throttle is not None:
+            self._throttle.close()
         if self._upgrade_deadline is not None:
             self._upgrade_deadline.cancel()
         if self._mqtt is not None:

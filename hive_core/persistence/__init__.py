@@ -1,5 +1,6 @@
 """Persistence: the records the broker keeps across restarts, and the stores that keep them."""
 
+from ._data_lock import DataFolderInUse, DataFolderLock
 from ._errors import PersistenceError
 from ._file_store import FileSessionStore, StoreStats
 from ._memory_store import MemorySessionStore
@@ -16,6 +17,8 @@ from ._model import (
 
 __all__ = [
     "NEVER_EXPIRES",
+    "DataFolderInUse",
+    "DataFolderLock",
     "Direction",
     "FileSessionStore",
     "MemorySessionStore",

@@ -214,7 +214,8 @@ class Extensions:
                 log.exception("Extension %s failed to start", name)
                 self.manager.deactivate(name, f"failed to start: {exc!r}")
         for record in self.manager.active():
-            log.info("Extension %s %s started", record.name, record.version or "")
+            version = record.version if record.version not in ("", "unknown") else None
+            log.info("Extension %s %s started", record.name, version or "(version unknown)")
         self.refresh()
 
     async def stop(self, context_for: Callable[[str], ExtensionContext]) -> None:

@@ -16,6 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from hive_core import __version__ as hive_version
+from hive_core.plugins._local import module_version
 from hive_ext_api import API_VERSION, ENTRY_POINT_GROUP, PROJECT_NAME, hookspecs
 
 log = logging.getLogger("hive.extensions")
@@ -94,13 +95,20 @@ class ExtensionManager:
                 self._load(entry_point.name, entry_point.value, entry_point.value, entry_point)
 
     def register(self, name: str, plugin: Any, version: str = "") -> ExtensionRecord:
-        """Register a module or object directly (tests, and the pytest plugin's fixtures)."""
+        """Register a module or object directly (``--extension``, the pytest plugin's fixtures).
+
+        ``version`` defaults to the module's ``__version__``, else the version of the installed
+        distribution that holds it, else "unknown".
+        """
+        if not version:
+            version = module_version(plugin) if isinstance(plugin, ModuleType) else str(
+                getattr(plugin, "__version__", "") or "unknown")
         if name in self.disabled:
             record = ExtensionRecord(name, version, "registered", False, "disabled by the operator")
         else:
             problem = _api_range_problem(name, plugin)
-            record = ExtensionRecord(name, version or str(getattr(plugin, "__version__", "")),
-                                     "registered", problem is None, problem or "", None)
+            record = ExtensionRecord(name, version, "registered", problem is None, problem or "",
+                                     None)
             if problem is None:
                 problem = self._register_checked(name, plugin)
             if problem is not None:
@@ -111,6 +119,14 @@ class ExtensionManager:
 
     def _register_checked(self, name: str, plugin: Any) -> str | None:
         """Register with pluggy; why not (a name taken, a hook that does not exist), or None."""
+        loaded_as = self.pm.get_name(plugin) if self.pm.is_registered(plugin) else next(
+            (r.name for r in self.records if r.active and r.module is plugin), None)
+        if loaded_as is not None:  # e.g. installed, and also given with --extension
+            return (f"extension {name} is already registered as {loaded_as}: each extension "
+                    "is loaded once")
+        if self.pm.has_plugin(name):
+            return (f"an extension named {name} is already registered "
+                    f"({self.pm.get_plugin(name)!r}): each extension needs a name of its own")
         try:
             self.pm.register(plugin, name=name)
         except (ValueError, pluggy.PluginValidationError) as exc:

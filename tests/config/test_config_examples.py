@@ -9,6 +9,7 @@ import pytest
 
 from hive_core.config import (
     BroadcastDiscovery,
+    ConfigError,
     ExtensionDiscovery,
     HiveConfig,
     LegacyTcpListener,
@@ -18,6 +19,7 @@ from hive_core.config import (
     TcpTransport,
     UdpTransport,
     load_config,
+    parse_config,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "configs"
@@ -31,8 +33,10 @@ def _static_nodes(config: HiveConfig) -> list[tuple[str, int]]:
 
 
 def check_000_static_ip_nodes(config: HiveConfig) -> None:
-    assert config.cluster.enabled is False
+    # As written it is refused (no <enabled>, see REFUSED); this is the same file enabled.
+    assert config.cluster.enabled is True
     assert config.cluster.host_discovery_address == "192.168.1.101"
+    assert config.cluster.external_address == "192.168.1.101"  # what the node advertises
     assert _static_nodes(config) == [
         ("192.168.1.101", 8000),
         ("192.168.1.102", 8000),
@@ -159,8 +163,9 @@ def check_004_11_tcp_health_check(config: HiveConfig) -> None:
 
 
 def check_004_12_replication(config: HiveConfig) -> None:
+    # As written (a fragment without <enabled>) it is refused; this is the same file enabled.
     assert config.cluster.replication.replica_count == 2
-    assert config.cluster.enabled is False
+    assert config.cluster.enabled is True
 
 
 CHECKS: dict[str, Callable[[HiveConfig], None]] = {
@@ -174,9 +179,29 @@ def test_every_example_has_a_check() -> None:
     assert sorted(CHECKS) == sorted(path.name for path in EXAMPLES.glob("*.xml"))
 
 
+REFUSED = {
+    # A <cluster> that sets things up but never says <enabled> would run a lone broker.
+    "000-static-ip-nodes.xml": "<cluster> sets <discovery>, <host-discovery-address> but not "
+                               "<enabled>",
+    "004-12-replication.xml": "<cluster> sets <replication> but not <enabled>",
+}
+
+
+def _enabled(path: Path) -> str:
+    return path.read_text().replace("<cluster>", "<cluster><enabled>true</enabled>", 1)
+
+
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.xml")), ids=lambda path: path.name)
 def test_example_loads(path: Path) -> None:
-    config = load_config(path)
+    if path.name in REFUSED:
+        with pytest.raises(ConfigError) as refused:
+            load_config(path)
+        assert refused.value.path == "hivemq/cluster"
+        assert REFUSED[path.name] in refused.value.problem
+        assert "add <enabled>true</enabled>" in refused.value.problem
+        config = parse_config(_enabled(path), source=path.name)
+    else:
+        config = load_config(path)
     CHECKS[path.name](config)
 
 

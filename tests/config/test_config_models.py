@@ -92,7 +92,7 @@ def test_cluster_defaults_follow_the_docs() -> None:
 def test_heartbeat_defaults_depend_on_transport(
     transport: str, interval: int, timeout: int
 ) -> None:
-    config = parse_config(f"<hivemq><cluster>{transport}</cluster></hivemq>")
+    config = parse_config(f"<hivemq><cluster><enabled>true</enabled>{transport}</cluster></hivemq>")
     heartbeat = config.cluster.effective_heartbeat()
     assert (heartbeat.enabled, heartbeat.interval_ms, heartbeat.timeout_ms) == (
         True,
@@ -103,7 +103,7 @@ def test_heartbeat_defaults_depend_on_transport(
 
 def test_heartbeat_given_values_win() -> None:
     config = parse_config(
-        "<hivemq><cluster><failure-detection><heartbeat><enabled>false</enabled>"
+        "<hivemq><cluster><enabled>true</enabled><failure-detection><heartbeat><enabled>false</enabled>"
         "<timeout>20000</timeout></heartbeat></failure-detection></cluster></hivemq>"
     )
     heartbeat = config.cluster.effective_heartbeat()
@@ -247,7 +247,7 @@ def test_seed_000_tcp_shape_is_a_tcp_listener() -> None:
 
 def test_static_node_shapes_mix() -> None:
     config = parse_config(
-        """<hivemq><cluster>
+        """<hivemq><cluster><enabled>true</enabled>
              <transport><tcp><bind-port>7800</bind-port></tcp></transport>
              <discovery><static>
                <node ip="10.0.0.1"/>
@@ -276,7 +276,7 @@ def test_environment_placeholders(monkeypatch: pytest.MonkeyPatch) -> None:
              <listeners><tls-tcp-listener><port>${ENV:HIVE_TEST_PORT}</port>
                <tls><keystore><path>k.pem</path><password>${ENV:HIVE_TEST_PASSWORD}</password>
                </keystore></tls></tls-tcp-listener></listeners>
-             <cluster><discovery><static>
+             <cluster><enabled>true</enabled><discovery><static>
                <node ip="${ENV:HIVE_TEST_HOST}"/>
                <node><host>node-${ENV:HIVE_TEST_PORT}.local</host></node>
              </static></discovery></cluster>

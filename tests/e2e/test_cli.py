@@ -129,10 +129,98 @@ def test_version() -> None:
     assert done.stdout.strip() == f"hive {__version__}"
 
 
-def test_no_command_is_a_usage_error() -> None:
-    done = hive_cli()
+@pytest.mark.parametrize(("words", "commands"), [
+    ((), ["run", "extensions", "cluster", "certs"]),
+    (("cluster",), ["status"]),
+    (("certs",), ["ca", "node"]),
+])
+def test_a_missing_command_prints_help_not_internal_names(words: tuple[str, ...],
+                                                          commands: list[str]) -> None:
+    done = hive_cli(*words)
     assert done.returncode == 2
-    assert "usage: hive" in done.stderr
+    usage = " ".join(("hive", *words))
+    assert f"usage: {usage} [-h]" in done.stderr
+    for command in commands:  # each with its one-line help
+        assert re.search(rf"^    {command}\b", done.stderr, re.MULTILINE), done.stderr
+    assert "required" not in done.stderr and "_command" not in done.stderr
+
+
+# ---------------------------------------------------------------------------- --extension
+
+FILE_EXTENSION = """
+import logging
+
+from hive_ext_api import hookimpl
+
+__version__ = "{version}"
+log = logging.getLogger("hive.ext.greeter")
+
+
+@hookimpl
+def hive_client_connected(client):
+    log.info("greeter saw %s", client.client_id)
+"""
+
+
+def _greeter(folder: Path, version: str = "2.5") -> Path:
+    path = folder / "greeter.py"
+    path.write_text(FILE_EXTENSION.format(version=version))
+    return path
+
+
+@pytest.mark.parametrize("given", ["./greeter.py", "greeter.py", "{folder}/greeter.py"])
+def test_extension_by_file_path_is_loaded_and_runs(tmp_path: Path, runs: object,
+                                                    given: str) -> None:
+    _greeter(tmp_path)
+    port = free_port()
+    (tmp_path / "c.xml").write_text(config(port))
+    run = runs(tmp_path, "--config", "c.xml", "--data-dir", "d",  # type: ignore[operator]
+               "--extension", given.format(folder=tmp_path))
+    run.wait_for(r"Extension greeter 2\.5 started")
+    run.wait_for(STARTED)
+    assert mqtt_connects(port)
+    run.wait_for(r"greeter saw id")
+    code, err = run.finish(signal.SIGTERM)
+    assert code == 0, err
+
+
+def test_a_package_folder_and_a_module_without_version(tmp_path: Path, runs: object) -> None:
+    package = tmp_path / "greeting"
+    package.mkdir()
+    (package / "__init__.py").write_text(FILE_EXTENSION.replace('__version__ = "{version}"\n',
+                                                                 ""))
+    (tmp_path / "c.xml").write_text(config(free_port()))
+    run = runs(tmp_path, "--config", "c.xml", "--data-dir", "d",  # type: ignore[operator]
+               "--extension", "./greeting/")
+    run.wait_for(r"Extension greeting \(version unknown\) started")
+    run.wait_for(STARTED)
+    code, err = run.finish(signal.SIGTERM)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(("given", "says"), [
+    ("./missing.py", "hive: --extension: ./missing.py: no such file"),
+    ("no_such_module_x", "hive: --extension: no module named 'no_such_module_x' on the Python "
+                         "path; give an importable module name"),
+    ("./broken.py", "hive: --extension: ./broken.py failed while loading: {folder}/broken.py, "
+                    "line 2: ZeroDivisionError: division by zero"),
+    ("./needs.py", "hive: --extension: ./needs.py: No module named 'paho_not_here' (pip install "
+                   "paho_not_here)"),
+    ("./notes.txt", "hive: --extension: ./notes.txt is neither a .py file nor a package folder"),
+    (".", "hive: --extension: . is a folder without __init__.py"),
+])
+def test_an_extension_that_cannot_be_loaded_is_refused_without_traceback(
+        tmp_path: Path, given: str, says: str) -> None:
+    (tmp_path / "broken.py").write_text("import logging\nx = 1 / 0\n")
+    (tmp_path / "needs.py").write_text("import paho_not_here\n")
+    (tmp_path / "notes.txt").write_text("not python\n")
+    (tmp_path / "c.xml").write_text(config(free_port()))
+    done = hive_cli("run", "--config", "c.xml", "--data-dir", "d", "--extension", given,
+                    cwd=tmp_path)
+    assert done.returncode == 2
+    assert says.format(folder=tmp_path) in done.stderr, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "Started Hive" not in done.stdout
 
 
 # ---------------------------------------------------------------------------- which config

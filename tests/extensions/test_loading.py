@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import os
 import subprocess
 import sys
 import textwrap
+import types
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,7 @@ import pytest
 from hive_core import __version__ as hive_version
 from hive_core.config import parse_config
 from hive_core.plugins import BUILTIN_PLUGINS, DISABLED_ENV, ExtensionManager, Extensions
-from hive_ext_api import API_VERSION, ENTRY_POINT_GROUP
+from hive_ext_api import API_VERSION, ENTRY_POINT_GROUP, hookimpl
 
 GOOD_EXTENSION = """
 from hive_ext_api import AuthDecision, hookimpl
@@ -264,3 +267,44 @@ def test_registered_object_declaring_another_api_is_refused(
     manager = ExtensionManager(builtins=(), discover_installed=False)
     future = manager.register("future", Future())
     assert not future.active and ">=9" in future.reason and API_VERSION in future.reason
+
+
+def test_a_second_registration_of_one_extension_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 9: it said "does not fit the hookspecs: Plugin already registered ..."."""
+    monkeypatch.delenv(DISABLED_ENV, raising=False)
+    module = types.ModuleType("gatekeeper")
+    module.hive_authenticate = hookimpl(lambda connect: None)  # type: ignore[attr-defined]
+    manager = ExtensionManager(builtins=(), discover_installed=False)
+    assert manager.register("gatekeeper", module).active
+    again = manager.register("gatekeeper-2", module)
+    assert not again.active
+    assert again.reason == ("extension gatekeeper-2 is already registered as gatekeeper: each "
+                            "extension is loaded once")
+    assert "hookspecs" not in again.reason
+    assert len(manager.pm.hook.hive_authenticate.get_hookimpls()) == 1
+
+
+def test_an_installed_extension_given_again_with_extension_says_so(
+        dists: Distributions, hive_node_factory: Any) -> None:
+    module_name = dists.add("twice", GOOD_EXTENSION, version="3.1")
+    module = importlib.import_module(module_name)
+    node = hive_node_factory(extensions=[module], load_installed=True)
+    installed = [r for r in node.extensions.manager.records if r.name == "twice"]
+    again = [r for r in node.extensions.manager.records if r.name == module_name]
+    assert installed[0].active and installed[0].version == "3.1"
+    assert not again[0].active
+    assert again[0].reason == (f"extension {module_name} is already registered as twice: each "
+                               "extension is loaded once")
+
+
+def test_a_module_registered_directly_has_a_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DISABLED_ENV, raising=False)
+    manager = ExtensionManager(builtins=(), discover_installed=False)
+    plain = types.ModuleType("plain")
+    versioned = types.ModuleType("versioned")
+    versioned.__version__ = "4.2"  # type: ignore[attr-defined]
+    assert manager.register("plain", plain).version == "unknown"
+    assert manager.register("versioned", versioned).version == "4.2"
+    # a module of an installed distribution without __version__: the distribution's version
+    assert manager.register("pluggy", importlib.import_module("pluggy._hooks")).version == \
+        importlib.metadata.version("pluggy")

@@ -22,8 +22,9 @@ from hive_core.plugins._lan._plugin import (
     note_default_interface,
 )
 from hive_core.plugins._lan._roster import Roster
+from hive_core.plugins._lan._warnings import WarningGate
 
 __all__ = ["EXPIRY_INTERVALS", "FORMAT_VERSION", "Announcement", "AnnouncementKind", "Announcer",
            "AnnouncerSettings", "Channel", "Interface", "LanDiscovery", "MalformedAnnouncement",
-           "NoSuchInterface", "Roster", "broadcast_channel", "check_bind_address", "decode",
-           "encode", "interface_for", "multicast_channel", "note_default_interface"]
+           "NoSuchInterface", "Roster", "WarningGate", "broadcast_channel", "check_bind_address",
+           "decode", "encode", "interface_for", "multicast_channel", "note_default_interface"]

@@ -45,3 +45,8 @@ class WarningGate:
             args = (*args, held)
         self.log.warning(message, *args)
         return True
+
+    def clear(self, kind: str) -> None:
+        """The problem of ``kind`` is over: its next occurrence is warned about at once."""
+        self._last.pop(kind, None)
+        self._held.pop(kind, None)
