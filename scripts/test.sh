@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Sets up (scripts/setup.sh) and runs every check CI runs: lint, types, the test suite.
+# Sets up (scripts/setup-tests.sh) and runs every check CI runs: lint, types, the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup-tests.sh
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 .venv/bin/ruff check hive_core hive_ext_api tests
 .venv/bin/mypy
