@@ -130,8 +130,8 @@ class Broker:
         await event
 
     def stats(self) -> BrokerStats:
-        return BrokerStats(replace(self.metrics), self.connected_count, len(self.sessions),
-                           len(self.retained))
+        metrics = replace(self.metrics, dropped=dict(self.metrics.dropped))
+        return BrokerStats(metrics, self.connected_count, len(self.sessions), len(self.retained))
 
     # ------------------------------------------------------------------ output batching
 

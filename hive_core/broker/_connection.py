@@ -14,7 +14,6 @@ from typing import Any, Protocol
 from hive_core.broker._broker import Broker
 from hive_core.broker._channel import Channel
 
-
 LINGER = 2.0
 """Seconds a closed connection keeps reading (and dropping) input so the client reads our last
 packets: see :meth:`ClientConnection.close`."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
@@ -11,9 +11,20 @@ class BrokerMetrics:
     protocol_errors: int = 0
     messages_in: int = 0
     messages_out: int = 0
-    messages_dropped: int = 0
+    messages_dropped: int = 0  # all reasons together
+    dropped: dict[str, int] = field(default_factory=dict)  # by reason (see DROP_REASONS)
     messages_queued: int = 0
     receive_maximum_throttled: int = 0  # times a client sent past its receive maximum
+
+
+DROP_REASONS = {
+    "queue-full": "the subscriber's queue was full",
+    "expired": "its message expiry interval passed before delivery",
+    "too-large": "it is larger than the maximum packet size the subscriber accepts",
+    "extension": "an outbound interceptor stopped it",
+    "invalid-topic": "an outbound interceptor gave it an invalid topic",
+}
+"""Why the node drops a message for a subscriber (the keys of ``BrokerMetrics.dropped``)."""
 
 
 @dataclass(slots=True, frozen=True)

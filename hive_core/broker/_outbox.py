@@ -17,12 +17,12 @@ from typing import Any
 
 from hive_core.broker import _extension_flow as flow
 from hive_core.broker._message import Message
-from hive_core.broker._metrics import BrokerMetrics
+from hive_core.broker._metrics import DROP_REASONS, BrokerMetrics
 from hive_core.broker._records import Records
 from hive_core.broker._session import Link, Outbound, Pending, Session
 from hive_core.broker._settings import BrokerSettings
 from hive_core.mqtt import PUBREL, MQTTError, encode_ack, with_dup
-from hive_core.plugins import Extensions
+from hive_core.plugins import Extensions, WarningGate
 from hive_ext_api import PublishMessage
 
 log = logging.getLogger("hive.broker")
@@ -40,6 +40,18 @@ class Outbox:
         self.metrics = metrics
         self.extensions = extensions
         self.spawn = spawn
+        self._drop_warnings = WarningGate(log, period=10.0)
+
+    def _drop(self, session: Session, pending: Pending, reason: str) -> None:
+        """A message will not reach this subscriber: counted by reason, logged (rate-limited)."""
+        metrics = self.metrics
+        metrics.messages_dropped += 1
+        metrics.dropped[reason] = metrics.dropped.get(reason, 0) + 1
+        self.records.dequeue(session, pending)
+        self._drop_warnings.warn(
+            reason, "dropped a message on %r for %r: %s (%d dropped so far for this reason)",
+            pending.message.topic, session.client_id, DROP_REASONS[reason],
+            metrics.dropped[reason])
 
     def deliver(self, session: Session, pending: Pending) -> bool:
         """Send now if the window allows, else queue; True when the store was written."""
@@ -62,10 +74,10 @@ class Outbox:
         """Queue a delivery (dropping by the queue strategy when full); True when stored."""
         queue = session.queue
         if len(queue) >= self.settings.max_queue_size:
-            self.metrics.messages_dropped += 1
             if self.settings.queue_strategy == "discard":
+                self._drop(session, pending, "queue-full")
                 return False
-            self.records.dequeue(session, queue.popleft())
+            self._drop(session, queue.popleft(), "queue-full")
         self.metrics.messages_queued += 1
         queue.append(pending)
         if session.persistent and pending.qos:
@@ -76,7 +88,7 @@ class Outbox:
     def _send(self, link: Link, session: Session, pending: Pending) -> None:
         message = pending.message
         if message.expiry_at is not None and message.expired(time.time()):
-            self.metrics.messages_dropped += 1
+            self._drop(session, pending, "expired")
             return
         if self.extensions.intercepts_outbound and link.info is not None:
             intercepted = self._intercept(link, session, pending)
@@ -95,10 +107,9 @@ class Outbox:
             head, tail = message.encoded(link.version, pending.qos, pending.retain,
                                          pending.subscription_ids)
         if len(head) + len(tail) + (2 if pending.qos else 0) > link.max_out_packet:
-            self.metrics.messages_dropped += 1  # the client cannot take it: as if delivered
             if len(aliases) > aliases_before:  # never sent: the alias is unused
                 aliases.pop(message.topic, None)
-            self.records.dequeue(session, pending)
+            self._drop(session, pending, "too-large")  # the client cannot take it
             return
         self.metrics.messages_out += 1
         if pending.qos == 0:
@@ -174,8 +185,7 @@ class Outbox:
     def _intercepted(self, session: Session, pending: Pending, publish: PublishMessage,
                      answer: Any) -> Pending | None:
         if answer is False:
-            self.metrics.messages_dropped += 1
-            self.records.dequeue(session, pending)
+            self._drop(session, pending, "extension")
             return None
         original = pending.message
         copy = Message(original.topic, original.payload, original.qos, original.retain,
@@ -184,8 +194,7 @@ class Outbox:
         try:
             flow.apply_publish_message(copy, publish)
         except MQTTError:
-            log.error("an outbound interceptor set the invalid topic %r: message dropped",
-                      publish.topic)
+            self._drop(session, pending, "invalid-topic")
             return None
         return Pending(copy, min(pending.qos, copy.qos), pending.subscription_ids, copy.retain,
                        pending.seq)
@@ -205,8 +214,7 @@ class Outbox:
                 break
             queue.popleft()
             if pending.message.expired(now):
-                self.metrics.messages_dropped += 1
-                self.records.dequeue(session, pending)
+                self._drop(session, pending, "expired")
                 continue
             self._send(link, session, pending)
 

@@ -626,3 +626,22 @@ def test_pubrel_and_a_qos2_delivery_wait_until_their_state_is_on_disk() -> None:
         assert sub.new() == [PubRel(delivery.packet_id)]
 
     run(scenario)
+
+
+def test_a_message_dropped_for_a_subscriber_is_counted_by_reason_and_logged_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s", clean_start=False, properties=PERSISTENT)
+        sub.subscribe("t", qos=1)
+        sub.channel.connection_lost()
+        pub = Peer(broker)
+        pub.connect("p")
+        for pid in range(1, 6):
+            pub.send(Publish("t", b"x", qos=1, packet_id=pid))
+        assert broker.metrics.dropped == {"queue-full": 3}
+        assert broker.stats().metrics.dropped == {"queue-full": 3}
+        warnings = [r for r in caplog.records if "dropped a message" in r.getMessage()]
+        assert len(warnings) == 1 and "queue was full" in warnings[0].getMessage()
+
+    run(scenario, max_queue_size=2)
