@@ -122,6 +122,7 @@ def settings_from(config: HiveConfig) -> BrokerSettings:
         max_connections=limits.max_connections,
         max_client_id_length=limits.max_client_id_length,
         max_topic_length=limits.max_topic_length,
+        max_topic_levels=limits.max_topic_levels,
         connect_timeout=limits.no_connect_idle_timeout / 1000,
     )
 

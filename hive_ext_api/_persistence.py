@@ -117,6 +117,22 @@ class SessionStore(Protocol):
         connected, subscribed, unsubscribed or disconnected."""
         ...
 
+    def save_subscription(self, client_id: str, subscription: StoredSubscription) -> None:
+        """Add or replace one subscription of a stored session (a SUBSCRIBE).
+
+        Costs one write whatever the number of subscriptions the session holds.
+
+        .. versionadded:: 1.1
+        """
+        ...
+
+    def delete_subscription(self, client_id: str, topic_filter: str) -> None:
+        """Remove one subscription of a stored session (an UNSUBSCRIBE).
+
+        .. versionadded:: 1.1
+        """
+        ...
+
     def delete_session(self, client_id: str) -> None:
         """The session ended (expired, or a clean start replaced it): its record, queue and
         in-flight exchanges go."""

@@ -428,7 +428,7 @@ class Broker:
             if not settings.wildcard_subscriptions and ("+" in plain or "#" in plain):
                 codes.append(RC.WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED)
                 continue
-            if len(topic_filter) > settings.max_topic_length:
+            if settings.topic_too_big(topic_filter):
                 codes.append(RC.TOPIC_FILTER_INVALID)
                 continue
             granted = min(request.qos, settings.maximum_qos)
@@ -437,9 +437,9 @@ class Broker:
                 request.retain_handling, subscription_id, shared[0] if shared else None)
             session.subscriptions[topic_filter] = subscription
             self._add_to_tree(subscription)
+            if session.persistent:
+                self.records.save_subscription(session, subscription)
             codes.append(granted)
-        if session.persistent:
-            self.records.save_session(session)
         return codes, existed
 
     def unsubscribe(self, session: Session, filters: Iterable[str]) -> list[int]:
@@ -450,9 +450,9 @@ class Broker:
                 codes.append(RC.NO_SUBSCRIPTION_EXISTED)
             else:
                 self._remove_from_tree(subscription)
+                if session.persistent:
+                    self.records.delete_subscription(session, topic_filter)
                 codes.append(RC.SUCCESS)
-        if session.persistent:
-            self.records.save_session(session)
         return codes
 
     def send_retained_for(self, session: Session, requests: list[SubscriptionRequest],

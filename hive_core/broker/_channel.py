@@ -436,6 +436,10 @@ class Channel:
             if will.retain and not settings.retain_available:
                 self.refuse_connect(RC.RETAIN_NOT_SUPPORTED)
                 return
+            too_big = settings.topic_too_big(will.topic)
+            if too_big:
+                self.refuse_connect(RC.TOPIC_NAME_INVALID, f"will: {too_big}")
+                return
 
         keep_alive = connect.keep_alive
         if keep_alive > settings.max_keep_alive or (
@@ -529,8 +533,9 @@ class Channel:
         if packet.retain and not settings.retain_available:
             self._refuse(RC.RETAIN_NOT_SUPPORTED, "retained messages are disabled")
             return
-        if len(topic) > settings.max_topic_length:
-            self._refuse(RC.TOPIC_NAME_INVALID, "topic too long")
+        too_big = settings.topic_too_big(topic)
+        if too_big:
+            self._refuse(RC.TOPIC_NAME_INVALID, too_big)
             return
         if topic.startswith("$SYS/") or topic == "$SYS":
             # The broker's own namespace: clients may read it, not write it.

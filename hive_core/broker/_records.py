@@ -138,6 +138,23 @@ class Records:
     def save_session(self, session: Session) -> None:
         self.store.save_session(stored_session(session))
 
+    def save_subscription(self, session: Session, subscription: Subscription) -> None:
+        save = getattr(self.store, "save_subscription", None)
+        if save is None:  # a store of extension API 1.0: the whole session again
+            self.save_session(session)
+            return
+        s = subscription
+        save(session.client_id, StoredSubscription(
+            s.topic_filter, s.qos, s.no_local, s.retain_as_published, s.retain_handling,
+            s.subscription_id))
+
+    def delete_subscription(self, session: Session, topic_filter: str) -> None:
+        delete = getattr(self.store, "delete_subscription", None)
+        if delete is None:
+            self.save_session(session)
+            return
+        delete(session.client_id, topic_filter)
+
     def delete_session(self, client_id: str) -> None:
         """The session is gone: its record, queue and in-flight exchanges."""
         self.store.delete_session(client_id)

@@ -30,5 +30,14 @@ class BrokerSettings:
     max_connections: int = UNLIMITED
     max_client_id_length: int = 65535
     max_topic_length: int = 65535
+    max_topic_levels: int = 200
+
+    def topic_too_big(self, topic: str) -> str | None:
+        """Why ``topic`` (a name or a filter) is past the node's limits, or None."""
+        if len(topic) > self.max_topic_length:
+            return f"topic longer than {self.max_topic_length} characters"
+        if topic.count("/") >= self.max_topic_levels:
+            return f"topic deeper than {self.max_topic_levels} levels"
+        return None
     connect_timeout: float = 10.0  # seconds from TCP accept to a CONNECT
     response_information: str = "hive/response/"

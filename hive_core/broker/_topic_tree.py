@@ -123,7 +123,7 @@ class TopicTree:
         by_session: dict[str, list[Subscription]] = {}
         groups: list[SharedGroup] = []
         levels = topic.split("/")
-        self._collect(self._root, levels, 0, topic.startswith("$"), by_session, groups)
+        self._collect(levels, topic.startswith("$"), by_session, groups)
         deliveries = [_aggregate(subs) for subs in by_session.values()]
         result = (deliveries, groups)
         if len(self._cache) >= _CACHE_LIMIT:
@@ -131,24 +131,29 @@ class TopicTree:
         self._cache[topic] = result
         return result
 
-    def _collect(self, node: _Node, levels: list[str], depth: int, dollar: bool,
-                 out: dict[str, list[Subscription]], groups: list[SharedGroup]) -> None:
-        wildcard_ok = not (dollar and depth == 0)
-        children = node.children
-        if wildcard_ok:
-            multi = children.get("#")
-            if multi is not None:
-                _take(multi, out, groups)
-        if depth == len(levels):
-            _take(node, out, groups)
-            return
-        exact = children.get(levels[depth])
-        if exact is not None:
-            self._collect(exact, levels, depth + 1, dollar, out, groups)
-        if wildcard_ok:
-            single = children.get("+")
-            if single is not None:
-                self._collect(single, levels, depth + 1, dollar, out, groups)
+    def _collect(self, levels: list[str], dollar: bool, out: dict[str, list[Subscription]],
+                 groups: list[SharedGroup]) -> None:
+        """Depth first with a stack of its own: a topic of any depth cannot exhaust Python's."""
+        last = len(levels)
+        stack = [(self._root, 0)]
+        while stack:
+            node, depth = stack.pop()
+            wildcard_ok = depth > 0 or not dollar
+            children = node.children
+            if wildcard_ok:
+                multi = children.get("#")
+                if multi is not None:
+                    _take(multi, out, groups)
+            if depth == last:
+                _take(node, out, groups)
+                continue
+            if wildcard_ok:
+                single = children.get("+")
+                if single is not None:
+                    stack.append((single, depth + 1))
+            exact = children.get(levels[depth])  # popped first: the order recursion had
+            if exact is not None:
+                stack.append((exact, depth + 1))
 
     def shared_group(self, topic_filter: str, name: str) -> SharedGroup | None:
         node = self._root

@@ -98,30 +98,33 @@ class RoutingTable:
             return hit
         nodes: set[str] = set()
         groups: dict[SharedKey, set[str]] = {}
-        self._collect(self._root, topic.split("/"), 0, topic.startswith("$"), "", nodes, groups)
+        self._collect(topic.split("/"), topic.startswith("$"), nodes, groups)
         result = (frozenset(nodes), {k: frozenset(v) for k, v in groups.items()})
         if len(self._cache) > 50_000:
             self._cache.clear()
         self._cache[topic] = result
         return result
 
-    def _collect(self, level: _Level, parts: list[str], depth: int, dollar: bool, path: str,
-                 nodes: set[str], groups: dict[SharedKey, set[str]]) -> None:
-        wildcards = not (dollar and depth == 0)
-        children = level.children
-        if wildcards and "#" in children:
-            self._take(children["#"], f"{path}/#" if depth else "#", nodes, groups)
-        if depth == len(parts):
-            self._take(level, path, nodes, groups)
-            return
-        part = parts[depth]
-        exact = children.get(part)
-        if exact is not None:
-            self._collect(exact, parts, depth + 1, dollar, f"{path}/{part}" if depth else part,
-                          nodes, groups)
-        if wildcards and "+" in children:
-            self._collect(children["+"], parts, depth + 1, dollar,
-                          f"{path}/+" if depth else "+", nodes, groups)
+    def _collect(self, parts: list[str], dollar: bool, nodes: set[str],
+                 groups: dict[SharedKey, set[str]]) -> None:
+        """Depth first with a stack of its own: a topic of any depth cannot exhaust Python's."""
+        last = len(parts)
+        stack = [(self._root, 0, "")]
+        while stack:
+            level, depth, path = stack.pop()
+            wildcards = depth > 0 or not dollar
+            children = level.children
+            if wildcards and "#" in children:
+                self._take(children["#"], f"{path}/#" if depth else "#", nodes, groups)
+            if depth == last:
+                self._take(level, path, nodes, groups)
+                continue
+            if wildcards and "+" in children:
+                stack.append((children["+"], depth + 1, f"{path}/+" if depth else "+"))
+            part = parts[depth]
+            exact = children.get(part)
+            if exact is not None:
+                stack.append((exact, depth + 1, f"{path}/{part}" if depth else part))
 
     @staticmethod
     def _take(level: _Level, path: str, nodes: set[str],

@@ -146,6 +146,8 @@ class Restrictions(ConfigModel, tag="restrictions"):
     """Characters; a longer client id is refused (0x85)."""
     max_topic_length: UInt16 = element(tag="max-topic-length", default=65535)
     """Characters; a longer topic or filter is refused."""
+    max_topic_levels: int = element(tag="max-topic-levels", default=200, ge=1, le=32768)
+    """Levels (``a/b/c`` has 3); a deeper topic (0x90) or filter (0x8F) is refused."""
     no_connect_idle_timeout: Milliseconds = element(tag="no-connect-idle-timeout", default=10000)
     """Milliseconds a new connection may take to send CONNECT before it is closed."""
     incoming_bandwidth_throttling: NonNegativeInt = element(

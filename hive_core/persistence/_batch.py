@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ._model import Direction, StoredInflight, StoredMessage, StoredSession
+from ._model import Direction, StoredInflight, StoredMessage, StoredSession, StoredSubscription
 
 InflightKey = tuple[int, Direction]  # (packet_id, direction)
 
@@ -35,6 +35,9 @@ def copy_session(session: StoredSession) -> StoredSession:
 @dataclass(slots=True)
 class PendingBatch:
     sessions: dict[str, StoredSession | None] = field(default_factory=dict)
+    # Subscriptions added (or removed: None) on top of what the disk holds, by client and filter;
+    # a session saved whole in this batch takes them into its own record instead.
+    subscriptions: dict[str, dict[str, StoredSubscription | None]] = field(default_factory=dict)
     # Clients whose stored queue and in-flight rows go before anything else in the batch is written.
     purged: set[str] = field(default_factory=set)
     queues: dict[str, dict[int, QueueWrite]] = field(default_factory=dict)
@@ -42,13 +45,32 @@ class PendingBatch:
     retained: dict[str, StoredMessage | None] = field(default_factory=dict)
 
     def is_empty(self) -> bool:
-        return not (self.sessions or self.purged or self.queues or self.inflight or self.retained)
+        return not (self.sessions or self.subscriptions or self.purged or self.queues
+                    or self.inflight or self.retained)
 
     def save_session(self, session: StoredSession) -> None:
         self.sessions[session.client_id] = copy_session(session)
+        self.subscriptions.pop(session.client_id, None)
+
+    def save_subscription(self, client_id: str, subscription: StoredSubscription) -> None:
+        if client_id in self.sessions:  # saved whole, or deleted, in this batch
+            whole = self.sessions[client_id]
+            if whole is not None:
+                whole.subscriptions[subscription.topic_filter] = subscription
+        else:
+            self.subscriptions.setdefault(client_id, {})[subscription.topic_filter] = subscription
+
+    def delete_subscription(self, client_id: str, topic_filter: str) -> None:
+        if client_id in self.sessions:  # saved whole, or deleted, in this batch
+            whole = self.sessions[client_id]
+            if whole is not None:
+                whole.subscriptions.pop(topic_filter, None)
+        else:
+            self.subscriptions.setdefault(client_id, {})[topic_filter] = None
 
     def delete_session(self, client_id: str) -> None:
         self.sessions[client_id] = None
+        self.subscriptions.pop(client_id, None)
         self.purged.add(client_id)
         self.queues.pop(client_id, None)
         self.inflight.pop(client_id, None)
@@ -104,7 +126,15 @@ class PendingBatch:
             self.purged.add(client_id)
             self.queues.pop(client_id, None)
             self.inflight.pop(client_id, None)
-        self.sessions.update(later.sessions)
+        for client_id, session in later.sessions.items():
+            self.sessions[client_id] = session
+            self.subscriptions.pop(client_id, None)
+        for client_id, subscription_writes in later.subscriptions.items():
+            for topic_filter, subscription in subscription_writes.items():
+                if subscription is None:
+                    self.delete_subscription(client_id, topic_filter)
+                else:
+                    self.save_subscription(client_id, subscription)
         for client_id, writes in later.queues.items():
             self.queues.setdefault(client_id, {}).update(writes)
         for client_id, inflight_writes in later.inflight.items():

@@ -23,7 +23,14 @@ from typing import Any
 from . import _sqlite_schema as schema
 from ._batch import PendingBatch
 from ._errors import PersistenceError
-from ._model import Direction, Snapshot, StoredInflight, StoredMessage, StoredSession
+from ._model import (
+    Direction,
+    Snapshot,
+    StoredInflight,
+    StoredMessage,
+    StoredSession,
+    StoredSubscription,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +121,18 @@ class FileSessionStore:
         with self._lock:
             self._check_open()
             self._pending.save_session(session)
+            self._touch()
+
+    def save_subscription(self, client_id: str, subscription: StoredSubscription) -> None:
+        with self._lock:
+            self._check_open()
+            self._pending.save_subscription(client_id, subscription)
+            self._touch()
+
+    def delete_subscription(self, client_id: str, topic_filter: str) -> None:
+        with self._lock:
+            self._check_open()
+            self._pending.delete_subscription(client_id, topic_filter)
             self._touch()
 
     def delete_session(self, client_id: str) -> None:

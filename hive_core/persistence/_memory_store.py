@@ -11,7 +11,14 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 
 from ._batch import InflightKey, copy_session
-from ._model import Direction, Snapshot, StoredInflight, StoredMessage, StoredSession
+from ._model import (
+    Direction,
+    Snapshot,
+    StoredInflight,
+    StoredMessage,
+    StoredSession,
+    StoredSubscription,
+)
 
 
 class MemorySessionStore:
@@ -33,6 +40,16 @@ class MemorySessionStore:
 
     def save_session(self, session: StoredSession) -> None:
         self._sessions[session.client_id] = copy_session(session)
+
+    def save_subscription(self, client_id: str, subscription: StoredSubscription) -> None:
+        session = self._sessions.get(client_id)
+        if session is not None:
+            session.subscriptions[subscription.topic_filter] = subscription
+
+    def delete_subscription(self, client_id: str, topic_filter: str) -> None:
+        session = self._sessions.get(client_id)
+        if session is not None:
+            session.subscriptions.pop(topic_filter, None)
 
     def delete_session(self, client_id: str) -> None:
         self._sessions.pop(client_id, None)

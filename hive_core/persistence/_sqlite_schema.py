@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator
-from dataclasses import astuple
 from typing import Any, cast
 
 from ._batch import PendingBatch
@@ -19,7 +18,7 @@ from ._model import (
     StoredSubscription,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _MESSAGE_COLUMNS = "topic, payload, qos, retain, properties, expiry_at, publisher_id"
 
@@ -29,7 +28,13 @@ _CREATE = (
     "CREATE TABLE schema_version (version INTEGER NOT NULL)",
     """CREATE TABLE session (
         client_id TEXT PRIMARY KEY, protocol_version INTEGER NOT NULL,
-        expiry_interval INTEGER NOT NULL, disconnected_at REAL, subscriptions TEXT NOT NULL)""",
+        expiry_interval INTEGER NOT NULL, disconnected_at REAL)""",
+    # One row per subscription: a SUBSCRIBE writes one row, whatever the session holds.
+    """CREATE TABLE subscription (
+        client_id TEXT NOT NULL, topic_filter TEXT NOT NULL, qos INTEGER NOT NULL,
+        no_local INTEGER NOT NULL, retain_as_published INTEGER NOT NULL,
+        retain_handling INTEGER NOT NULL, subscription_id INTEGER,
+        PRIMARY KEY (client_id, topic_filter))""",
     """CREATE TABLE queued_message (
         client_id TEXT NOT NULL, seq INTEGER NOT NULL,
         topic TEXT NOT NULL, payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL,
@@ -77,15 +82,35 @@ def _ensure_schema(db: sqlite3.Connection) -> None:
             db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
         else:
             row = db.execute("SELECT max(version) FROM schema_version").fetchone()
-            if row is None or row[0] != SCHEMA_VERSION:
+            version = row[0] if row is not None else None
+            if version not in _MIGRATIONS and version != SCHEMA_VERSION:
                 raise PersistenceError(
-                    f"sessions database has schema version {row and row[0]}, "
-                    f"this Hive reads version {SCHEMA_VERSION}"
+                    f"sessions database has schema version {version}, "
+                    f"this Hive reads versions 1 to {SCHEMA_VERSION}"
                 )
+            while version != SCHEMA_VERSION:
+                _MIGRATIONS[version](db)
+                version += 1
+                db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
         raise
+
+
+def _subscriptions_to_rows(db: sqlite3.Connection) -> None:
+    """Version 1 kept a session's subscriptions as one JSON column: now one row each."""
+    db.execute(_CREATE[2])
+    for client_id, text in db.execute("SELECT client_id, subscriptions FROM session").fetchall():
+        db.executemany(
+            "INSERT INTO subscription VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (_subscription_row(client_id, sub)
+             for sub in _decode_subscriptions(text).values()))
+    db.execute("ALTER TABLE session DROP COLUMN subscriptions")
+
+
+_MIGRATIONS = {1: _subscriptions_to_rows}
+"""From a schema version to the next one, run inside the opening transaction."""
 
 
 def load(db: sqlite3.Connection, now: float) -> Snapshot:
@@ -102,13 +127,17 @@ def load(db: sqlite3.Connection, now: float) -> Snapshot:
         db.execute("ROLLBACK")
         raise
     snapshot = Snapshot()
-    for client_id, version, expiry, disconnected_at, subscriptions in db.execute(
-        "SELECT client_id, protocol_version, expiry_interval, disconnected_at, subscriptions"
-        " FROM session"
+    for client_id, version, expiry, disconnected_at in db.execute(
+        "SELECT client_id, protocol_version, expiry_interval, disconnected_at FROM session"
     ):
-        snapshot.sessions[client_id] = StoredSession(
-            client_id, version, expiry, disconnected_at, _decode_subscriptions(subscriptions)
-        )
+        snapshot.sessions[client_id] = StoredSession(client_id, version, expiry, disconnected_at)
+    for client_id, topic_filter, qos, no_local, rap, handling, sub_id in db.execute(
+        "SELECT * FROM subscription ORDER BY rowid"
+    ):
+        session = snapshot.sessions.get(client_id)
+        if session is not None:
+            session.subscriptions[topic_filter] = StoredSubscription(
+                topic_filter, qos, bool(no_local), bool(rap), handling, sub_id)
     for client_id, seq, *message in db.execute(
         f"SELECT client_id, seq, {_MESSAGE_COLUMNS} FROM queued_message ORDER BY client_id, seq"
     ):
@@ -149,9 +178,27 @@ def write(db: sqlite3.Connection, batch: PendingBatch) -> int:
             "DELETE FROM session WHERE client_id = ?",
             ((c,) for c, s in batch.sessions.items() if s is None),
         )
+        # a whole session replaces every subscription it had
+        run("DELETE FROM subscription WHERE client_id = ?", ((c,) for c in batch.sessions))
         run(
-            "INSERT OR REPLACE INTO session VALUES (?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO session VALUES (?, ?, ?, ?)",
             (_session_row(s) for s in batch.sessions.values() if s is not None),
+        )
+        run(
+            "INSERT OR REPLACE INTO subscription VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (_subscription_row(s.client_id, sub) for s in batch.sessions.values()
+             if s is not None for sub in s.subscriptions.values()),
+        )
+        run(
+            "DELETE FROM subscription WHERE client_id = ? AND topic_filter = ?",
+            ((c, f) for c, subs in batch.subscriptions.items()
+             for f, sub in subs.items() if sub is None),
+        )
+        run(  # a subscription outlives no session: none is written for a session not stored
+            "INSERT OR REPLACE INTO subscription SELECT ?, ?, ?, ?, ?, ?, ?"
+            " WHERE EXISTS (SELECT 1 FROM session WHERE client_id = ?)",
+            ((*_subscription_row(c, sub), c) for c, subs in batch.subscriptions.items()
+             for sub in subs.values() if sub is not None),
         )
         run(
             "DELETE FROM queued_message WHERE client_id = ? AND seq = ?",
@@ -224,13 +271,14 @@ def _inflight_row(i: StoredInflight) -> tuple[Any, ...]:
 
 
 def _session_row(s: StoredSession) -> tuple[Any, ...]:
-    subscriptions = json.dumps(
-        [[key, *astuple(sub)] for key, sub in s.subscriptions.items()],
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    return (s.client_id, s.protocol_version, s.expiry_interval, s.disconnected_at, subscriptions)
+    return (s.client_id, s.protocol_version, s.expiry_interval, s.disconnected_at)
+
+
+def _subscription_row(client_id: str, sub: StoredSubscription) -> tuple[Any, ...]:
+    return (client_id, sub.topic_filter, sub.qos, int(sub.no_local),
+            int(sub.retain_as_published), sub.retain_handling, sub.subscription_id)
 
 
 def _decode_subscriptions(text: str) -> dict[str, StoredSubscription]:
+    """The JSON column of schema version 1."""
     return {key: StoredSubscription(*fields) for key, *fields in json.loads(text)}

@@ -645,3 +645,76 @@ def test_a_message_dropped_for_a_subscriber_is_counted_by_reason_and_logged_once
         assert len(warnings) == 1 and "queue was full" in warnings[0].getMessage()
 
     run(scenario, max_queue_size=2)
+
+
+# ---------------------------------------------------------------------------- limits
+
+
+def test_a_topic_deeper_than_the_limit_is_refused_and_the_rest_is_served() -> None:
+    async def scenario(broker: Broker) -> None:
+        deep = "/".join(["l"] * 1500)
+        sub = Peer(broker)
+        sub.connect("s")
+        assert sub.subscribe(deep, "a/b/c/d", qos=1).reason_codes == [RC.TOPIC_FILTER_INVALID, 1]
+        assert not sub.io.closed
+        will = Peer(broker)
+        assert will.connect("w", will=Will(deep, b"x")).reason_code == RC.TOPIC_NAME_INVALID
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(Publish("a/b/c/d", b"fits", qos=1, packet_id=1))
+        assert [p.payload for p in sub.publishes()] == [b"fits"]
+        pub.send(Publish(deep, b"too deep", qos=1, packet_id=2))
+        assert [p.reason_code for p in pub.new() if isinstance(p, Disconnect)] == [0x90]
+        assert pub.io.closed and not sub.io.closed
+
+    run(scenario, max_topic_levels=4)
+
+
+def test_within_the_limit_a_very_deep_topic_is_served() -> None:
+    async def scenario(broker: Broker) -> None:
+        deep = "/".join(["l"] * 3000)
+        sub = Peer(broker)
+        sub.connect("s")
+        assert sub.subscribe(deep, "+/" + deep.split("/", 1)[1], qos=1).reason_codes == [1, 1]
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(Publish(deep, b"x", qos=1, packet_id=1))
+        assert len(sub.publishes()) == 1  # one delivery for both matching subscriptions
+        assert pub.new() == [PubAck(1)]
+
+    run(scenario, max_topic_levels=5000)
+
+
+class CountingStore(MemorySessionStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: dict[str, int] = {}
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("save_session", "save_subscription", "delete_subscription"):
+            calls = object.__getattribute__(self, "calls")
+            calls[name] = calls.get(name, 0) + 1
+        return object.__getattribute__(self, name)
+
+
+def test_a_subscribe_writes_its_subscription_not_the_whole_session() -> None:
+    """Saving the whole session on each SUBSCRIBE made 20,000 of them take minutes."""
+    store = CountingStore()
+
+    async def main() -> None:
+        broker = Broker(BrokerSettings(), store)
+        broker.start(Snapshot())
+        try:
+            sub = Peer(broker)
+            sub.connect("s", clean_start=False, properties=PERSISTENT)
+            store.calls.clear()
+            for i in range(500):
+                sub.subscribe(f"t/{i}")
+            sub.send(Unsubscribe(9999, ["t/7"]))
+            assert store.calls == {"save_subscription": 500, "delete_subscription": 1}
+            assert set(store.contents().sessions["s"].subscriptions) == {
+                f"t/{i}" for i in range(500) if i != 7}
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())

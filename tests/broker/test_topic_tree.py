@@ -301,3 +301,9 @@ def test_removing_everything_leaves_an_empty_tree(filters: list[str]) -> None:
         assert tree.remove(topic_filter, topic_filter) is True
     assert tree.count == 0
     assert tree._root.empty()
+
+
+def test_a_topic_deeper_than_python_recursion_matches() -> None:
+    deep = "/".join(["l"] * 5000)
+    tree = tree_with(deep, deep.rsplit("/", 1)[0] + "/#", "+/" + deep.split("/", 1)[1])
+    assert len(matched(tree, deep)) == 3

@@ -131,3 +131,12 @@ def test_matches_brute_force(operations: list[tuple[str, str, list[str]]],
         assert table.match(t) == brute_force(model, t), (t, model)
     for node in NODES:
         assert table.filters_of(node) == model.get(node, set())
+
+
+def test_a_topic_deeper_than_python_recursion_matches() -> None:
+    table = RoutingTable()
+    deep = "/".join(["l"] * 5000)
+    table.add("a", deep)
+    table.add("b", "+/" + deep.split("/", 1)[1])
+    table.add("c", deep.rsplit("/", 1)[0] + "/#")
+    assert table.match(deep)[0] == {"a", "b", "c"}

@@ -325,6 +325,33 @@ async def test_a_database_from_another_schema_version_is_refused(tmp_path: Path)
         await FileSessionStore(tmp_path).open()
 
 
+async def test_a_version_1_database_is_migrated_with_its_subscriptions(tmp_path: Path) -> None:
+    """Version 1 kept a session's subscriptions in one JSON column, rewritten on each SUBSCRIBE."""
+    store = FileSessionStore(tmp_path)
+    await store.open()
+    await store.close()
+    with sqlite3.connect(store.path) as db:  # the version 1 layout, as Hive 1.0 wrote it
+        db.execute("DROP TABLE subscription")
+        db.execute("ALTER TABLE session ADD COLUMN subscriptions TEXT NOT NULL DEFAULT ''")
+        db.execute("UPDATE schema_version SET version = 1")
+        db.execute(
+            "INSERT INTO session VALUES ('c1', 5, 3600, NULL, ?)",
+            ('[["a/+","a/+",1,false,false,0,null],["$share/g/b","$share/g/b",2,false,true,1,7]]',),
+        )
+    migrated = FileSessionStore(tmp_path, sync=False)
+    snapshot = await migrated.open()
+    assert snapshot.sessions["c1"].subscriptions == {
+        "a/+": StoredSubscription("a/+", 1),
+        "$share/g/b": StoredSubscription("$share/g/b", 2, False, True, 1, 7),
+    }
+    migrated.delete_subscription("c1", "a/+")
+    reopened, again = await reopen(migrated)
+    await reopened.close()
+    assert list(again.sessions["c1"].subscriptions) == ["$share/g/b"]
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (2,)
+
+
 async def test_the_database_lives_in_the_data_folder_in_wal_mode(tmp_path: Path) -> None:
     store = FileSessionStore(tmp_path / "data")
     await store.open()

@@ -63,7 +63,10 @@ sessions = st.builds(
     protocol_version=st.sampled_from([3, 4, 5]),
     expiry_interval=st.sampled_from([0, 60, NEVER_EXPIRES]),
     disconnected_at=st.none() | st.floats(0, 2e9),
-    subscriptions=st.dictionaries(topics, subscriptions, max_size=3),
+    # keyed by filter, as the broker keeps them
+    subscriptions=st.lists(subscriptions, max_size=3).map(
+        lambda subs: {sub.topic_filter: sub for sub in subs}
+    ),
 )
 
 
@@ -81,6 +84,8 @@ def inflights(draw: Any) -> StoredInflight:
 writes = st.one_of(
     st.tuples(st.just("save_session"), sessions),
     st.tuples(st.just("delete_session"), clients),
+    st.tuples(st.just("save_subscription"), clients, subscriptions),
+    st.tuples(st.just("delete_subscription"), clients, topics),
     st.tuples(st.just("enqueue"), clients, seqs, messages),
     st.tuples(st.just("dequeue"), clients, seqs),
     st.tuples(st.just("save_inflight"), inflights()),
