@@ -113,18 +113,20 @@ class Outbox:
             return
         self.metrics.messages_out += 1
         if pending.qos == 0:
-            link.send(head)
-            return
-        pid = session.allocate_packet_id()
-        outbound = session.inflight[pid] = Outbound(pending)
+            data = head
+        else:
+            pid = session.allocate_packet_id()
+            outbound = session.inflight[pid] = Outbound(pending)
+            data = head + pid.to_bytes(2, "big") + tail
+            if session.persistent:
+                self.records.sent(session, pid, outbound)
         if session.persistent:
-            self.records.sent(session, pid, outbound)
-            if pending.qos == 2:
-                # Exactly once: the packet id must be on disk before the client sees it, or a
-                # crash would send the message again under another id.
-                link.send_after_commit(head + pid.to_bytes(2, "big") + tail)
-                return
-        link.send(head + pid.to_bytes(2, "big") + tail)
+            # Exactly once: a QoS 2 packet id must be on disk before the client sees it, or a
+            # crash would send the message again under another id. What follows it waits too,
+            # so that deliveries keep the order they were published in, whatever their QoS.
+            link.send_after_commit(data, pending.qos == 2)
+        else:
+            link.send(data)
 
     @staticmethod
     def _with_alias(link: Link, pending: Pending) -> tuple[bytes, bytes]:

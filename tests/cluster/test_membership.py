@@ -106,6 +106,18 @@ class _Wire:
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 50000) if name == "peername" else default
 
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.closed = True  # the client reads the end and closes its side at once
+
 
 class Client:
     """An MQTT 3.1.1 client wired straight into one node's broker."""

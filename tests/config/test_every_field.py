@@ -65,6 +65,9 @@ FIELDS: dict[str, str] = {
     "Packets.max_packet_size": E2E + "test_bad_input.py::test_packet_over_the_maximum_size_gets_0x95",
     "ReceiveMaximum.server_receive_maximum":
         E2E + "test_qos.py::test_exceeding_server_receive_maximum_disconnects_0x93",
+    "ReceiveMaximum.strategy":
+        E2E + "test_qos.py::test_a_client_sending_past_the_receive_maximum_is_throttled_not_refused"
+        + " + " + E2E + "test_qos.py::test_exceeding_server_receive_maximum_disconnects_0x93",
     "KeepAlive.allow_unlimited": E2E + "test_sessions.py::test_unlimited_keep_alive_refused_gets_the_maximum",
     "KeepAlive.max_keep_alive": E2E + "test_sessions.py::test_server_keep_alive_caps_the_client_request",
     "FeatureSwitch.enabled": E2E + "test_subscriptions.py::test_subscription_identifiers_disabled + "
@@ -80,6 +83,8 @@ FIELDS: dict[str, str] = {
     "Restrictions.max_client_id_length": E2E + "test_access_log.py::test_a_refused_connect_is_logged",
     "Restrictions.max_topic_length":
         EFFECTS + "test_max_topic_length_refuses_longer_topics_and_filters",
+    "Restrictions.max_topic_levels":
+        EFFECTS + "test_max_topic_levels_refuses_deeper_topics_and_filters",
     "Restrictions.no_connect_idle_timeout":
         E2E + "test_bad_input.py::test_a_connection_without_connect_is_closed_after_the_idle_timeout",
     "Restrictions.incoming_bandwidth_throttling":

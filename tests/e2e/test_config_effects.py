@@ -150,6 +150,23 @@ def test_max_topic_length_refuses_longer_topics_and_filters(hive_factory: Any) -
         assert client.expect(Disconnect).reason_code == 0x90  # topic name invalid
 
 
+def test_max_topic_levels_refuses_deeper_topics_and_filters(hive_factory: Any) -> None:
+    node = hive_factory(body="<restrictions><max-topic-levels>3</max-topic-levels>"
+                             "</restrictions>")
+    deep = "/".join(["l"] * 1500)
+    with RawClient(node.port) as client:
+        client.connect(5, "levels")
+        assert client.subscribe("a/b/c").reason_codes == [0]
+        assert client.subscribe("a/b/c/d").reason_codes == [0x8F]  # topic filter invalid
+        assert client.subscribe(deep).reason_codes == [0x8F]
+        client.publish("a/b/c", b"ok", qos=0)
+        assert client.expect(Publish).topic == "a/b/c"
+        client.publish(deep, b"no", qos=0)
+        assert client.expect(Disconnect).reason_code == 0x90  # topic name invalid
+    with RawClient(node.port) as client:  # the node serves on
+        assert client.connect(5, "after").reason_code == 0
+
+
 def test_the_rest_listeners_name_is_in_the_log(hive_factory: Any) -> None:
     rest = free_port()
     node = hive_factory(body="<rest-api><enabled>true</enabled><listeners><http>"

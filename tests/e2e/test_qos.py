@@ -675,3 +675,35 @@ def test_redelivery_respects_receive_maximum_of_the_new_connection(hive):
         sub.expect_nothing(0.3)
         sub.send(PubAck(first[1].packet_id))
         assert sub.expect(Publish).payload == b"3"
+
+
+def test_a_client_sending_past_the_receive_maximum_is_throttled_not_refused(hive_factory):
+    """paho keeps 20 in flight whatever the CONNACK says; the node slows it down instead."""
+    from cluster._nodes import metrics
+    from conftest import free_port
+
+    rest = free_port()
+    node = hive_factory(
+        body="<mqtt><receive-maximum><server-receive-maximum>2</server-receive-maximum>"
+             "<strategy>throttle</strategy></receive-maximum></mqtt>"
+             "<rest-api><enabled>true</enabled><listeners><http>"
+             f"<port>{rest}</port><bind-address>127.0.0.1</bind-address></http></listeners>"
+             "</rest-api>", rest=rest)
+    # persistent sessions: acknowledgements wait for the disk, and paho's window fills
+    subscriber = Paho(node.port, 4, client_id="throttled-sub", clean=False)
+    publisher = Paho(node.port, 4, client_id="throttled-pub", clean=False)
+    try:
+        assert subscriber.subscribe("rx/#", 1) == [1]
+        sent = [publisher.client.publish("rx/t", b"%d" % i, 1) for i in range(200)]
+        for info in sent:
+            info.wait_for_publish(WAIT)
+            assert info.is_published() and info.rc == 0
+        got = [subscriber.get().payload for _ in range(200)]
+        assert got == [b"%d" % i for i in range(200)]
+        assert publisher.client.is_connected()
+        counters = metrics(node)["broker"]
+        assert counters["receive_maximum_throttled"] > 0
+        assert counters["protocol_errors"] == 0
+    finally:
+        publisher.stop()
+        subscriber.stop()
