@@ -369,9 +369,11 @@ class Broker:
             if route.nodes:
                 cluster.forward(message, route.nodes)
                 matched = True
+                durable = durable or message.qos > 0  # acknowledged once the nodes have it
             if route.remote_groups:
                 groups, sent_on = self._choose_shared(cluster, message, groups, route)
                 matched = matched or sent_on
+                durable = durable or (sent_on and message.qos > 0)
         for group in groups:
             delivered, wrote = self._deliver_to_group(group, message)
             matched = matched or delivered
@@ -506,6 +508,16 @@ class Broker:
     def attach_cluster(self, cluster: ClusterPort | None) -> None:
         self.cluster = cluster
         self._routes.clear()
+
+    async def commit(self) -> None:
+        await self.records.commit()
+
+    async def settle(self) -> None:
+        """Until what was written and forwarded so far is durable here and acknowledged by the
+        nodes it went to: then a publisher may be told its message is safe."""
+        await self.records.commit()
+        if self.cluster is not None:
+            await self.cluster.forwards_acknowledged()
 
     def publish_from_peer(self, message: Message) -> None:
         self.publish(message, from_cluster=True)

@@ -663,7 +663,7 @@ class Channel:
                 self._acks_waiting, self._ack_needs_commit = [], False
                 if needs_commit:
                     try:
-                        await self.broker.records.commit()
+                        await self.broker.settle()
                     except Exception as exc:
                         # Not on disk, so not acknowledged: the client sends it again (DUP).
                         if not isinstance(exc, PersistenceError):

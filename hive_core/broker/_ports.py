@@ -72,6 +72,10 @@ class ClusterPort(Protocol):
         """This node no longer holds a session for ``client_id``."""
         ...
 
+    async def forwards_acknowledged(self) -> None:
+        """Until every message forwarded so far is acknowledged by its node (or that left)."""
+        ...
+
     async def fetch_session(self, client_id: str) -> Handover | None:
         """The session of ``client_id`` from the node that holds it; None when no node does.
 
@@ -153,4 +157,8 @@ class BrokerPort(Protocol):
 
     def flush(self) -> None:
         """Write what is pending for local clients now."""
+        ...
+
+    async def commit(self) -> None:
+        """Until everything written to the store so far is durable."""
         ...

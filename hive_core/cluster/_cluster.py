@@ -28,6 +28,7 @@ from hive_core.broker import (
     SessionUnavailable,
     SharedKey,
 )
+from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._routing import RoutingTable
@@ -37,6 +38,7 @@ from hive_core.cluster._wire import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     FrameKind,
+    encode_frame,
     encode_publish_frame,
 )
 from hive_core.mqtt import decode_properties, encode_properties
@@ -275,6 +277,9 @@ class Cluster:
         self.owners: dict[str, str] = {}
         # Sessions this node exported and holds until the asking node confirms: by link.
         self._handing: dict[PeerLink, set[str]] = {}
+        self.forwarding = Forwarding()
+        self._ack_due: set[str] = set()  # peers whose data frames were handled, not acknowledged
+        self._ack_task: asyncio.Task[None] | None = None
         self.incarnation = time.time_ns()
 
     # ------------------------------------------------------------------ lifecycle
@@ -343,6 +348,8 @@ class Cluster:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._ack_task is not None:
+            self._ack_task.cancel()
         if self._background is not None and self._background_over is not None:
             self._background.cancel()
             await self._background_over.wait()
@@ -485,6 +492,10 @@ class Cluster:
         owned = self.broker.owned_sessions()
         for at in range(0, len(owned), 10_000):
             link.send(FrameKind.OWNED, owned[at:at + 10_000])
+        first, frames = self.forwarding.replay(peer_id)
+        link.send(FrameKind.REPLAY, [self.incarnation, first])
+        for frame in frames:
+            link.send_encoded(frame)
         link.send(FrameKind.MEMBERS, [[m.address.host, m.address.port]
                                       for m in self.members.values() if m.node_id != peer_id])
         if not swapped:
@@ -513,6 +524,7 @@ class Cluster:
             return
         member.link.close()
         self.table.drop(peer_id)
+        self.forwarding.left(peer_id)
         self.broker.remote_routes_changed()
         if self.health is not None:
             self.health.forget(peer_id)
@@ -549,11 +561,14 @@ class Cluster:
             member = self.members.get(peer_id) if peer_id else None
             if member is None or member.link is not link:
                 return
+            if not self.forwarding.arrived(peer_id):  # type: ignore[arg-type]
+                return  # sent again after a reconnect, handled before
             metrics.publishes_received += 1
             topic, payload, qos, retain, props, expiry_at, publisher = body
             self.broker.publish_from_peer(Message(
                 topic, payload, qos, retain, decode_properties(props) if props else None,
                 publisher, expiry_at))
+            self._acknowledge_soon(peer_id)  # type: ignore[arg-type]
             # mark_dirty flushes once after the whole read; a long read (thousands of
             # frames) is flushed in slices too, so the subscribers' side starts early.
             if not metrics.publishes_received % FLUSH_PUBLISHES:
@@ -572,8 +587,15 @@ class Cluster:
         if member is None or member.link is not link:
             return  # a frame before the handshake, or on a link that lost the tie-break
         if kind is FrameKind.SHARED_PUBLISH:
-            self.metrics.publishes_received += 1
-            self.broker.deliver_shared(body[0], body[1], message_from(body[2]))
+            if self.forwarding.arrived(member.node_id):
+                self.metrics.publishes_received += 1
+                self.broker.deliver_shared(body[0], body[1], message_from(body[2]))
+                self._acknowledge_soon(member.node_id)
+        elif kind is FrameKind.FORWARD_ACK:
+            self.forwarding.acknowledged_by(member.node_id, int(body))
+        elif kind is FrameKind.REPLAY:
+            self.forwarding.replaying(member.node_id, int(body[0]), int(body[1]))
+            self._acknowledge_soon(member.node_id)  # what it holds and this node had handled
         elif kind is FrameKind.FILTER_ADD:
             self.table.add(member.node_id, body)
             self.broker.remote_routes_changed()
@@ -661,10 +683,12 @@ class Cluster:
             message.topic, message.payload, message.qos, message.retain,
             encode_properties(props) if props else b"", message.expiry_at,
             message.publisher_id)
+        forwarding = self.forwarding
         for node_id in nodes:
             member = self.members.get(node_id)
             if member is not None:
                 member.link.send_encoded(frame)
+                forwarding.sent(node_id, frame)
                 self.metrics.publishes_forwarded += 1
 
     def pick_shared(self, key: SharedKey, remote: frozenset[str], local: bool) -> str | None:
@@ -682,8 +706,39 @@ class Cluster:
     def send_shared(self, node_id: str, key: SharedKey, message: Message) -> None:
         member = self.members.get(node_id)
         if member is not None:
-            member.link.send(FrameKind.SHARED_PUBLISH, [key[0], key[1], message_body(message)])
+            frame = encode_frame(FrameKind.SHARED_PUBLISH,
+                                 [key[0], key[1], message_body(message)])
+            member.link.send_encoded(frame)
+            self.forwarding.sent(node_id, frame)
             self.metrics.publishes_forwarded += 1
+
+    async def forwards_acknowledged(self) -> None:
+        """Until the peers have acknowledged every message sent to them so far (or left)."""
+        await self.forwarding.acknowledged(self.members)
+
+    def _acknowledge_soon(self, peer_id: str) -> None:
+        self._ack_due.add(peer_id)
+        if self._ack_task is None:
+            self._ack_task = asyncio.get_running_loop().create_task(self._acknowledge())
+
+    async def _acknowledge(self) -> None:
+        """FORWARD_ACK to the peers whose frames were handled, once their deliveries are
+        durable here (one commit and one small frame per peer for a whole read)."""
+        try:
+            while self._ack_due:
+                await asyncio.sleep(0)  # the rest of this read first
+                peers, self._ack_due = self._ack_due, set()
+                handled = {peer: self.forwarding.handled(peer) for peer in peers}
+                await self.broker.commit()
+                for peer, count in handled.items():
+                    member = self.members.get(peer)
+                    if member is not None:
+                        member.link.send(FrameKind.FORWARD_ACK, count)
+        except Exception:
+            log.exception("could not acknowledge messages from other nodes; they will be sent "
+                          "again after a reconnect")
+        finally:
+            self._ack_task = None
 
     def retained_changed(self, message: Message) -> None:
         self._broadcast(FrameKind.RETAIN, message_body(message))

@@ -41,6 +41,8 @@ class FrameKind(IntEnum):
     SESSION_TAKEN = 35  # the session sent is stored here: forget it, send what queued meanwhile
     SESSION_DECLINED = 36  # the session sent was not taken (too late): keep it
     SESSION_TAIL = 37  # what the old node queued for a session while it was handed over
+    REPLAY = 38  # [sender incarnation, place of the next data frame]: frames sent again follow
+    FORWARD_ACK = 39  # how many data frames (PUBLISH, SHARED_PUBLISH) the sender has handled
 
 
 class WireError(Exception):
