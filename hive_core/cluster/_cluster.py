@@ -60,6 +60,11 @@ log = logging.getLogger("hive.cluster")
 _PUBLISH = FrameKind.PUBLISH
 FLUSH_PUBLISHES = 256
 """PUBLISH frames from other nodes between two flushes of the local subscribers' output."""
+ABSENT_KEEP = 300.0
+"""Seconds a node that left stays routed to: its topic filters are kept and what it would get
+is kept for it (in memory, up to 64 MB) until it is back, when it gets it all. Until sessions
+are replicated, this is what lets a paused or restarted node's persistent sessions miss
+nothing. A node away longer is forgotten, and what was kept for it is dropped and counted."""
 SIMULTANEOUS_DIALS = 1.0
 """Seconds after a member joined within which a second link from it is a dial that crossed
 this node's own (both decide by node id); later it is the member reached under another address."""
@@ -119,6 +124,11 @@ class ClusterStats:
     frames_in: dict[str, int]  # by frame kind
     frames_out: int
     remote_filters: dict[str, list[str]]  # the topic filters each member has subscribers for
+    absent: list[str]  # nodes that left less than ABSENT_KEEP ago: still routed to
+    forwards_unacknowledged: int  # messages sent to other nodes and kept until they confirm
+    forwards_replayed: int  # sent again after a reconnect
+    forwards_duplicates: int  # received again after a reconnect, and skipped
+    forwards_dropped: int  # kept too long or too many: given up on
 
 
 PART_BYTES = 1024 * 1024
@@ -278,6 +288,7 @@ class Cluster:
         # Sessions this node exported and holds until the asking node confirms: by link.
         self._handing: dict[PeerLink, set[str]] = {}
         self.forwarding = Forwarding()
+        self._absent: dict[str, float] = {}  # nodes that left: when they are forgotten
         self._ack_due: set[str] = set()  # peers whose data frames were handled, not acknowledged
         self._ack_task: asyncio.Task[None] | None = None
         self.incarnation = time.time_ns()
@@ -471,6 +482,7 @@ class Cluster:
             existing.link.peer_id = None
             existing.link.close()
         link.peer_id = peer_id
+        self._absent.pop(peer_id, None)
         address = ClusterNodeAddress(str(hello["host"]), int(hello["port"]))
         self.members[peer_id] = Member(peer_id, address, str(hello.get("version", "")),
                                        protocol, link, incarnation)
@@ -523,13 +535,23 @@ class Cluster:
         if member is None:
             return
         member.link.close()
-        self.table.drop(peer_id)
+        # Its filters stay in the table and what it would get is kept for it (ABSENT_KEEP).
+        self._absent[peer_id] = time.monotonic() + ABSENT_KEEP
         self.forwarding.left(peer_id)
-        self.broker.remote_routes_changed()
         if self.health is not None:
             self.health.forget(peer_id)
         log.warning("Cluster node %s left the cluster: %s", peer_id, why)
         self._log_view()
+
+    def _forget(self, peer_id: str) -> None:
+        """A node away for longer than ABSENT_KEEP: no more routing to it."""
+        del self._absent[peer_id]
+        self.table.drop(peer_id)
+        self.broker.remote_routes_changed()
+        dropped = self.forwarding.abandon(peer_id)
+        log.warning("Cluster node %s has been away for %.0f s: forgetting its subscriptions%s",
+                    peer_id, ABSENT_KEEP,
+                    f" and dropping the {dropped} messages kept for it" if dropped else "")
 
     # ------------------------------------------------------------------ failure detection
 
@@ -544,6 +566,9 @@ class Cluster:
         while not self._stopping:
             await anyio.sleep(interval)
             now = time.monotonic()
+            for peer_id, until in list(self._absent.items()):
+                if now > until:
+                    self._forget(peer_id)
             for member in list(self.members.values()):
                 silent = now - member.link.last_read
                 if silent > timeout:
@@ -688,8 +713,10 @@ class Cluster:
             member = self.members.get(node_id)
             if member is not None:
                 member.link.send_encoded(frame)
-                forwarding.sent(node_id, frame)
-                self.metrics.publishes_forwarded += 1
+            elif node_id not in self._absent:
+                continue
+            forwarding.sent(node_id, frame)  # kept until acknowledged, sent again if need be
+            self.metrics.publishes_forwarded += 1
 
     def pick_shared(self, key: SharedKey, remote: frozenset[str], local: bool) -> str | None:
         """Which node delivers this message to group ``key``: None for this node."""
@@ -805,7 +832,13 @@ class Cluster:
             frames_in=dict(sorted(self.metrics.frames_in.items())),
             frames_out=sum(link.frames_out for link in links),
             remote_filters={peer: sorted(self.table.filters_of(peer))
-                            for peer in sorted(self.members)})
+                            for peer in sorted(self.members)},
+            absent=sorted(self._absent),
+            forwards_unacknowledged=sum(len(out.frames)
+                                        for out in self.forwarding.outgoing.values()),
+            forwards_replayed=self.forwarding.replayed,
+            forwards_duplicates=self.forwarding.duplicates,
+            forwards_dropped=self.forwarding.dropped)
 
     def view(self) -> list[ClusterMember]:
         own = ClusterMember(self.node_id, self.address, "RUNNING", __version__)

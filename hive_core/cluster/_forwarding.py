@@ -114,6 +114,16 @@ class Forwarding:
         if out is not None:
             out.signal()
 
+    def abandon(self, peer: str) -> int:
+        """``peer`` is forgotten: what was kept for it is dropped; how many."""
+        out = self.outgoing.pop(peer, None)
+        self.incoming.pop(peer, None)
+        if out is None:
+            return 0
+        self.dropped += len(out.frames)
+        out.signal()
+        return len(out.frames)
+
     async def acknowledged(self, is_member: Container[str]) -> None:
         """Until every frame sent so far is acknowledged by its peer, or the peer left."""
         targets = [(peer, out, out.sent) for peer, out in list(self.outgoing.items())
