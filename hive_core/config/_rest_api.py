@@ -195,7 +195,7 @@ class RestApiAuth(ConfigModel, tag="auth"):
     tokens: tuple[Annotated[str, AfterValidator(_token)], ...] = wrapped(
         "tokens", element(tag="token"), default=())
     """Bearer tokens of at least 32 characters (`hive rest-api new-token` makes one); best
-    given as ${ENV:NAME}."""
+    given as ``${ENV:NAME}``."""
 
     @model_validator(mode="after")
     def _credentials_fit_enabled(self) -> RestApiAuth:
@@ -224,7 +224,7 @@ class RestApi(ConfigModel, tag="rest-api"):
     """Authentication of REST API requests."""
     listeners: tuple[HttpListener | HttpsListener, ...] = wrapped(
         "listeners", element(), default=())
-    """Where it listens; none: HTTP on 127.0.0.1:8888."""
+    """Its <http> and <https> listeners; none: HTTP on 127.0.0.1:8888."""
 
     def effective_listeners(self) -> tuple[HttpListener | HttpsListener, ...]:
         return self.listeners or (HttpListener(),)
