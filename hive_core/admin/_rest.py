@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from hive_core import __version__
 from hive_core.admin._auth import AuthStats, Gatekeeper
 from hive_core.admin._http import Document, Routes, serve_http
-from hive_core.config import HttpsListener
+from hive_core.config import HttpsListener, is_loopback
 from hive_core.net import bound_address, listen_error, server_context
 
 if TYPE_CHECKING:
@@ -156,6 +156,10 @@ class RestApi:
             log.info("Started REST API%s%s on address %s and on port %d",
                      f" {listener.name}" if listener.name else "",
                      " over HTTPS" if context else "", host, port)
+            if (context is None and self.auth is not None and self.auth.users
+                    and not is_loopback(listener.bind_address)):
+                log.warning("REST API on %s:%d takes passwords over plain HTTP: anyone on the "
+                            "way can read them; prefer an <https> listener", host, port)
         if self._gatekeeper is not None:
             log.info("REST API authentication: %s", self._gatekeeper.summary)
         else:

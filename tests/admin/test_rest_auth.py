@@ -80,7 +80,7 @@ def call(port: int, path: str, authorization: str | None = None,
 
 
 @pytest.fixture
-def secured(hive_factory, monkeypatch: pytest.MonkeyPatch) -> HiveProcess:  # type: ignore[no-untyped-def]
+def secured(hive_factory: Any, monkeypatch: pytest.MonkeyPatch) -> HiveProcess:
     """A node whose REST API takes user ops (Basic) and a token from the environment."""
     monkeypatch.setenv(TOKEN_VARIABLE, TOKEN)
     rest = free_port()

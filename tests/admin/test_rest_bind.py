@@ -19,6 +19,8 @@ import pytest
 from conftest import HiveProcess, free_port, render_config
 from netns import Host, Testbed, testbed
 
+from hive_core.admin import hash_password
+
 __all__ = ["testbed"]  # the fixture, imported for pytest
 
 pytestmark = pytest.mark.timeout(90)
@@ -85,7 +87,9 @@ def test_bound_to_every_interface_it_answers_another_host_only_with_credentials(
     assert "line 1, at hivemq/rest-api/listeners/http/bind-address: the REST API would listen " \
            "on 0.0.0.0, which is not a loopback address, without authentication" in refused.stderr
     node = start_inside(server, tmp_path / "exposed", exposed.format(
-        auth=f"<auth><enabled>true</enabled><tokens><token>{TOKEN}</token></tokens></auth>"))
+        auth=f"<auth><enabled>true</enabled><users><user><name>ops</name><password-hash>"
+             f"{hash_password('s3cret')}</password-hash></user></users>"
+             f"<tokens><token>{TOKEN}</token></tokens></auth>"))
     try:
         status, body = get_from(neighbour, server.address, "/api/v1/cluster/nodes")
         assert status == 401
@@ -96,5 +100,7 @@ def test_bound_to_every_interface_it_answers_another_host_only_with_credentials(
         assert isinstance(body, dict) and body["rest_api"]["authentication_failures"] == 1
         assert get_from(neighbour, server.address, "/api/v1/health") == (200, {"status": "UP"})
         assert f"wrong credentials from {neighbour.address} (a bearer token)" in node.log
+        assert (f"REST API on 0.0.0.0:{REST} takes passwords over plain HTTP: anyone on the "
+                "way can read them") in node.log
     finally:
         node.stop()
