@@ -9,6 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from hive_core import __version__
+from hive_core.admin import (
+    TOKEN_VARIABLE,
+    add_credential_options,
+    add_rest_api_command,
+    rest_request,
+)
 from hive_core.certs import add_certs_command
 from hive_core.plugins import LOCAL_EXTENSION_FORMS
 
@@ -102,10 +108,12 @@ def _cluster_status(args: argparse.Namespace) -> int:
 
     url = args.rest.rstrip("/") + "/api/v1/cluster/nodes"
     try:
-        with urllib.request.urlopen(url, timeout=args.timeout) as response:
+        request, context = rest_request(url, args.user, args.cacert)
+        with urllib.request.urlopen(request, timeout=args.timeout, context=context) as response:
             members = json.load(response)["items"]
     except urllib.error.HTTPError as exc:
-        print(f"hive: {url} answered {exc.code} {exc.reason}", file=sys.stderr)
+        hint = f" (give --user, or set ${TOKEN_VARIABLE})" if exc.code == 401 else ""
+        print(f"hive: {url} answered {exc.code} {exc.reason}{hint}", file=sys.stderr)
         return 1
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
@@ -171,8 +179,10 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"the node's REST API (default: {DEFAULT_REST})")
     status.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
                         help="how long to wait for the answer (default: 5)")
+    add_credential_options(status)
     status.set_defaults(handler=_cluster_status)
     add_certs_command(commands)
+    add_rest_api_command(commands)
     config = commands.add_parser("config", help="about config.xml")
     config_commands = config.add_subparsers(dest="config_command", metavar="COMMAND")
     reference = config_commands.add_parser(

@@ -216,7 +216,7 @@ class HiveNode:
             await self.extensions.start(self._context)
             extensions_started = True
             if self.config.rest_api.enabled:  # before the join, so health answers during it
-                self.rest_api = RestApi(self)
+                self.rest_api = RestApi(self, self.config.rest_api.auth)
                 await self.rest_api.start(self.config.rest_api.effective_listeners())
             if self.config.cluster.enabled:
                 cluster = self.cluster = Cluster(self.services.node_id, cluster_settings(

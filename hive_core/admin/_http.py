@@ -1,19 +1,25 @@
 """A small HTTP/1.1 server for the REST API: h11 parses and frames, asyncio carries the bytes.
 
-Only what a JSON API needs: GET routes answered at once, keep-alive, pipelining, an idle
-deadline per connection and a cap on what a request may send.
+Only what a JSON API needs: GET routes, keep-alive, pipelining (answers in order), an idle
+deadline per connection, a cap on what a request may send, and authentication by a
+:class:`~hive_core.admin.Gatekeeper` when one is given.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import http
 import json
 import logging
+import ssl
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import h11
+
+from hive_core.admin._auth import Access, Gatekeeper
 
 log = logging.getLogger("hive.admin")
 
@@ -25,24 +31,42 @@ MAX_REQUEST_BODY = 64 * 1024
 _SERVER = b"Hive"
 
 
+@dataclass(frozen=True)
+class Routes:
+    """What a connection answers: ``documents`` by path, and with a gatekeeper, the
+    ``public`` documents a request without credentials gets instead (for a load balancer)."""
+
+    documents: dict[str, Document]
+    gatekeeper: Gatekeeper | None = None
+    public: dict[str, Document] = field(default_factory=dict)
+
+
 class HttpConnection(asyncio.Protocol):
     """One client connection: requests in through h11, JSON responses out."""
 
-    def __init__(self, routes: dict[str, Document]) -> None:
-        self._routes = routes
+    def __init__(self, routes: Routes | dict[str, Document]) -> None:
+        self._routes = routes if isinstance(routes, Routes) else Routes(routes)
         self._http = h11.Connection(h11.SERVER, max_incomplete_event_size=16 * 1024)
         self._transport: asyncio.Transport | None = None
+        self._peer = "?"
         self._request: h11.Request | None = None
         self._body_size = 0
         self._idle: asyncio.TimerHandle | None = None
+        self._checking: asyncio.Future[Access] | None = None  # a password being checked
+        self._tls = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        self._tls = transport.get_extra_info("sslcontext") is not None
         self._arm_idle()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._idle is not None:
             self._idle.cancel()
+        if self._checking is not None:
+            self._checking.cancel()
         self._transport = None
 
     def _arm_idle(self) -> None:
@@ -52,12 +76,24 @@ class HttpConnection(asyncio.Protocol):
 
     def _close(self) -> None:
         if self._transport is not None:
-            self._transport.close()
+            self._transport.close()  # what was written is still sent
+            self._transport = None
 
     def data_received(self, data: bytes) -> None:
         self._arm_idle()
         self._http.receive_data(data)
-        while self._transport is not None:
+        self._next_events()
+
+    def eof_received(self) -> bool | None:
+        self._http.receive_data(b"")
+        self._next_events()
+        # Half-closed: keep writing the answers still due (h11 closes after the last one).
+        # asyncio's TLS transport cannot, and warns when asked to.
+        return None if self._tls else True
+
+    def _next_events(self) -> None:
+        # While a password is checked, later pipelined requests wait in h11's buffer.
+        while self._transport is not None and self._checking is None:
             try:
                 event = self._http.next_event()
             except h11.RemoteProtocolError as exc:
@@ -76,18 +112,59 @@ class HttpConnection(asyncio.Protocol):
             elif isinstance(event, h11.EndOfMessage):
                 request, self._request = self._request, None
                 assert request is not None
-                self._answer(request)
-                if self._http.our_state is h11.MUST_CLOSE:
-                    self._close()
-                    return
-                self._http.start_next_cycle()
+                self._admit(request)
             elif isinstance(event, h11.ConnectionClosed):
                 self._close()
                 return
 
-    def _answer(self, request: h11.Request) -> None:
+    def _admit(self, request: h11.Request) -> None:
+        gatekeeper = self._routes.gatekeeper
+        if gatekeeper is None:
+            self._finish(request, Access.GRANTED)
+            return
+        values = [value for name, value in request.headers if name == b"authorization"]
+        if len(values) > 1:
+            access: Access | asyncio.Future[Access] = Access.DENIED
+        else:
+            access = gatekeeper.admit(values[0] if values else None, self._peer)
+        if isinstance(access, Access):
+            self._finish(request, access)
+            return
+        self._checking = access
+        assert self._transport is not None
+        self._transport.pause_reading()
+        access.add_done_callback(lambda done: self._checked(request, done))
+
+    def _checked(self, request: h11.Request, done: asyncio.Future[Access]) -> None:
+        self._checking = None
+        if self._transport is None or done.cancelled():
+            return
+        if done.exception() is not None:
+            log.error("REST API: checking a password failed", exc_info=done.exception())
+            self._finish(request, Access.DENIED)
+        else:
+            self._finish(request, done.result())
+        if self._transport is not None:
+            self._transport.resume_reading()
+            self._next_events()
+
+    def _finish(self, request: h11.Request, access: Access) -> None:
+        """Answer ``request`` and make ready for the next one on this connection."""
+        self._answer(request, access)
+        if self._http.our_state is h11.MUST_CLOSE:
+            self._close()
+        elif self._transport is not None:
+            self._http.start_next_cycle()
+
+    def _answer(self, request: h11.Request, access: Access) -> None:
         path = request.target.decode("ascii", "replace").split("?", 1)[0].rstrip("/") or "/"
-        document = self._routes.get(path)
+        documents = self._routes.documents
+        if access is Access.ANONYMOUS and path in self._routes.public:
+            documents = self._routes.public
+        elif access is not Access.GRANTED:
+            self._unauthorized(path, access)
+            return
+        document = documents.get(path)
         if document is None:
             self._respond(404, {"title": "Not found", "detail": f"no resource at {path}"})
         elif request.method != b"GET":
@@ -102,13 +179,25 @@ class HttpConnection(asyncio.Protocol):
             else:
                 self._respond(200, value)
 
+    def _unauthorized(self, path: str, access: Access) -> None:
+        gatekeeper = self._routes.gatekeeper
+        assert gatekeeper is not None
+        if access is Access.ANONYMOUS:
+            gatekeeper.refused_anonymous(self._peer, path)
+            detail = f"{path} needs credentials"
+        else:
+            detail = "the credentials are wrong"
+        self._respond(401, {"title": "Unauthorized", "detail": detail},
+                      [(b"www-authenticate", challenge) for challenge in gatekeeper.challenges])
+
     def _respond(self, status: int, value: Any,
                  extra: list[tuple[bytes, bytes]] | None = None) -> None:
         body = json.dumps(value, indent=2).encode() + b"\n"
         headers = [(b"content-type", b"application/json"),
                    (b"content-length", str(len(body)).encode()), (b"server", _SERVER),
                    *(extra or ())]
-        out = self._http.send(h11.Response(status_code=status, headers=headers))
+        out = self._http.send(h11.Response(status_code=status, headers=headers,
+                                           reason=http.HTTPStatus(status).phrase.encode()))
         out = (out or b"") + (self._http.send(h11.Data(data=body)) or b"")
         out += self._http.send(h11.EndOfMessage()) or b""
         if self._transport is not None:
@@ -123,8 +212,11 @@ class HttpConnection(asyncio.Protocol):
         self._close()
 
 
-async def serve_http(routes: dict[str, Document], host: str,
-                     port: int) -> asyncio.Server:
+async def serve_http(routes: Routes | dict[str, Document], host: str, port: int,
+                     context: ssl.SSLContext | None = None,
+                     handshake_timeout: float | None = None) -> asyncio.Server:
+    """Listen on host:port (TLS with ``context``); each connection answers from ``routes``."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(lambda: HttpConnection(routes), host, port,
-                                    reuse_address=True)
+                                    reuse_address=True, ssl=context,
+                                    ssl_handshake_timeout=handshake_timeout if context else None)

@@ -1,24 +1,30 @@
 """The REST API's resources: health, cluster members and metrics of the node, as JSON.
 
 Paths follow HiveMQ's REST API (``/api/v1/...``); each document is built when asked for,
-from the live broker and cluster, so it is never stale.
+from the live broker and cluster, so it is never stale. With ``<auth>`` enabled every path
+needs credentials, except that a request without any still gets ``{"status": "UP"}`` from
+the health path: load balancers and orchestrators probe it without credentials, and it
+tells them nothing else (no node id, version or cluster size).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core import __version__
-from hive_core.admin._http import Document, serve_http
-from hive_core.net import bound_address, listen_error
+from hive_core.admin._auth import AuthStats, Gatekeeper
+from hive_core.admin._http import Document, Routes, serve_http
+from hive_core.config import HttpsListener, is_loopback
+from hive_core.net import bound_address, listen_error, server_context
 
 if TYPE_CHECKING:
     from hive_core.broker import BrokerStats
     from hive_core.cluster import ClusterStats
-    from hive_core.config import HttpListener
+    from hive_core.config import HttpListener, RestApiAuth
     from hive_ext_api import ClusterMember
 
 log = logging.getLogger("hive.admin")
@@ -69,7 +75,12 @@ def cluster_nodes(node: NodeStatus) -> dict[str, Any]:
                       for member in members]}
 
 
-def metrics(node: NodeStatus) -> dict[str, Any]:
+def public_health() -> dict[str, Any]:
+    """The health document for a request without credentials: the status only."""
+    return {"status": "UP"}
+
+
+def metrics(node: NodeStatus, rest_api: AuthStats | None = None) -> dict[str, Any]:
     document: dict[str, Any] = {"node_id": node.node_id}
     broker = node.broker_stats()
     if broker is not None:
@@ -80,38 +91,83 @@ def metrics(node: NodeStatus) -> dict[str, Any]:
     cluster = node.cluster_stats()
     if cluster is not None:
         document["cluster"] = asdict(cluster)
+    if rest_api is not None:
+        document["rest_api"] = asdict(rest_api)
     document["extensions"] = node.extension_metrics()
     return document
 
 
+def _tls_context(listener: HttpsListener) -> ssl.SSLContext:
+    tls = listener.tls
+    return server_context(
+        tls.keystore.path, tls.keystore.password, tls.keystore.private_key_password,
+        tls.truststore.path if tls.truststore else None,
+        tls.truststore.password if tls.truststore else None,
+        tls.client_authentication_mode, tls.protocols, tls.cipher_suites)
+
+
 @dataclass
 class RestApi:
-    """The node's REST API listeners; ``bound`` holds (host, port) of each once started."""
+    """The node's REST API listeners; ``bound`` holds (host, port) of each once started.
+
+    ``auth`` (``<rest-api><auth>``) when enabled puts a :class:`Gatekeeper` before every path.
+    """
 
     node: NodeStatus
+    auth: RestApiAuth | None = None
     bound: list[tuple[str, int]] = field(default_factory=list)
     _servers: list[asyncio.Server] = field(default_factory=list)
+    _gatekeeper: Gatekeeper | None = None
 
-    def routes(self) -> dict[str, Document]:
+    def __post_init__(self) -> None:
+        if self.auth is not None and self.auth.enabled:
+            self._gatekeeper = Gatekeeper(self.auth)
+
+    def auth_stats(self) -> AuthStats:
+        if self._gatekeeper is None:
+            return AuthStats(authentication_enabled=False)
+        return self._gatekeeper.stats
+
+    def routes(self) -> Routes:
         node = self.node
-        return {f"{API_PREFIX}/health": lambda: health(node),
-                f"{API_PREFIX}/cluster/nodes": lambda: cluster_nodes(node),
-                f"{API_PREFIX}/metrics": lambda: metrics(node)}
+        documents: dict[str, Document] = {
+            f"{API_PREFIX}/health": lambda: health(node),
+            f"{API_PREFIX}/cluster/nodes": lambda: cluster_nodes(node),
+            f"{API_PREFIX}/metrics": lambda: metrics(node, self.auth_stats())}
+        return Routes(documents, self._gatekeeper, {f"{API_PREFIX}/health": public_health})
 
     async def start(self, listeners: tuple[HttpListener, ...]) -> None:
         routes = self.routes()
         for listener in listeners:
+            context, handshake, kind = None, None, "http"
+            if isinstance(listener, HttpsListener):
+                # a key store that cannot be read raises TLSConfigError before anything binds
+                context, kind = _tls_context(listener), "https"
+                handshake = listener.tls.handshake_timeout / 1000
             try:
-                server = await serve_http(routes, listener.bind_address, listener.port)
+                server = await serve_http(routes, listener.bind_address, listener.port,
+                                          context, handshake)
             except OSError as exc:
-                raise listen_error("<rest-api><listeners><http>", listener.bind_address,
+                raise listen_error(f"<rest-api><listeners><{kind}>", listener.bind_address,
                                    listener.port, exc) from exc
             self._servers.append(server)
             host, port = bound_address(server)
             self.bound.append((host, port))
-            log.info("Started REST API%s on address %s and on port %d",
-                     f" {listener.name}" if listener.name else "", host, port)
+            log.info("Started REST API%s%s on address %s and on port %d",
+                     f" {listener.name}" if listener.name else "",
+                     " over HTTPS" if context else "", host, port)
+            if (context is None and self.auth is not None and self.auth.users
+                    and not is_loopback(listener.bind_address)):
+                log.warning("REST API on %s:%d takes passwords over plain HTTP: anyone on the "
+                            "way can read them; prefer an <https> listener", host, port)
+        if self._gatekeeper is not None:
+            log.info("REST API authentication: %s", self._gatekeeper.summary)
+        else:
+            log.info("REST API authentication: off (the config allows that only on loopback "
+                     "addresses and on HTTPS with client certificates required)")
 
     def close(self) -> None:
         for server in self._servers:
             server.close()
+        if self._gatekeeper is not None:
+            self._gatekeeper.close()

@@ -56,7 +56,15 @@ from ._mqtt import (
 )
 from ._node import Extensions, Persistence
 from ._reference import reference_markdown
-from ._rest_api import HttpListener, RestApi
+from ._rest_api import (
+    HttpListener,
+    HttpsListener,
+    PasswordHash,
+    RestApi,
+    RestApiAuth,
+    RestApiUser,
+    is_loopback,
+)
 from ._root import HiveConfig, default_config
 
 __all__ = [
@@ -75,6 +83,7 @@ __all__ = [
     "Heartbeat",
     "HiveConfig",
     "HttpListener",
+    "HttpsListener",
     "InflightWindow",
     "KeepAlive",
     "Keystore",
@@ -86,12 +95,15 @@ __all__ = [
     "Mqtt",
     "MulticastDiscovery",
     "Packets",
+    "PasswordHash",
     "Persistence",
     "QualityOfService",
     "QueuedMessages",
     "ReceiveMaximum",
     "Replication",
     "RestApi",
+    "RestApiAuth",
+    "RestApiUser",
     "Restrictions",
     "SessionExpiry",
     "StaticDiscovery",
@@ -108,6 +120,7 @@ __all__ = [
     "UdpTransport",
     "WebsocketListener",
     "default_config",
+    "is_loopback",
     "load_config",
     "parse_config",
     "reference_markdown",

@@ -28,6 +28,8 @@ ROOT = TESTS.parent
 LEAD = "implemented by replication (lead)"
 
 E2E, CLUSTER, CONFIG = "tests/e2e/", "tests/cluster/", "tests/config/"
+ADMIN = "tests/admin/"
+REST_AUTH = ADMIN + "test_rest_auth.py::"
 EFFECTS = E2E + "test_config_effects.py::"
 LISTENERS = E2E + "test_listeners.py::"
 
@@ -159,7 +161,19 @@ FIELDS: dict[str, str] = {
     "HttpListener.port": CLUSTER + "test_rest.py::test_port_0_is_logged_and_a_single_node_answers_health_nodes_and_metrics"
                          " + " + CLUSTER + "test_rest.py::test_rest_port_already_taken_stops_the_start_with_a_clear_error",
     "HttpListener.bind_address":
-        CLUSTER + "test_rest.py::test_port_0_is_logged_and_a_single_node_answers_health_nodes_and_metrics",
+        CLUSTER + "test_rest.py::test_port_0_is_logged_and_a_single_node_answers_health_nodes_and_metrics"
+        " + " + ADMIN + "test_rest_bind.py::test_the_default_bind_address_is_not_reachable_from_another_host"
+        " + " + ADMIN + "test_rest_bind.py::test_bound_to_every_interface_it_answers_another_host_only_with_credentials",
+    "HttpsListener.port": REST_AUTH + "test_an_https_listener_with_tokens_and_the_cli_trusting_its_ca"
+                          " + " + REST_AUTH + "test_https_with_client_certificates_required_needs_no_other_credentials",
+    "RestApiAuth.enabled": REST_AUTH + "test_without_credentials_only_health_answers_and_only_with_its_status"
+                           " + " + ADMIN + "test_rest_api_config.py::test_a_wrong_auth_section_is_refused_naming_the_element",
+    "RestApiAuth.tokens": REST_AUTH + "test_right_credentials_get_200_by_basic_and_by_bearer"
+                          " + " + ADMIN + "test_rest_bind.py::test_bound_to_every_interface_it_answers_another_host_only_with_credentials",
+    "RestApiUser.name": REST_AUTH + "test_right_credentials_get_200_by_basic_and_by_bearer"
+                        " + " + REST_AUTH + "test_wrong_credentials_get_401_are_counted_and_logged_at_most_every_10_s",
+    "RestApiUser.password_hash": REST_AUTH + "test_right_credentials_get_200_by_basic_and_by_bearer"
+                                 " + " + ADMIN + "test_passwords.py::test_hash_password_reads_stdin_and_its_output_is_accepted_by_the_config",
     "HttpListener.name": EFFECTS + "test_the_rest_listeners_name_is_in_the_log",
 }
 

@@ -61,8 +61,14 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str, every: float 
     raise AssertionError(f"not within {timeout} s: {what}")
 
 
+# A REST API outside loopback needs <auth> (issue 8): containers are asked with this token.
+REST_TOKEN = "hive-docker-tests-" + "0123456789abcdef" * 2
+
+
 def rest_get(host: str, port: int, path: str, timeout: float = 3.0) -> Any:
-    with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=timeout) as response:
+    request = urllib.request.Request(f"http://{host}:{port}{path}",
+                                     headers={"Authorization": f"Bearer {REST_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.load(response)
 
 
@@ -465,8 +471,12 @@ def _free_udp_and_tcp_port() -> int:
 
 
 def cluster_config(bind_host: str, cluster_port: int, rest_host: str, rest_port: int,
-                   mqtt_host: str, mqtt_port: int, reload_interval: int = 1) -> str:
-    """A node with only extension discovery, a short heartbeat, and the REST API."""
+                   mqtt_host: str, mqtt_port: int, reload_interval: int = 1,
+                   rest_token: str | None = None) -> str:
+    """A node with only extension discovery, a short heartbeat, and the REST API (asking
+    for ``rest_token`` when given)."""
+    auth = (f"<auth><enabled>true</enabled><tokens><token>{rest_token}</token></tokens></auth>"
+            if rest_token else "")
     return f"""<?xml version="1.0"?>
 <hivemq>
     <listeners>
@@ -478,7 +488,7 @@ def cluster_config(bind_host: str, cluster_port: int, rest_host: str, rest_port:
         <discovery><extension><reload-interval>{reload_interval}</reload-interval></extension></discovery>
         <failure-detection><heartbeat><interval>500</interval><timeout>2000</timeout></heartbeat></failure-detection>
     </cluster>
-    <rest-api><enabled>true</enabled><listeners><http>
+    <rest-api><enabled>true</enabled>{auth}<listeners><http>
         <port>{rest_port}</port><bind-address>{rest_host}</bind-address>
     </http></listeners></rest-api>
     <persistence><mode>in-memory</mode></persistence>
@@ -564,7 +574,8 @@ class ContainerNode:
         self.folder = folder  # bound at /hive: config.xml and the node's log
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.xml").write_text(cluster_config(
-            "0.0.0.0", self.CLUSTER_PORT, "0.0.0.0", self.REST_PORT, "0.0.0.0", 1883))
+            "0.0.0.0", self.CLUSTER_PORT, "0.0.0.0", self.REST_PORT, "0.0.0.0", 1883,
+            rest_token=REST_TOKEN))
         self.labels = labels
         self.environment = environment
         self.binds = {str(folder): "/hive", **binds}

@@ -75,7 +75,7 @@ def test_a_swarm_service_forms_a_cluster_through_tasks_dns(
     service = f"hive-{uuid.uuid4().hex[:6]}"
     folder = tmp_path / "hive"
     folder.mkdir()
-    (folder / "config.xml").write_text(cluster_config("0.0.0.0", 7800, "0.0.0.0", 8888,
+    (folder / "config.xml").write_text(cluster_config("0.0.0.0", 7800, "127.0.0.1", 8888,
                                                       "0.0.0.0", 1883))
     mounts = [docker.types.Mount(m, m, type="bind", read_only=True) for m in python_mounts()]
     mounts.append(docker.types.Mount("/hive", str(folder), type="bind"))

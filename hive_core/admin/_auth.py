@@ -1,0 +1,215 @@
+"""Who may call the REST API: HTTP Basic against hashed passwords, and bearer tokens.
+
+:class:`Gatekeeper` answers one request's ``Authorization`` header with an :class:`Access`.
+A token is checked at once (SHA-256 of what was sent against each configured token's, in
+constant time); a password costs a key derivation (about 0.1 s), run on one worker thread so
+the event loop, which also serves MQTT, never waits for it, and a flood of wrong passwords
+takes at most that one thread. A password that was right once is remembered as an HMAC under
+a key that lives only in this process, so a client polling every second costs one
+derivation, not one per request. Refusals are counted and logged at most once per period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import enum
+import hashlib
+import hmac
+import logging
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hive_core.admin._passwords import verify_password
+from hive_core.config import PasswordHash
+
+if TYPE_CHECKING:
+    from hive_core.config import RestApiAuth
+
+__all__ = ["Access", "AuthStats", "Gatekeeper", "RefusalLog"]
+
+log = logging.getLogger("hive.admin")
+
+REALM = "hive"
+LOG_PERIOD = 10.0
+
+
+class Access(enum.Enum):
+    GRANTED = "granted"
+    ANONYMOUS = "anonymous"
+    """No credentials were sent (only the open paths answer)."""
+    DENIED = "denied"
+    """Credentials were sent and are wrong, or cannot be read."""
+
+
+@dataclass
+class AuthStats:
+    """What ``/api/v1/metrics`` shows under ``rest_api``."""
+
+    authentication_enabled: bool
+    authentication_failures: int = 0
+    """Requests whose credentials were wrong or unreadable."""
+    unauthenticated_requests: int = 0
+    """Requests without credentials to a path that needs them."""
+
+
+class RefusalLog:
+    """Logs a refusal of one kind at most once per ``period`` seconds, counting the rest."""
+
+    def __init__(self, period: float = LOG_PERIOD,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.period = period
+        self.clock = clock
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def warn(self, kind: str, message: str, *args: object) -> bool:
+        """Log ``message`` unless one of ``kind`` was logged within the period; whether it was."""
+        now = self.clock()
+        last = self._last.get(kind)
+        if last is not None and now - last < self.period:
+            self._held[kind] = self._held.get(kind, 0) + 1
+            return False
+        self._last[kind] = now
+        held = self._held.pop(kind, 0)
+        if held:
+            message += " (%d more since the last such warning)"
+            args = (*args, held)
+        log.warning(message, *args)
+        return True
+
+
+def _sha256(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+class Gatekeeper:
+    """The REST API's authentication, from ``<rest-api><auth>`` (enabled)."""
+
+    def __init__(self, auth: RestApiAuth, refusals: RefusalLog | None = None) -> None:
+        self.stats = AuthStats(authentication_enabled=True)
+        self._users = {user.name: PasswordHash.parse(user.password_hash) for user in auth.users}
+        self._tokens = [_sha256(token.encode("ascii")) for token in auth.tokens]
+        self._refusals = refusals or RefusalLog()
+        self._memory_key = os.urandom(32)
+        self._remembered: dict[str, bytes] = {}
+        self._deriving: ThreadPoolExecutor | None = None
+        # an unknown user costs a derivation too, so timing does not tell which names exist
+        self._decoy = next(iter(self._users.values()), None)
+
+    @property
+    def summary(self) -> str:
+        """For the log: which schemes, for how many users and tokens."""
+        parts = []
+        if self._users:
+            parts.append(f"HTTP Basic for {len(self._users)} user(s)")
+        if self._tokens:
+            parts.append(f"Bearer for {len(self._tokens)} token(s)")
+        return " and ".join(parts)
+
+    @property
+    def challenges(self) -> list[bytes]:
+        """The ``WWW-Authenticate`` values of a 401: one per configured scheme."""
+        values = []
+        if self._users:
+            values.append(f'Basic realm="{REALM}", charset="UTF-8"'.encode())
+        if self._tokens:
+            values.append(f'Bearer realm="{REALM}"'.encode())
+        return values
+
+    def admit(self, authorization: bytes | None, peer: str
+              ) -> Access | asyncio.Future[Access]:
+        """The access ``authorization`` (the header's value, None when absent) gives.
+
+        A password not yet remembered is checked on the worker thread: the answer is then a
+        future. Wrong credentials are counted and logged here.
+        """
+        if authorization is None:
+            return Access.ANONYMOUS
+        scheme, _, credentials = authorization.strip().partition(b" ")
+        scheme = scheme.lower()
+        credentials = credentials.strip()
+        if scheme == b"bearer" and self._tokens:
+            return self._settle(self._token_matches(credentials), peer, "a bearer token")
+        if scheme == b"basic" and self._users:
+            return self._basic(credentials, peer)
+        return self._settle(False, peer, f"the {scheme[:20].decode('ascii', 'replace')!r} "
+                                         "scheme, which is not configured")
+
+    def _token_matches(self, token: bytes) -> bool:
+        sent = _sha256(token)
+        matched = False
+        for expected in self._tokens:  # every one, so the time does not say which matched
+            matched |= hmac.compare_digest(sent, expected)
+        return matched
+
+    def _basic(self, credentials: bytes, peer: str) -> Access | asyncio.Future[Access]:
+        try:
+            decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
+        except (binascii.Error, ValueError):
+            return self._settle(False, peer, "unreadable Basic credentials")
+        name, colon, password = decoded.partition(":")
+        if not colon:
+            return self._settle(False, peer, "unreadable Basic credentials")
+        secret = password.encode("utf-8")
+        remembered = self._remembered.get(name)
+        if remembered is not None and hmac.compare_digest(self._memo(secret), remembered):
+            return Access.GRANTED
+        hashed = self._users.get(name, self._decoy)
+        assert hashed is not None  # Basic is only taken when users are configured
+        if self._deriving is None:
+            self._deriving = ThreadPoolExecutor(1, thread_name_prefix="hive-rest-auth")
+        future = asyncio.get_running_loop().run_in_executor(
+            self._deriving, verify_password, secret, hashed)
+        return _chained(future, lambda right: self._password_checked(
+            name, secret, right and name in self._users, peer))
+
+    def _password_checked(self, name: str, secret: bytes, right: bool, peer: str) -> Access:
+        if right:
+            self._remembered[name] = self._memo(secret)
+        return self._settle(right, peer, f"user {name[:64]!r}")
+
+    def _memo(self, secret: bytes) -> bytes:
+        return hmac.new(self._memory_key, secret, hashlib.sha256).digest()
+
+    def _settle(self, right: bool, peer: str, who: str) -> Access:
+        if right:
+            return Access.GRANTED
+        self.stats.authentication_failures += 1
+        self._refusals.warn("denied", "REST API: wrong credentials from %s (%s)", peer, who)
+        return Access.DENIED
+
+    def refused_anonymous(self, peer: str, path: str) -> None:
+        """A request without credentials got 401: counted, and logged now and then."""
+        self.stats.unauthenticated_requests += 1
+        self._refusals.warn("anonymous", "REST API: request for %s from %s without "
+                                         "credentials", path[:200], peer)
+
+    def close(self) -> None:
+        if self._deriving is not None:
+            self._deriving.shutdown(wait=False, cancel_futures=True)
+
+
+def _chained(future: asyncio.Future[bool], then: Callable[[bool], Access]
+             ) -> asyncio.Future[Access]:
+    """A future of ``then(result)`` once ``future`` is done (cancelled with it)."""
+    outcome: asyncio.Future[Access] = asyncio.get_running_loop().create_future()
+
+    def done(source: asyncio.Future[bool]) -> None:
+        if outcome.cancelled():
+            return
+        if source.cancelled():
+            outcome.cancel()
+        elif source.exception() is not None:
+            outcome.set_exception(source.exception())  # type: ignore[arg-type]
+        else:
+            outcome.set_result(then(source.result()))
+
+    future.add_done_callback(done)
+    outcome.add_done_callback(lambda _: future.cancel() if outcome.cancelled() else None)
+    return outcome
