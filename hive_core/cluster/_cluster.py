@@ -20,6 +20,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from hive_core import __version__
 from hive_core.broker import BrokerPort, Message, RemoteGroups, SessionRecords, SharedKey
+from hive_core.cluster._auth import PeerAuthentication
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._routing import RoutingTable
@@ -69,6 +70,7 @@ class ClusterSettings:
     transport_kind: str = "tcp"  # or "udp" (no TLS there)
     health_check: HealthCheckSettings | None = None  # None: the TCP health check is off
     discovery_reload_interval: float = 60.0  # <discovery><extension><reload-interval>
+    shared_secret: str | None = None  # <authentication><shared-secret>: peers must prove it
 
 
 @dataclass(slots=True)
@@ -109,6 +111,7 @@ class ClusterStats:
     frames_in: dict[str, int]  # by frame kind
     frames_out: int
     remote_filters: dict[str, list[str]]  # the topic filters each member has subscribers for
+    authentication_failures: int = 0  # links refused: the peer did not prove the shared secret
 
 
 class _SessionFetch:
@@ -211,6 +214,7 @@ class Cluster:
         self._fetches: dict[int, _SessionFetch] = {}
         self._fetch_seq = 0
         self.incarnation = time.time_ns()
+        self.authentication = PeerAuthentication(settings.shared_secret, settings.connect_timeout)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -218,7 +222,7 @@ class Cluster:
         """Listen, register with discovery, start the background work in ``tasks``, join."""
         self._local_filters.update(self.broker.local_filters())
         bound = await self.transport.listen(
-            lambda: PeerLink(self._on_frame, self._on_lost, outbound=False))
+            lambda: PeerLink(self._on_frame, self._on_lost, False, self.authentication))
         if not self.settings.external_port:
             self.address = ClusterNodeAddress(self.address.host, bound.port)
         if bound.host not in ("0.0.0.0", "::"):  # a list naming this node's own bind address
@@ -331,7 +335,7 @@ class Cluster:
     async def _connect(self, address: ClusterNodeAddress) -> None:
         try:
             link = await self.transport.dial(
-                address, lambda: PeerLink(self._on_frame, self._on_lost, outbound=True),
+                address, lambda: PeerLink(self._on_frame, self._on_lost, True, self.authentication),
                 self.settings.connect_timeout)
         except NodeUnreachable as exc:
             self._unreachable.warn(f"{address.host}:{address.port}", "cannot reach cluster node "
@@ -631,7 +635,8 @@ class Cluster:
             frames_in=dict(sorted(self.metrics.frames_in.items())),
             frames_out=sum(link.frames_out for link in links),
             remote_filters={peer: sorted(self.table.filters_of(peer))
-                            for peer in sorted(self.members)})
+                            for peer in sorted(self.members)},
+            authentication_failures=self.authentication.failures)
 
     def view(self) -> list[ClusterMember]:
         own = ClusterMember(self.node_id, self.address, "RUNNING", __version__)

@@ -33,6 +33,9 @@ class FrameKind(IntEnum):
     CLIENT_CONNECTED = 30  # a client id is now connected on the sender: close yours
     SESSION_FETCH = 31  # a client connects on the sender: hand its session over if you have it
     SESSION = 32  # the answer: the session's state, or None
+    # Before anything else on a link of a cluster with a shared secret (see _auth.py):
+    AUTH_CHALLENGE = 50  # a fresh nonce; sent by both ends as soon as the link is open
+    AUTH_PROOF = 51  # the answer to the peer's challenge: proof of holding the shared secret
 
 
 class WireError(Exception):
