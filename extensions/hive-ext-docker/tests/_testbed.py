@@ -466,7 +466,8 @@ def _free_udp_and_tcp_port() -> int:
 
 def cluster_config(bind_host: str, cluster_port: int, rest_host: str, rest_port: int,
                    mqtt_host: str, mqtt_port: int, reload_interval: int = 1) -> str:
-    """A node with only extension discovery, a short heartbeat, and the REST API."""
+    """A node with only extension discovery, a short heartbeat, and the REST API; the nodes
+    share a secret, as a cluster reachable from other hosts (containers bind 0.0.0.0) must."""
     return f"""<?xml version="1.0"?>
 <hivemq>
     <listeners>
@@ -477,6 +478,7 @@ def cluster_config(bind_host: str, cluster_port: int, rest_host: str, rest_port:
         <transport><tcp><bind-address>{bind_host}</bind-address><bind-port>{cluster_port}</bind-port></tcp></transport>
         <discovery><extension><reload-interval>{reload_interval}</reload-interval></extension></discovery>
         <failure-detection><heartbeat><interval>500</interval><timeout>2000</timeout></heartbeat></failure-detection>
+        <authentication><shared-secret>a-secret-for-tests-only</shared-secret></authentication>
     </cluster>
     <rest-api><enabled>true</enabled><listeners><http>
         <port>{rest_port}</port><bind-address>{rest_host}</bind-address>
