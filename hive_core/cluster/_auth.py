@@ -1,10 +1,12 @@
 """Nodes prove to each other that they hold the cluster's shared secret, then sign every write.
 
 Sans-IO, like the frame codec. Both ends of a new link send AUTH_CHALLENGE, a fresh random
-nonce, before anything else. From the secret and the two nonces each end derives the link's key
-and answers the peer's challenge with AUTH_PROOF, an HMAC that names its role (dialer or
-acceptor), so that a proof is never valid in the other direction. A peer whose first frame is
-anything else, or whose proof is wrong, is refused.
+nonce, before anything else. From the secret and the two nonces each end derives the link's key.
+The dialling node proves first (AUTH_PROOF, an HMAC naming its role, so that a proof is never
+valid in the other direction); the accepting node answers with its own proof only once the
+dialler's is right. So whoever merely reaches a node's port learns a nonce and nothing else, not
+even a value to test guesses of the secret against. A peer whose first frame is anything else,
+or whose proof is wrong, is refused.
 
 A proof alone would not be enough: the handshake could be relayed. A stranger that makes a node
 dial it (by announcing itself on broadcast or multicast discovery, say) could pass that node's
@@ -142,6 +144,7 @@ class Handshake:
         self._nonce = nonce if nonce is not None else secrets.token_bytes(NONCE_BYTES)
         self._buffer = bytearray()
         self._peer_proof: bytes | None = None  # what the peer must send: known after its nonce
+        self._own_proof = b""
         self.sealer: RecordSealer | None = None
         self.opener: RecordOpener | None = None
         self.proven = False
@@ -186,7 +189,7 @@ class Handshake:
             return self._challenged(body)
         if kind is FrameKind.AUTH_PROOF and self._peer_proof is not None:
             self._check(body)
-            return b""
+            return b"" if self.dialer else self._own_proof  # the acceptor proves second
         raise AuthenticationFailed(f"it sent {name} before authenticating")
 
     def _challenged(self, body: Any) -> bytes:
@@ -205,7 +208,9 @@ class Handshake:
         self._peer_proof = _mac(link, b"proof of the " + peer)
         self.sealer = RecordSealer(_mac(link, b"records of the " + own))
         self.opener = RecordOpener(_mac(link, b"records of the " + peer))
-        return encode_frame(FrameKind.AUTH_PROOF, {"proof": _mac(link, b"proof of the " + own)})
+        self._own_proof = encode_frame(FrameKind.AUTH_PROOF,
+                                       {"proof": _mac(link, b"proof of the " + own)})
+        return self._own_proof if self.dialer else b""
 
     def _check(self, body: Any) -> None:
         assert self._peer_proof is not None

@@ -154,6 +154,9 @@ class PeerLink(asyncio.Protocol):
         self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._handshake is not None and not self.closed:
+            self._refuse("it closed the link before authenticating (it may have refused this "
+                         "node's proof)")
         self.closed = True
         if self._deadline is not None:
             self._deadline.cancel()
