@@ -129,7 +129,9 @@ class ClusterTls(ConfigModel, tag="tls"):
     client_authentication_mode: ClientAuthenticationMode = element(
         tag="client-authentication-mode", default="NONE"
     )
-    """Whether a dialling node must (REQUIRED), may (OPTIONAL) or need not (NONE) show one."""
+    """Whether a dialling node must (REQUIRED), may (OPTIONAL) or need not (NONE) show one.
+    Only REQUIRED keeps strangers out: a cluster other hosts can reach needs it, or a
+    <authentication><shared-secret>."""
     client_authentication_keystore: Keystore | None = element(
         tag="client-authentication-keystore", default=None
     )
