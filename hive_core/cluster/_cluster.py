@@ -70,7 +70,7 @@ class ClusterSettings:
     transport_kind: str = "tcp"  # or "udp" (no TLS there)
     health_check: HealthCheckSettings | None = None  # None: the TCP health check is off
     discovery_reload_interval: float = 60.0  # <discovery><extension><reload-interval>
-    shared_secret: str | None = None  # <authentication><shared-secret>: peers must prove it
+    shared_secret: str | None = field(default=None, repr=False)  # <authentication>: peers prove it
 
 
 @dataclass(slots=True)
