@@ -11,7 +11,15 @@ from hive_core.broker._channel import Channel, ChannelIo
 from hive_core.broker._connection import ClientConnection, Transport
 from hive_core.broker._message import Message
 from hive_core.broker._metrics import BrokerMetrics, BrokerStats
-from hive_core.broker._ports import BrokerPort, ClusterPort, RemoteGroups, Route, SharedKey
+from hive_core.broker._ports import (
+    BrokerPort,
+    ClusterPort,
+    Handover,
+    RemoteGroups,
+    Route,
+    SessionUnavailable,
+    SharedKey,
+)
 from hive_core.broker._records import SessionRecords
 from hive_core.broker._services import ExtensionMetrics, NodeServices
 from hive_core.broker._session import Session
@@ -28,12 +36,14 @@ __all__ = [
            "ClientConnection",
            "ClusterPort",
            "ExtensionMetrics",
+           "Handover",
            "Message",
            "NodeServices",
            "RemoteGroups",
            "Route",
            "Session",
            "SessionRecords",
+           "SessionUnavailable",
            "SharedKey",
            "Transport",
 ]

@@ -21,7 +21,13 @@ from hive_core.broker._message import Message
 from hive_core.broker._metrics import BrokerMetrics, BrokerStats
 from hive_core.broker._outbox import Outbox
 from hive_core.broker._ports import NO_GROUPS, NO_NODES, ClusterPort, Route
-from hive_core.broker._records import Records, SessionRecords, session_from
+from hive_core.broker._records import (
+    Records,
+    SessionRecords,
+    pending_from,
+    session_from,
+    stored_message,
+)
 from hive_core.broker._retained import RetainedMessages
 from hive_core.broker._session import Link, Pending, Session, Subscription
 from hive_core.broker._settings import BrokerSettings
@@ -35,7 +41,7 @@ from hive_core.mqtt import (
     parse_shared_subscription,
     validate_topic_filter,
 )
-from hive_core.persistence import SessionStore, Snapshot
+from hive_core.persistence import SessionStore, Snapshot, StoredMessage
 from hive_core.plugins import Extensions
 
 log = logging.getLogger("hive.broker")
@@ -59,6 +65,9 @@ class Broker:
         self.clock = SessionClock(self._expired, self._will_due)
         self.cluster: ClusterPort | None = None  # set while this node is part of a cluster
         self.sessions: dict[str, Session] = {}
+        # Sessions another node is taking over: (session, its queue when exported) until the
+        # other node confirms or declines (release_session).
+        self._held: dict[str, tuple[Session, set[int]]] = {}
         self.subscriptions = TopicTree()
         self.connections: set[Link] = set()
         self.connected_count = 0
@@ -247,6 +256,8 @@ class Broker:
         session.clear()
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
+            if self.cluster is not None:
+                self.cluster.session_ended(session.client_id)
         self.records.delete_session(session.client_id)
 
     def _adopt(self, session: Session, now: float) -> None:
@@ -358,9 +369,11 @@ class Broker:
             if route.nodes:
                 cluster.forward(message, route.nodes)
                 matched = True
+                durable = durable or message.qos > 0  # acknowledged once the nodes have it
             if route.remote_groups:
                 groups, sent_on = self._choose_shared(cluster, message, groups, route)
                 matched = matched or sent_on
+                durable = durable or (sent_on and message.qos > 0)
         for group in groups:
             delivered, wrote = self._deliver_to_group(group, message)
             matched = matched or delivered
@@ -496,6 +509,16 @@ class Broker:
         self.cluster = cluster
         self._routes.clear()
 
+    async def commit(self) -> None:
+        await self.records.commit()
+
+    async def settle(self) -> None:
+        """Until what was written and forwarded so far is durable here and acknowledged by the
+        nodes it went to: then a publisher may be told its message is safe."""
+        await self.records.commit()
+        if self.cluster is not None:
+            await self.cluster.forwards_acknowledged()
+
     def publish_from_peer(self, message: Message) -> None:
         self.publish(message, from_cluster=True)
 
@@ -511,17 +534,31 @@ class Broker:
         return self.retained.live()
 
     def taken_over_elsewhere(self, client_id: str) -> None:
+        """The client connected on another node, which owns its session now: end it here."""
         session = self.sessions.get(client_id)
-        if session is not None and session.connection is not None:
+        if session is None or client_id in self._held:
+            return  # a session being handed over ends when the new node confirms it
+        if session.connection is not None:
             log.info("client %r connected on another node: closing it here", client_id)
             session.connection.close(RC.SESSION_TAKEN_OVER,
                                      "another connection took the session over")
+            session = self.sessions.get(client_id)  # closing ends a session with expiry 0
+        if session is not None:
+            self._end_session(session)
 
     def local_filters(self) -> list[str]:
         return [f for session in self.sessions.values() for f in session.subscriptions]
 
+    def owned_sessions(self) -> list[str]:
+        return list(self.sessions)
+
     def export_session(self, client_id: str) -> SessionRecords | None:
-        """None when this node has no persistent session for ``client_id``."""
+        """The state of a session another node takes over; None when this node has none.
+
+        The client's connection here closes, but the session stays, held, until the other
+        node confirms it has stored the copy (:meth:`release_session`): a handover that fails
+        half way loses nothing.
+        """
         session = self.sessions.get(client_id)
         if session is None:
             return None
@@ -532,19 +569,46 @@ class Broker:
             session = self.sessions.get(client_id)  # closing ends a session with expiry 0
             if session is None:
                 return None
-        records = self.records.export(session)
         self.clock.cancel_will(client_id)  # the client is back (elsewhere): no will
         session.will = None
+        self._held[client_id] = (session, {id(p) for p in session.queue})
+        return self.records.export(session)
+
+    def release_session(self, client_id: str, taken: bool) -> list[StoredMessage]:
+        """End a handover: forget the session if the other node ``taken`` it, else keep it.
+
+        Returns what was queued for it here since it was exported, for the new node.
+        """
+        held = self._held.pop(client_id, None)
+        if held is None:
+            return []
+        session, exported = held
+        if not taken or self.sessions.get(client_id) is not session \
+                or session.connection is not None:
+            return []  # not taken, or the client came back here meanwhile: it stays
+        tail = [stored_message(p) for p in session.queue if id(p) not in exported]
         self._end_session(session)
-        return records
+        return tail
 
     async def fetch_session_elsewhere(self, client_id: str) -> None:
-        """Before a CONNACK in a cluster: bring the client's session here from another node."""
+        """Before a CONNACK in a cluster: bring the client's session here from its node.
+
+        Raises :class:`SessionUnavailable` when that node does not hand it over in time: the
+        client is refused rather than given an empty session.
+        """
         cluster = self.cluster
         if cluster is None or not cluster.has_peers:
             return
-        for records in await cluster.fetch_session(client_id):
-            self.import_session(records)
+        handover = await cluster.fetch_session(client_id)
+        if handover is None:
+            return
+        try:
+            self.import_session(handover.records)
+            await self.records.commit()
+        except BaseException:
+            handover.decline()
+            raise
+        handover.confirm()
 
     def import_session(self, records: SessionRecords) -> None:
         """Take over a session another node handed over (before this node's CONNACK)."""
@@ -557,6 +621,18 @@ class Broker:
         session = session_from(records, now)
         self._adopt(session, now)
         self.records.write_all(session)
+
+    def append_handed_over(self, client_id: str, messages: list[StoredMessage]) -> None:
+        """What the old node queued for a session while handing it over: queue it here."""
+        session = self.sessions.get(client_id)
+        for stored in messages:
+            pending = pending_from(stored)
+            if session is None:
+                count = self.metrics.count_drop("session-gone")
+                self.outbox.drop_warning(pending, client_id, "session-gone", count)
+                continue
+            self.outbox.deliver(session, pending)
+        self.flush()
 
     def sessions_elsewhere(self) -> bool:
         """Whether a CONNECT must first ask other nodes for its session."""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from hive_core.broker import _extension_flow as flow
 from hive_core.broker._extension_flow import Refusal
 from hive_core.broker._message import Message
+from hive_core.broker._ports import SessionUnavailable
 from hive_core.broker._session import Session
 from hive_core.mqtt import (
     MAX_PACKET_SIZE,
@@ -356,22 +357,29 @@ class Channel:
     # ------------------------------------------------------------------ CONNECT
 
     def _on_connect(self, connect: Connect) -> None:
-        if connect.client_id and self.broker.sessions_elsewhere():
-            self._defer(self._connect_in_cluster(connect))
-        elif self._extensions_decide(connect):
+        if self._extensions_decide(connect):
             self._defer(self._connect_with_extensions(connect))
+        elif self._session_elsewhere(connect):
+            self._defer(self._connect_in_cluster(connect, {}))
         else:
             self.accept_connect(connect, {})
 
-    async def _connect_in_cluster(self, connect: Connect) -> None:
-        """The session may live on another node: fetch it first, then connect as usual."""
-        await self.broker.fetch_session_elsewhere(connect.client_id)
-        if self.closed:
+    def _session_elsewhere(self, connect: Connect) -> bool:
+        """Whether another node may hold a session this CONNECT resumes (clean start drops it:
+        the node that holds it ends it when this one says the client connected here)."""
+        return bool(connect.client_id) and not connect.clean_start \
+            and self.broker.sessions_elsewhere()
+
+    async def _connect_in_cluster(self, connect: Connect, ack: dict[PropertyId, Any]) -> None:
+        """Authenticated; the session lives on another node: bring it here, then connect."""
+        try:
+            await self.broker.fetch_session_elsewhere(connect.client_id)
+        except SessionUnavailable as exc:
+            if not self.closed:
+                self.refuse_connect(RC.SERVER_UNAVAILABLE, str(exc))
             return
-        if self._extensions_decide(connect):
-            await self._connect_with_extensions(connect)
-        else:
-            self.accept_connect(connect, {})
+        if not self.closed:
+            self.accept_connect(connect, ack)
 
     def _extensions_decide(self, connect: Connect) -> bool:
         extensions = self.broker.extensions
@@ -388,6 +396,8 @@ class Channel:
             return
         if isinstance(decision, Refusal):
             self.refuse_connect(decision.reason_code, decision.reason_string)
+        elif self._session_elsewhere(connect):
+            await self._connect_in_cluster(connect, decision)
         else:
             self.accept_connect(connect, decision)
 
@@ -653,7 +663,7 @@ class Channel:
                 self._acks_waiting, self._ack_needs_commit = [], False
                 if needs_commit:
                     try:
-                        await self.broker.records.commit()
+                        await self.broker.settle()
                     except Exception as exc:
                         # Not on disk, so not acknowledged: the client sends it again (DUP).
                         if not isinstance(exc, PersistenceError):

@@ -16,6 +16,12 @@ class BrokerMetrics:
     messages_queued: int = 0
     receive_maximum_throttled: int = 0  # times a client sent past its receive maximum
 
+    def count_drop(self, reason: str) -> int:
+        """One more message dropped for ``reason``: how many so far for it."""
+        self.messages_dropped += 1
+        count = self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        return count
+
 
 DROP_REASONS = {
     "queue-full": "the subscriber's queue was full",
@@ -23,6 +29,7 @@ DROP_REASONS = {
     "too-large": "it is larger than the maximum packet size the subscriber accepts",
     "extension": "an outbound interceptor stopped it",
     "invalid-topic": "an outbound interceptor gave it an invalid topic",
+    "session-gone": "its session ended while it moved to another node",
 }
 """Why the node drops a message for a subscriber (the keys of ``BrokerMetrics.dropped``)."""
 

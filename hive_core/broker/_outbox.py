@@ -44,14 +44,14 @@ class Outbox:
 
     def _drop(self, session: Session, pending: Pending, reason: str) -> None:
         """A message will not reach this subscriber: counted by reason, logged (rate-limited)."""
-        metrics = self.metrics
-        metrics.messages_dropped += 1
-        metrics.dropped[reason] = metrics.dropped.get(reason, 0) + 1
+        count = self.metrics.count_drop(reason)
         self.records.dequeue(session, pending)
+        self.drop_warning(pending, session.client_id, reason, count)
+
+    def drop_warning(self, pending: Pending, client_id: str, reason: str, count: int) -> None:
         self._drop_warnings.warn(
             reason, "dropped a message on %r for %r: %s (%d dropped so far for this reason)",
-            pending.message.topic, session.client_id, DROP_REASONS[reason],
-            metrics.dropped[reason])
+            pending.message.topic, client_id, DROP_REASONS[reason], count)
 
     def deliver(self, session: Session, pending: Pending) -> bool:
         """Send now if the window allows, else queue; True when the store was written."""

@@ -8,12 +8,12 @@ of the broker (publish what a peer sent, hand a session over, the retained messa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from hive_core.broker._message import Message
 from hive_core.broker._records import SessionRecords
 from hive_core.broker._topic_tree import Delivery, SharedGroup
+from hive_core.persistence import StoredMessage
 
 SharedKey = tuple[str, str]  # (group name, topic filter without the $share prefix)
 RemoteGroups = dict[SharedKey, frozenset[str]]  # shared groups with members on other nodes
@@ -68,9 +68,38 @@ class ClusterPort(Protocol):
         """A client connected here: another node holding a connection for it closes that."""
         ...
 
-    async def fetch_session(self, client_id: str) -> Sequence[SessionRecords]:
-        """The state of ``client_id``'s session from whichever node holds it (it forgets it)."""
+    def session_ended(self, client_id: str) -> None:
+        """This node no longer holds a session for ``client_id``."""
         ...
+
+    async def forwards_acknowledged(self) -> None:
+        """Until every message forwarded so far is acknowledged by its node (or that left)."""
+        ...
+
+    async def fetch_session(self, client_id: str) -> Handover | None:
+        """The session of ``client_id`` from the node that holds it; None when no node does.
+
+        Raises :class:`SessionUnavailable` when that node does not answer in time.
+        """
+        ...
+
+
+class Handover(Protocol):
+    """A session on its way from another node: confirmed once stored here, or declined."""
+
+    records: SessionRecords
+
+    def confirm(self) -> None:
+        """Stored here: the old node forgets it (and sends what it queued meanwhile)."""
+        ...
+
+    def decline(self) -> None:
+        """Not taken: the old node keeps it."""
+        ...
+
+
+class SessionUnavailable(Exception):
+    """The node holding a client's session did not hand it over: the CONNECT is refused."""
 
 
 class BrokerPort(Protocol):
@@ -97,11 +126,25 @@ class BrokerPort(Protocol):
         ...
 
     def export_session(self, client_id: str) -> SessionRecords | None:
-        """Hand a session to another node: close its connection here, give it, forget it."""
+        """Hand a session to another node: close its connection here and give its state; it
+        is held here until :meth:`release_session`."""
+        ...
+
+    def release_session(self, client_id: str, taken: bool) -> list[StoredMessage]:
+        """The other node took the exported session (forget it; what was queued for it since
+        the export is returned) or did not (keep it)."""
+        ...
+
+    def append_handed_over(self, client_id: str, messages: list[StoredMessage]) -> None:
+        """What the old node queued for a session while it moved here."""
+        ...
+
+    def owned_sessions(self) -> list[str]:
+        """The client ids this node holds a session for."""
         ...
 
     def taken_over_elsewhere(self, client_id: str) -> None:
-        """The client connected on another node: close its connection here."""
+        """The client connected on another node, which owns its session now: end it here."""
         ...
 
     def local_filters(self) -> list[str]:
@@ -114,4 +157,8 @@ class BrokerPort(Protocol):
 
     def flush(self) -> None:
         """Write what is pending for local clients now."""
+        ...
+
+    async def commit(self) -> None:
+        """Until everything written to the store so far is durable."""
         ...

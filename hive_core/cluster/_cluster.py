@@ -12,6 +12,7 @@ import logging
 import ssl
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +20,16 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from hive_core import __version__
-from hive_core.broker import BrokerPort, Message, RemoteGroups, SessionRecords, SharedKey
+from hive_core.broker import (
+    BrokerPort,
+    Message,
+    RemoteGroups,
+    SessionRecords,
+    SessionUnavailable,
+    SharedKey,
+)
 from hive_core.cluster._auth import PeerAuthentication
+from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._routing import RoutingTable
@@ -30,6 +39,7 @@ from hive_core.cluster._wire import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     FrameKind,
+    encode_frame,
     encode_publish_frame,
 )
 from hive_core.mqtt import decode_properties, encode_properties
@@ -114,37 +124,84 @@ class ClusterStats:
     authentication_failures: int = 0  # links refused: the peer did not prove the shared secret
 
 
-class _SessionFetch:
-    """The answers to one SESSION_FETCH, from every member asked."""
+PART_BYTES = 1024 * 1024
+"""Payload bytes per frame when a session's queue or the retained messages cross in parts."""
 
-    def __init__(self, waiting: set[str]) -> None:
-        self.waiting = waiting
-        self.sessions: list[SessionRecords] = []
+
+def in_parts(items: list[Any], size: Callable[[Any], int]) -> Iterator[list[Any]]:
+    """``items`` in consecutive lists of about PART_BYTES each (at least one item each)."""
+    part: list[Any] = []
+    total = 0
+    for item in items:
+        part.append(item)
+        total += size(item) + 64
+        if total >= PART_BYTES:
+            yield part
+            part, total = [], 0
+    if part:
+        yield part
+
+
+class _SessionFetch:
+    """One SESSION_FETCH to the node that holds the session: its answer, part by part."""
+
+    def __init__(self, request: int, client_id: str, link: PeerLink) -> None:
+        self.request = request
+        self.client_id = client_id
+        self.link = link
+        self.records: SessionRecords | None = None
+        self.failed: str | None = None
         self.done = anyio.Event()
 
-    def answered(self, node_id: str, records: SessionRecords | None) -> None:
-        self.waiting.discard(node_id)
-        if records is not None:
-            self.sessions.append(records)
-        if not self.waiting:
+    def part(self, body: list[Any] | None, more: bool) -> None:
+        if body is not None:
+            if self.records is None:
+                self.records = session_from(body)
+            else:
+                self.records.queue += queue_from(body)
+        if not more:
             self.done.set()
+
+    def fail(self, why: str) -> None:
+        self.failed = why
+        self.done.set()
+
+
+@dataclass(slots=True)
+class _Handover:
+    """A session fetched from ``link``'s node (implements the broker's ``Handover``)."""
+
+    records: SessionRecords
+    fetch: _SessionFetch
+
+    def confirm(self) -> None:
+        self.fetch.link.send(FrameKind.SESSION_TAKEN, [self.fetch.request, self.fetch.client_id])
+
+    def decline(self) -> None:
+        self.fetch.link.send(FrameKind.SESSION_DECLINED,
+                             [self.fetch.request, self.fetch.client_id])
 
 
 def _message_fields(m: StoredMessage) -> list[Any]:
     return [m.topic, m.payload, m.qos, m.retain, m.properties, m.expiry_at, m.publisher_id]
 
 
-def session_body(records: SessionRecords) -> list[Any]:
-    record, queue, inflight = records.session, records.queue, records.inflight
+def session_parts(records: SessionRecords) -> Iterator[list[Any]]:
+    """A session as frame bodies: the record, the window and the first messages of the queue,
+    then the rest of the queue in parts of about PART_BYTES (a queue may be any size)."""
+    record, inflight = records.session, records.inflight
     subscriptions = [[s.topic_filter, s.qos, s.no_local, s.retain_as_published,
                       s.retain_handling, s.subscription_id] for s in record.subscriptions.values()]
-    return [
+    parts = in_parts([[seq, _message_fields(m)] for seq, m in records.queue],
+                     lambda item: len(item[1][1]))
+    yield [
         [record.client_id, record.protocol_version, record.expiry_interval,
          record.disconnected_at, subscriptions],
-        [[seq, _message_fields(m)] for seq, m in queue],
+        next(parts, []),
         [[i.packet_id, i.direction, i.state, _message_fields(i.message) if i.message else None]
          for i in inflight],
     ]
+    yield from ([part] for part in parts)
 
 
 def session_from(body: list[Any]) -> SessionRecords:
@@ -157,6 +214,11 @@ def session_from(body: list[Any]) -> SessionRecords:
         [StoredInflight(client_id, pid, direction, state,
                         StoredMessage(*fields) if fields else None)
          for pid, direction, state, fields in inflight])
+
+
+def queue_from(body: list[Any]) -> list[tuple[int, StoredMessage]]:
+    """A later part of a session: more of its queue."""
+    return [(seq, StoredMessage(*fields)) for seq, fields in body[0]]
 
 
 def message_body(message: Message) -> list[Any]:
@@ -213,6 +275,14 @@ class Cluster:
         self._stopping = False
         self._fetches: dict[int, _SessionFetch] = {}
         self._fetch_seq = 0
+        # Which node holds the session of a client id (other nodes only): a CONNECT asks that
+        # node and no other. Learnt from OWNED on join, CLIENT_CONNECTED and SESSION_GONE.
+        self.owners: dict[str, str] = {}
+        # Sessions this node exported and holds until the asking node confirms: by link.
+        self._handing: dict[PeerLink, set[str]] = {}
+        self.forwarding = Forwarding()
+        self._ack_due: set[str] = set()  # peers whose data frames were handled, not acknowledged
+        self._ack_task: asyncio.Task[None] | None = None
         self.incarnation = time.time_ns()
         self.authentication = PeerAuthentication(settings.shared_secret, settings.connect_timeout)
 
@@ -282,6 +352,8 @@ class Cluster:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._ack_task is not None:
+            self._ack_task.cancel()
         if self._background is not None and self._background_over is not None:
             self._background.cancel()
             await self._background_over.wait()
@@ -418,7 +490,16 @@ class Cluster:
         if answer:  # WELCOME first: the dialling node drops every frame before it
             link.send(FrameKind.WELCOME, self._hello())
         link.send(FrameKind.FILTERS, sorted(self._local_filters))
-        link.send(FrameKind.RETAINED, [message_body(m) for m in self.broker.retained_messages()])
+        retained = [message_body(m) for m in self.broker.retained_messages()]
+        for part in in_parts(retained, lambda body: len(body[1])):
+            link.send(FrameKind.RETAINED, part)
+        owned = self.broker.owned_sessions()
+        for at in range(0, len(owned), 10_000):
+            link.send(FrameKind.OWNED, owned[at:at + 10_000])
+        first, frames = self.forwarding.replay(peer_id)
+        link.send(FrameKind.REPLAY, [self.incarnation, first])
+        for frame in frames:
+            link.send_encoded(frame)
         link.send(FrameKind.MEMBERS, [[m.address.host, m.address.port]
                                       for m in self.members.values() if m.node_id != peer_id])
         if not swapped:
@@ -431,6 +512,11 @@ class Cluster:
     def _on_lost(self, link: PeerLink) -> None:
         self._links.discard(link)
         self._dialled.pop(link, None)
+        for client_id in self._handing.pop(link, ()):
+            self.broker.release_session(client_id, taken=False)  # not confirmed: kept here
+        for fetch in self._fetches.values():
+            if fetch.link is link:
+                fetch.fail("the connection to the node holding it closed")
         peer_id = link.peer_id
         if peer_id is not None and self.members.get(peer_id) is not None \
                 and self.members[peer_id].link is link:
@@ -442,6 +528,7 @@ class Cluster:
             return
         member.link.close()
         self.table.drop(peer_id)
+        self.forwarding.left(peer_id)
         self.broker.remote_routes_changed()
         if self.health is not None:
             self.health.forget(peer_id)
@@ -478,11 +565,14 @@ class Cluster:
             member = self.members.get(peer_id) if peer_id else None
             if member is None or member.link is not link:
                 return
+            if not self.forwarding.arrived(peer_id):  # type: ignore[arg-type]
+                return  # sent again after a reconnect, handled before
             metrics.publishes_received += 1
             topic, payload, qos, retain, props, expiry_at, publisher = body
             self.broker.publish_from_peer(Message(
                 topic, payload, qos, retain, decode_properties(props) if props else None,
                 publisher, expiry_at))
+            self._acknowledge_soon(peer_id)  # type: ignore[arg-type]
             # mark_dirty flushes once after the whole read; a long read (thousands of
             # frames) is flushed in slices too, so the subscribers' side starts early.
             if not metrics.publishes_received % FLUSH_PUBLISHES:
@@ -501,8 +591,15 @@ class Cluster:
         if member is None or member.link is not link:
             return  # a frame before the handshake, or on a link that lost the tie-break
         if kind is FrameKind.SHARED_PUBLISH:
-            self.metrics.publishes_received += 1
-            self.broker.deliver_shared(body[0], body[1], message_from(body[2]))
+            if self.forwarding.arrived(member.node_id):
+                self.metrics.publishes_received += 1
+                self.broker.deliver_shared(body[0], body[1], message_from(body[2]))
+                self._acknowledge_soon(member.node_id)
+        elif kind is FrameKind.FORWARD_ACK:
+            self.forwarding.acknowledged_by(member.node_id, int(body))
+        elif kind is FrameKind.REPLAY:
+            self.forwarding.replaying(member.node_id, int(body[0]), int(body[1]))
+            self._acknowledge_soon(member.node_id)  # what it holds and this node had handled
         elif kind is FrameKind.FILTER_ADD:
             self.table.add(member.node_id, body)
             self.broker.remote_routes_changed()
@@ -518,17 +615,38 @@ class Cluster:
             for item in body:
                 self.broker.apply_retained(message_from(item), only_if_absent=True)
         elif kind is FrameKind.SESSION_FETCH:
-            request, client_id = body
-            records = self.broker.export_session(str(client_id))
-            self.broker.flush()
-            link.send(FrameKind.SESSION, [request, client_id,
-                                          session_body(records) if records else None])
+            self._hand_over(link, int(body[0]), str(body[1]))
         elif kind is FrameKind.SESSION:
-            waiter = self._fetches.get(body[0])
-            if waiter is not None:
-                waiter.answered(member.node_id, session_from(body[2]) if body[2] else None)
+            request, client_id, part, more = body
+            fetch = self._fetches.get(request)
+            if fetch is not None and fetch.link is link:
+                fetch.part(part, more)
+            elif part is not None and len(part) == 3:  # the first part of an answer too late
+                link.send(FrameKind.SESSION_DECLINED, [request, client_id])
+        elif kind is FrameKind.SESSION_TAKEN:
+            client_id = str(body[1])
+            self._handing.get(link, set()).discard(client_id)
+            tail = self.broker.release_session(client_id, taken=True)
+            for part in in_parts([_message_fields(m) for m in tail], lambda f: len(f[1])):
+                link.send(FrameKind.SESSION_TAIL, [client_id, part])
+        elif kind is FrameKind.SESSION_DECLINED:
+            client_id = str(body[1])
+            self._handing.get(link, set()).discard(client_id)
+            self.broker.release_session(client_id, taken=False)
+        elif kind is FrameKind.SESSION_TAIL:
+            self.broker.append_handed_over(
+                str(body[0]), [StoredMessage(*fields) for fields in body[1]])
         elif kind is FrameKind.CLIENT_CONNECTED:
+            self.owners[str(body)] = member.node_id
             self.broker.taken_over_elsewhere(str(body))
+        elif kind is FrameKind.OWNED:
+            local = set(self.broker.owned_sessions())
+            for client_id in body:
+                if client_id not in local:
+                    self.owners[str(client_id)] = member.node_id
+        elif kind is FrameKind.SESSION_GONE:
+            if self.owners.get(str(body)) == member.node_id:
+                del self.owners[str(body)]
         elif kind is FrameKind.MEMBERS:
             for host, port in body:
                 self._dial(ClusterNodeAddress(str(host), int(port)))
@@ -569,10 +687,12 @@ class Cluster:
             message.topic, message.payload, message.qos, message.retain,
             encode_properties(props) if props else b"", message.expiry_at,
             message.publisher_id)
+        forwarding = self.forwarding
         for node_id in nodes:
             member = self.members.get(node_id)
             if member is not None:
                 member.link.send_encoded(frame)
+                forwarding.sent(node_id, frame)
                 self.metrics.publishes_forwarded += 1
 
     def pick_shared(self, key: SharedKey, remote: frozenset[str], local: bool) -> str | None:
@@ -590,39 +710,93 @@ class Cluster:
     def send_shared(self, node_id: str, key: SharedKey, message: Message) -> None:
         member = self.members.get(node_id)
         if member is not None:
-            member.link.send(FrameKind.SHARED_PUBLISH, [key[0], key[1], message_body(message)])
+            frame = encode_frame(FrameKind.SHARED_PUBLISH,
+                                 [key[0], key[1], message_body(message)])
+            member.link.send_encoded(frame)
+            self.forwarding.sent(node_id, frame)
             self.metrics.publishes_forwarded += 1
+
+    async def forwards_acknowledged(self) -> None:
+        """Until the peers have acknowledged every message sent to them so far (or left)."""
+        await self.forwarding.acknowledged(self.members)
+
+    def _acknowledge_soon(self, peer_id: str) -> None:
+        self._ack_due.add(peer_id)
+        if self._ack_task is None:
+            self._ack_task = asyncio.get_running_loop().create_task(self._acknowledge())
+
+    async def _acknowledge(self) -> None:
+        """FORWARD_ACK to the peers whose frames were handled, once their deliveries are
+        durable here (one commit and one small frame per peer for a whole read)."""
+        try:
+            while self._ack_due:
+                await asyncio.sleep(0)  # the rest of this read first
+                peers, self._ack_due = self._ack_due, set()
+                handled = {peer: self.forwarding.handled(peer) for peer in peers}
+                await self.broker.commit()
+                for peer, count in handled.items():
+                    member = self.members.get(peer)
+                    if member is not None:
+                        member.link.send(FrameKind.FORWARD_ACK, count)
+        except Exception:
+            log.exception("could not acknowledge messages from other nodes; they will be sent "
+                          "again after a reconnect")
+        finally:
+            self._ack_task = None
 
     def retained_changed(self, message: Message) -> None:
         self._broadcast(FrameKind.RETAIN, message_body(message))
 
-    async def fetch_session(self, client_id: str) -> list[SessionRecords]:
-        """Before a client's CONNACK: the node that holds its session hands it over to this one.
+    def _hand_over(self, link: PeerLink, request: int, client_id: str) -> None:
+        """Another node asks for a session: send it in parts, hold it until it confirms."""
+        records = self.broker.export_session(client_id)
+        self.broker.flush()  # the client's connection here closes now, with its reason
+        if records is None:
+            link.send(FrameKind.SESSION, [request, client_id, None, False])
+            return
+        self._handing.setdefault(link, set()).add(client_id)
+        parts = list(session_parts(records))
+        for index, part in enumerate(parts):
+            link.send(FrameKind.SESSION, [request, client_id, part, index < len(parts) - 1])
 
-        Every member is asked; whoever has the session closes the client's connection there,
-        sends the session's state and forgets it. Members that do not answer within the
-        connect timeout are not waited for.
+    async def fetch_session(self, client_id: str) -> _Handover | None:
+        """Before a client's CONNACK: the node that holds its session hands it over.
+
+        Only that node is asked (the ``owners`` directory says which); None when no member
+        holds one. Raises :class:`SessionUnavailable` when the owner does not answer within
+        the connect timeout: its copy stays where it is, and the client may try again.
         """
-        peers = [m for m in self.members.values() if not m.link.closed]
-        if not peers:
-            return []
+        owner = self.owners.get(client_id)
+        member = self.members.get(owner) if owner is not None else None
+        if member is None or member.link.closed:
+            return None
         self._fetch_seq += 1
         request = self._fetch_seq
-        waiter = self._fetches[request] = _SessionFetch({m.node_id for m in peers})
+        fetch = self._fetches[request] = _SessionFetch(request, client_id, member.link)
         try:
-            for member in peers:
-                member.link.send(FrameKind.SESSION_FETCH, [request, client_id])
-            with anyio.move_on_after(self.settings.connect_timeout) as deadline:
-                await waiter.done.wait()
-            if deadline.cancelled_caught:
-                log.warning("nodes %s did not answer about the session of %r in time",
-                            sorted(waiter.waiting), client_id)
+            member.link.send(FrameKind.SESSION_FETCH, [request, client_id])
+            with anyio.move_on_after(self.settings.connect_timeout):
+                await fetch.done.wait()
         finally:
             del self._fetches[request]
-        return waiter.sessions
+        if not fetch.done.is_set():
+            log.warning("node %s did not hand over the session of %r within %.0f s: "
+                        "the client is refused and may try again", owner, client_id,
+                        self.settings.connect_timeout)
+            raise SessionUnavailable(f"the node holding the session ({owner}) did not answer")
+        if fetch.failed is not None:
+            raise SessionUnavailable(f"the session could not be fetched: {fetch.failed}")
+        if fetch.records is None:
+            self.owners.pop(client_id, None)
+            return None
+        return _Handover(fetch.records, fetch)
 
     def client_connected(self, client_id: str) -> None:
+        self.owners.pop(client_id, None)
         self._broadcast(FrameKind.CLIENT_CONNECTED, client_id)
+
+    def session_ended(self, client_id: str) -> None:
+        self._broadcast(FrameKind.SESSION_GONE, client_id)
 
     # ------------------------------------------------------------------ views
 

@@ -11,9 +11,12 @@ import struct
 from enum import IntEnum
 from typing import Any
 
-PROTOCOL_VERSION = 1
-"""Bumped when a frame changes; peers speak the lower of their two versions."""
-MIN_PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""Bumped when a frame changes; peers speak the lower of their two versions.
+
+2: sessions are handed over in parts and confirmed (SESSION_TAKEN / SESSION_DECLINED), nodes
+tell each other which sessions they hold (OWNED, SESSION_GONE), retained messages in parts."""
+MIN_PROTOCOL_VERSION = 2
 MAX_FRAME = 64 * 1024 * 1024
 
 
@@ -32,7 +35,14 @@ class FrameKind(IntEnum):
     RETAINED = 23  # every retained message a node holds (on join)
     CLIENT_CONNECTED = 30  # a client id is now connected on the sender: close yours
     SESSION_FETCH = 31  # a client connects on the sender: hand its session over if you have it
-    SESSION = 32  # the answer: the session's state, or None
+    SESSION = 32  # the answer: one part of the session's state (or None), and whether more follow
+    OWNED = 33  # client ids the sender holds sessions for (on join, in parts)
+    SESSION_GONE = 34  # the sender no longer holds a session for a client id
+    SESSION_TAKEN = 35  # the session sent is stored here: forget it, send what queued meanwhile
+    SESSION_DECLINED = 36  # the session sent was not taken (too late): keep it
+    SESSION_TAIL = 37  # what the old node queued for a session while it was handed over
+    REPLAY = 38  # [sender incarnation, place of the next data frame]: frames sent again follow
+    FORWARD_ACK = 39  # how many data frames (PUBLISH, SHARED_PUBLISH) the sender has handled
     # Before anything else on a link of a cluster with a shared secret (see _auth.py):
     AUTH_CHALLENGE = 50  # a fresh nonce; sent by both ends as soon as the link is open
     AUTH_PROOF = 51  # the answer to the peer's challenge: proof of holding the shared secret

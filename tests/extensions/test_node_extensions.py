@@ -610,6 +610,10 @@ class CountingStore(MemorySessionStore):
         self.writes += 1
         super().save_session(session)
 
+    def save_subscription(self, client_id: str, subscription: Any) -> None:
+        self.writes += 1
+        super().save_subscription(client_id, subscription)
+
 
 class StoreProvider:
     def __init__(self) -> None:

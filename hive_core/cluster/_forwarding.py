@@ -1,0 +1,153 @@
+"""Messages between nodes are acknowledged, kept until then, and sent again after a reconnect.
+
+Every data frame (PUBLISH, SHARED_PUBLISH) a node sends to a peer has a place in one sequence
+per peer; the place is not on the wire: both ends count. The receiver acknowledges how many it
+has handled (FORWARD_ACK, cumulative), once what they delivered is durable. The sender keeps
+each frame until then; when a link to that peer is established again (after a partition, a
+pause, a reconnect) it sends REPLAY with the place of the first frame it still holds, then those
+frames. The receiver skips the ones it had handled already, so nothing is lost or handled twice
+while both nodes keep running. A receiver that restarted (another incarnation) starts counting
+from the REPLAY.
+
+A local publisher's PUBACK waits until every peer its message went to has acknowledged it (or
+has left the cluster): see :meth:`Forwarding.acknowledged`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Container
+from dataclasses import dataclass, field
+
+from hive_core.plugins import WarningGate
+
+log = logging.getLogger("hive.cluster")
+
+MAX_UNACKNOWLEDGED_BYTES = 64 * 1024 * 1024
+"""Frames kept for one peer at most; beyond it the oldest are dropped (and counted)."""
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """Data frames sent to one peer: ``frames`` are places ``acked + 1`` to ``sent``."""
+
+    sent: int = 0
+    acked: int = 0
+    frames: deque[bytes] = field(default_factory=deque)
+    size: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def signal(self) -> None:
+        event, self.changed = self.changed, asyncio.Event()
+        event.set()
+
+
+@dataclass(slots=True)
+class Incoming:
+    """Data frames from one incarnation of a peer: how many were handled, how many to skip."""
+
+    incarnation: int
+    handled: int = 0
+    skip: int = 0
+
+
+class Forwarding:
+    """The two counts for every peer, and the frames kept for it."""
+
+    def __init__(self) -> None:
+        self.outgoing: dict[str, Outgoing] = {}
+        self.incoming: dict[str, Incoming] = {}
+        self.dropped = 0  # frames given up on (kept too long or too many), never acknowledged
+        self.replayed = 0  # frames sent again after a reconnect
+        self.duplicates = 0  # frames received again and skipped
+        self._warnings = WarningGate(log)
+
+    # ------------------------------------------------------------------ sending
+
+    def sent(self, peer: str, frame: bytes) -> None:
+        out = self.outgoing.get(peer)
+        if out is None:
+            out = self.outgoing[peer] = Outgoing()
+        out.sent += 1
+        out.frames.append(frame)
+        out.size += len(frame)
+        if out.size > MAX_UNACKNOWLEDGED_BYTES:
+            self._drop_oldest(peer, out)
+
+    def _drop_oldest(self, peer: str, out: Outgoing) -> None:
+        dropped = 0
+        while out.size > MAX_UNACKNOWLEDGED_BYTES // 2 and out.frames:
+            out.size -= len(out.frames.popleft())
+            out.acked += 1
+            dropped += 1
+        self.dropped += dropped
+        self._warnings.warn(peer, "node %s has not acknowledged %d MB of messages: dropped the "
+                            "%d oldest (%d dropped so far)", peer,
+                            MAX_UNACKNOWLEDGED_BYTES >> 20, dropped, self.dropped)
+        out.signal()
+
+    def acknowledged_by(self, peer: str, handled: int) -> None:
+        """FORWARD_ACK: ``peer`` has handled every frame up to place ``handled``."""
+        out = self.outgoing.get(peer)
+        if out is None or handled <= out.acked:
+            return
+        handled = min(handled, out.sent)
+        frames = out.frames
+        for _ in range(handled - out.acked):
+            out.size -= len(frames.popleft())
+        out.acked = handled
+        out.signal()
+
+    def replay(self, peer: str) -> tuple[int, list[bytes]]:
+        """For a new link to ``peer``: the place of the first frame kept, and the frames."""
+        out = self.outgoing.get(peer)
+        if out is None:
+            return 1, []
+        self.replayed += len(out.frames)
+        return out.acked + 1, list(out.frames)
+
+    def left(self, peer: str) -> None:
+        """``peer`` left the cluster: PUBACKs waiting for it go out (its frames are kept)."""
+        out = self.outgoing.get(peer)
+        if out is not None:
+            out.signal()
+
+    async def acknowledged(self, is_member: Container[str]) -> None:
+        """Until every frame sent so far is acknowledged by its peer, or the peer left."""
+        targets = [(peer, out, out.sent) for peer, out in list(self.outgoing.items())
+                   if out.sent > out.acked and peer in is_member]
+        for peer, out, place in targets:
+            while out.acked < place and peer in is_member:
+                await out.changed.wait()
+
+    # ------------------------------------------------------------------ receiving
+
+    def replaying(self, peer: str, incarnation: int, first: int) -> None:
+        """REPLAY from ``peer``: the frames that follow start at place ``first``."""
+        seen = self.incoming.get(peer)
+        if seen is None or seen.incarnation != incarnation:
+            self.incoming[peer] = Incoming(incarnation, first - 1)
+            return
+        if first - 1 > seen.handled:  # the sender gave up on some: they are not coming
+            seen.handled = first - 1
+            seen.skip = 0
+        else:
+            seen.skip = seen.handled - (first - 1)
+
+    def arrived(self, peer: str) -> bool:
+        """A data frame from ``peer``: True to handle it, False when it was handled before."""
+        seen = self.incoming.get(peer)
+        if seen is None:
+            return True  # no REPLAY yet (cannot happen with protocol 2 peers)
+        if seen.skip:
+            seen.skip -= 1
+            self.duplicates += 1
+            return False
+        seen.handled += 1
+        return True
+
+    def handled(self, peer: str) -> int:
+        seen = self.incoming.get(peer)
+        return seen.handled if seen is not None else 0

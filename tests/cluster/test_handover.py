@@ -1,0 +1,197 @@
+"""A persistent session moving between nodes: only its node is asked, the move is confirmed
+before the old node forgets it, large sessions cross in parts, and credentials come first.
+
+Nodes and clients as in ``test_membership``: real brokers and clusters on a memory network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import pytest
+
+from cluster.test_membership import (
+    Client,
+    Node,
+    _Wire,
+    address,
+    full_mesh,
+    run_cluster,
+    settle,
+    until,
+)
+from hive_core.broker import ClientConnection
+from hive_core.cluster import MemoryNetwork, _cluster
+from hive_core.mqtt import ConnAck, Connect, Publish
+from hive_core.plugins import ExtensionManager, Extensions
+from hive_ext_api import AuthDecision, ConnectInfo, hookimpl
+
+_pids = itertools.count(1)
+SERVER_UNAVAILABLE_V3 = 3
+
+
+def offline_subscriber(node: Node, client_id: str, topic: str) -> None:
+    """A persistent session on ``node`` subscribed to ``topic`` (QoS 1), then disconnected."""
+    client = node.client(client_id, clean=False)
+    client.subscribe(topic, qos=1)
+    client.connection.connection_lost(None)
+
+
+def publish_qos1(client: Client, topic: str, payload: bytes) -> None:
+    client.send(Publish(topic, payload, 1, packet_id=next(_pids)))
+
+
+def connack(client: Client) -> ConnAck | None:
+    acks = [p for p in client.wire.packets if isinstance(p, ConnAck)]
+    return acks[0] if acks else None
+
+
+def stall(node: Node) -> list[tuple[Any, ...]]:
+    """``node`` stops answering session fetches (a paused process); returns what it got."""
+    asked: list[tuple[Any, ...]] = []
+    node.cluster._hand_over = lambda link, request, client_id: asked.append(  # type: ignore
+        (link, request, client_id))
+    return asked
+
+
+def test_a_queued_session_moves_whole_and_the_old_node_forgets_it() -> None:
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, n3 = nodes
+        offline_subscriber(n1, "dev", "q")
+        await until(lambda: n3.cluster.table.filters_of("n1") == {"q"})
+        await until(lambda: n2.cluster.owners.get("dev") == "n1", what="the directory")
+        publisher = n3.client("pub")
+        for i in range(20):
+            publish_qos1(publisher, "q", b"%d" % i)
+        await until(lambda: len(n1.broker.sessions["dev"].queue) == 20, what="queued on n1")
+        back = n2.client("dev", clean=False)
+        await until(lambda: len(back.received) == 20, what="the queue delivered on n2")
+        assert connack(back).session_present  # type: ignore[union-attr]
+        assert back.payloads == [b"%d" % i for i in range(20)]
+        assert "dev" not in n1.broker.sessions
+        await until(lambda: n3.cluster.owners.get("dev") == "n2", what="n3 learns the owner")
+        assert n1.cluster.owners.get("dev") == "n2"
+
+    run_cluster(scenario)
+
+
+def test_a_stalled_owner_gets_the_client_refused_and_keeps_the_session() -> None:
+    """The old node keeps the session until the new one confirms: a late answer is declined."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, n3 = nodes
+        offline_subscriber(n1, "dev", "q")
+        await until(lambda: n3.cluster.table.filters_of("n1") == {"q"})
+        publisher = n3.client("pub")
+        for i in range(30):
+            publish_qos1(publisher, "q", b"%d" % i)
+        await until(lambda: len(n1.broker.sessions["dev"].queue) == 30)
+        await until(lambda: n2.cluster.owners.get("dev") == "n1")
+        asked = stall(n1)
+        refused = n2.client("dev", clean=False)
+        await until(lambda: connack(refused) is not None, timeout=3, what="a CONNACK")
+        assert connack(refused).reason_code == SERVER_UNAVAILABLE_V3  # type: ignore
+        assert refused.wire.closed and "dev" not in n2.broker.sessions
+        # n1 wakes up and answers the old request: n2 declines, n1 keeps everything
+        del n1.cluster._hand_over  # type: ignore[attr-defined]
+        link, request, client_id = asked[0]
+        n1.cluster._hand_over(link, request, client_id)
+        await settle()
+        assert len(n1.broker.sessions["dev"].queue) == 30
+        assert not n1.cluster._handing.get(link)
+        again = n2.client("dev", clean=False)
+        await until(lambda: len(again.received) == 30, what="the whole queue on n2")
+        assert again.payloads == [b"%d" % i for i in range(30)]
+
+    run_cluster(scenario)
+
+
+def test_a_stalled_node_does_not_delay_clients_whose_sessions_are_elsewhere() -> None:
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, n3 = nodes
+        offline_subscriber(n3, "on-n3", "x")
+        await until(lambda: n2.cluster.owners.get("on-n3") == "n3")
+        stall(n1)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        fresh = n2.client("fresh", clean=False)
+        moved = n2.client("on-n3", clean=False)
+        await until(lambda: connack(fresh) is not None and connack(moved) is not None,
+                    timeout=0.5, what="CONNACKs without waiting for the stalled node")
+        assert loop.time() - started < 0.5
+        assert connack(moved).session_present  # type: ignore[union-attr]
+        assert not connack(fresh).session_present  # type: ignore[union-attr]
+
+    run_cluster(scenario)
+
+
+def test_a_session_and_retained_messages_larger_than_a_frame_cross_in_parts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_cluster, "PART_BYTES", 2000)
+
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, n3 = nodes
+        offline_subscriber(n1, "dev", "big")
+        await until(lambda: n3.cluster.table.filters_of("n1") == {"big"})
+        publisher = n3.client("pub")
+        for i in range(30):
+            publish_qos1(publisher, "big", b"%03d" % i + b"x" * 1000)
+            publisher.send(Publish(f"kept/{i}", b"r" * 1000, 0, retain=True))
+        await until(lambda: len(n1.broker.sessions["dev"].queue) == 30)
+        before = n2.cluster.metrics.frames_in["SESSION"]
+        back = n2.client("dev", clean=False)
+        await until(lambda: len(back.received) == 30)
+        assert [p.payload[:3] for p in back.received] == [b"%03d" % i for i in range(30)]
+        assert n2.cluster.metrics.frames_in["SESSION"] - before >= 10
+        # a node joining late gets the retained messages in parts
+        late = Node("n4", [address("n1")], network.transport("n4", 7800))
+        nodes.append(late)
+        await late.start()
+        await until(full_mesh(nodes), what="n4 joins")
+        await until(lambda: len(late.broker.retained) == 30, what="every retained message")
+        assert late.cluster.metrics.frames_in["RETAINED"] >= 10
+
+    run_cluster(scenario)
+
+
+class Passwords:
+    @hookimpl
+    def hive_authenticate(self, connect: ConnectInfo) -> AuthDecision:
+        return AuthDecision(connect.password == b"right", reason_code=0x86)
+
+
+def test_a_wrong_password_on_another_node_leaves_the_owner_connected() -> None:
+    """Credentials are checked before the session is fetched from its node."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, _ = nodes
+        manager = ExtensionManager(builtins=(), discover_installed=False)
+        manager.register("passwords", Passwords())
+        n2.broker.extensions = Extensions(manager)
+        owner = n1.client("dev", clean=False)
+        owner.subscribe("q", qos=1)
+        await until(lambda: n2.cluster.owners.get("dev") == "n1")
+        stranger = _connect(n2, "dev", b"wrong")
+        await until(lambda: connack(stranger) is not None, what="the refusal")
+        assert connack(stranger).reason_code == 4  # type: ignore[union-attr]
+        await settle()
+        assert not owner.wire.closed
+        assert n1.broker.sessions["dev"].connection is not None
+        assert n2.cluster.metrics.frames_in["SESSION"] == 0
+        right = _connect(n2, "dev", b"right")
+        await until(lambda: owner.wire.closed, what="the real takeover")
+        assert connack(right).reason_code == 0  # type: ignore[union-attr]
+
+    run_cluster(scenario)
+
+
+def _connect(node: Node, client_id: str, password: bytes) -> Client:
+    """A persistent MQTT 3.1.1 client with a username and password."""
+    client = Client.__new__(Client)
+    client.wire = _Wire()
+    client.connection = ClientConnection(node.broker)
+    client.connection.connection_made(client.wire)
+    client.send(Connect(client_id, 4, clean_start=False, keep_alive=0, username="u",
+                        password=password))
+    return client
+
