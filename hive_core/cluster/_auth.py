@@ -48,7 +48,7 @@ handshake costs as much; about 0.2 s once per node start."""
 
 _TAG = hashlib.sha256().digest_size
 _u32 = struct.Struct(">I")
-_sequence = struct.Struct(">Q")
+_u64 = struct.Struct(">Q")
 _DIALER, _ACCEPTOR = b"dialer", b"acceptor"
 
 
@@ -78,7 +78,7 @@ class RecordSealer:
         out: list[bytes] = []
         for at in range(0, len(data), RECORD_MAX):
             chunk = data[at:at + RECORD_MAX]
-            tag = _mac(self._key, _sequence.pack(self._sequence) + chunk)
+            tag = _mac(self._key, _u64.pack(self._sequence) + chunk)
             self._sequence += 1
             out += (_u32.pack(len(chunk)), chunk, tag)
         return b"".join(out)
@@ -117,7 +117,7 @@ class RecordOpener:
                 need = end - at
                 break
             chunk = buffer[at + 4:end - _TAG]
-            expected = _mac(self._key, _sequence.pack(self._sequence) + chunk)
+            expected = _mac(self._key, _u64.pack(self._sequence) + chunk)
             if not hmac.compare_digest(expected, buffer[end - _TAG:end]):
                 raise AuthenticationFailed(f"record {self._sequence} is not signed with this "
                                            "link's key (altered or injected on the way)")

@@ -1,4 +1,4 @@
-"""A connection to one peer: frames in, batched frames out."""
+"""A connection to one peer: frames in, batched frames out, once the peer proved it belongs."""
 
 from __future__ import annotations
 
@@ -60,11 +60,6 @@ class PeerLink(asyncio.Protocol):
         self._first_read = True
 
     @property
-    def authenticated(self) -> bool:
-        """Whether frames flow: the peer proved it holds the secret, or there is none."""
-        return self._handshake is None and self.transport is not None
-
-    @property
     def peer_address(self) -> tuple[str, int] | None:
         if self.transport is None:
             return None
@@ -73,14 +68,14 @@ class PeerLink(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        handshake = None if self._authentication is None else \
-            self._authentication.handshake(dialer=self.outbound)
-        if handshake is not None:
-            assert self._authentication is not None
-            self._handshake = handshake
-            self.transport.write(handshake.challenge())  # type: ignore[union-attr]
-            self._deadline = asyncio.get_running_loop().call_later(
-                self._authentication.timeout, self._timed_out)
+        authentication = self._authentication
+        handshake = authentication.handshake(self.outbound) if authentication else None
+        if authentication is None or handshake is None:
+            return  # no shared secret: frames flow at once
+        self._handshake = handshake
+        transport.write(handshake.challenge())  # type: ignore[attr-defined]
+        self._deadline = asyncio.get_running_loop().call_later(authentication.timeout,
+                                                               self._timed_out)
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()

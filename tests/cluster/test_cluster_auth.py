@@ -338,3 +338,44 @@ def test_tcp_links_authenticate_too() -> None:
                 await node.stop()
 
     asyncio.run(main())
+
+
+class _Listening(asyncio.Protocol):
+    """A stranger a node dials (discovery named it): challenges back, then a forged record."""
+
+    def __init__(self, seen: list[bytes]) -> None:
+        self.seen = seen
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        transport.write(encode_frame(  # type: ignore[attr-defined]
+            FrameKind.AUTH_CHALLENGE, {"version": 1, "nonce": secrets.token_bytes(32)}))
+
+    def data_received(self, data: bytes) -> None:
+        self.seen.append(data)
+        if len(self.seen) == 2:  # the node proved itself: pretend to have done the same
+            self.transport.write(  # type: ignore[attr-defined]
+                encode_frame(FrameKind.AUTH_PROOF, {"proof": secrets.token_bytes(32)}))
+
+
+def test_a_dialling_node_holds_its_hello_until_the_peer_is_proven(
+        refusals: pytest.LogCaptureFixture) -> None:
+    async def main() -> list[bytes]:
+        network = MemoryNetwork()
+        seen: list[bytes] = []
+        await network.transport("stranger").listen(lambda: _Listening(seen))
+        node = secured(Node("n1", [ClusterNodeAddress("stranger", 7800)],
+                            network.transport("n1")), "the-cluster-secret-of-tests")
+        await node.start()
+        try:
+            await until(lambda: node.cluster.authentication.failures >= 1, what="the refusal")
+        finally:
+            await node.stop()
+        return seen
+
+    seen = asyncio.run(main())
+    kinds = [kind for kind, _ in frames(b"".join(seen[:2]))]
+    assert kinds == [FrameKind.AUTH_CHALLENGE, FrameKind.AUTH_PROOF]  # no HELLO, nothing else
+    assert b"".join(seen[2:]) == b""
+    assert refused(refusals)[0].startswith("refused the cluster link to stranger:7800: its "
+                                           "proof is wrong")
