@@ -255,7 +255,7 @@ class _Silent(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.received = b""
-        self.lost = asyncio.get_event_loop().create_future()
+        self.lost = asyncio.get_running_loop().create_future()
 
     def data_received(self, data: bytes) -> None:
         self.received += data
