@@ -66,7 +66,10 @@ def node_id(data_dir: Path, name: str | None = None) -> str:
 def cluster_settings(config: HiveConfig) -> ClusterSettings:
     cluster = config.cluster
     transport = cluster.effective_transport()
-    bind_host = transport.bind_address or "0.0.0.0"
+    # Without a bind address: every interface, unless only this host can take part (then
+    # loopback, so that the port is not open to others; see Cluster.outside_reach).
+    bind_host = transport.bind_address or (
+        "0.0.0.0" if cluster.outside_reach() is not None else "127.0.0.1")
     external_host, why = advertised_address(cluster, bind_host)
     if why != "configured":
         log.info("Cluster address other nodes are told to use: %s (%s)", external_host, why)
@@ -86,6 +89,7 @@ def cluster_settings(config: HiveConfig) -> ClusterSettings:
         transport_kind=cluster.transport_kind,  # UDP: nodes come from a discovery extension
         health_check=health_check_settings(config, bind_host),
         discovery_reload_interval=reload_interval,
+        shared_secret=cluster.authentication.shared_secret,
     )
 
 

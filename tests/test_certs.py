@@ -177,7 +177,8 @@ def test_bad_node_arguments_are_refused(pki: Path, capsys: pytest.CaptureFixture
 
 def cluster_tls(pki: Path, inner: str) -> str:
     return parse_config(
-        "<hivemq><cluster><enabled>true</enabled><transport><tcp><tls>"
+        "<hivemq><cluster><enabled>true</enabled><transport><tcp>"
+        "<bind-address>127.0.0.1</bind-address><tls>"
         f"<enabled>true</enabled>{inner}</tls></tcp></transport></cluster></hivemq>"
     ).cluster.effective_transport().tls  # type: ignore[union-attr,return-value]
 

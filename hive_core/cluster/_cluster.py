@@ -28,6 +28,7 @@ from hive_core.broker import (
     SessionUnavailable,
     SharedKey,
 )
+from hive_core.cluster._auth import PeerAuthentication
 from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
 from hive_core.cluster._link import PeerLink
@@ -84,6 +85,7 @@ class ClusterSettings:
     transport_kind: str = "tcp"  # or "udp" (no TLS there)
     health_check: HealthCheckSettings | None = None  # None: the TCP health check is off
     discovery_reload_interval: float = 60.0  # <discovery><extension><reload-interval>
+    shared_secret: str | None = field(default=None, repr=False)  # <authentication>: peers prove it
 
 
 @dataclass(slots=True)
@@ -129,6 +131,7 @@ class ClusterStats:
     forwards_replayed: int  # sent again after a reconnect
     forwards_duplicates: int  # received again after a reconnect, and skipped
     forwards_dropped: int  # kept too long or too many: given up on
+    authentication_failures: int = 0  # links refused: the peer did not prove the shared secret
 
 
 PART_BYTES = 1024 * 1024
@@ -292,6 +295,7 @@ class Cluster:
         self._ack_due: set[str] = set()  # peers whose data frames were handled, not acknowledged
         self._ack_task: asyncio.Task[None] | None = None
         self.incarnation = time.time_ns()
+        self.authentication = PeerAuthentication(settings.shared_secret, settings.connect_timeout)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -299,7 +303,7 @@ class Cluster:
         """Listen, register with discovery, start the background work in ``tasks``, join."""
         self._local_filters.update(self.broker.local_filters())
         bound = await self.transport.listen(
-            lambda: PeerLink(self._on_frame, self._on_lost, outbound=False))
+            lambda: PeerLink(self._on_frame, self._on_lost, False, self.authentication))
         if not self.settings.external_port:
             self.address = ClusterNodeAddress(self.address.host, bound.port)
         if bound.host not in ("0.0.0.0", "::"):  # a list naming this node's own bind address
@@ -414,7 +418,7 @@ class Cluster:
     async def _connect(self, address: ClusterNodeAddress) -> None:
         try:
             link = await self.transport.dial(
-                address, lambda: PeerLink(self._on_frame, self._on_lost, outbound=True),
+                address, lambda: PeerLink(self._on_frame, self._on_lost, True, self.authentication),
                 self.settings.connect_timeout)
         except NodeUnreachable as exc:
             self._unreachable.warn(f"{address.host}:{address.port}", "cannot reach cluster node "
@@ -838,7 +842,8 @@ class Cluster:
                                         for out in self.forwarding.outgoing.values()),
             forwards_replayed=self.forwarding.replayed,
             forwards_duplicates=self.forwarding.duplicates,
-            forwards_dropped=self.forwarding.dropped)
+            forwards_dropped=self.forwarding.dropped,
+            authentication_failures=self.authentication.failures)
 
     def view(self) -> list[ClusterMember]:
         own = ClusterMember(self.node_id, self.address, "RUNNING", __version__)

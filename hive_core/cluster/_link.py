@@ -1,4 +1,4 @@
-"""A connection to one peer: frames in, batched frames out."""
+"""A connection to one peer: frames in, batched frames out, once the peer proved it belongs."""
 
 from __future__ import annotations
 
@@ -8,6 +8,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hive_core.cluster._auth import (
+    AuthenticationFailed,
+    Handshake,
+    PeerAuthentication,
+    RecordOpener,
+    RecordSealer,
+)
 from hive_core.cluster._wire import FrameDecoder, FrameKind, WireError, encode_frame
 
 log = logging.getLogger("hive.cluster")
@@ -21,10 +28,17 @@ two nodes work side by side instead of taking turns."""
 
 
 class PeerLink(asyncio.Protocol):
-    """One TCP (or TLS) connection between two nodes; either side may have opened it."""
+    """One TCP (or TLS, or UDP) connection between two nodes; either side may have opened it.
+
+    With a shared secret (``authentication`` holding a key) the peer proves it holds it before
+    anything else: until then the frames the cluster sends are held, not written, and any frame
+    the peer sends but the handshake's closes the link; after it every write is a signed record
+    (see :mod:`hive_core.cluster._auth`). A peer that has not proven itself within the
+    authentication's timeout is refused.
+    """
 
     def __init__(self, on_frame: FrameHandler, on_lost: Callable[[PeerLink], None],
-                 outbound: bool) -> None:
+                 outbound: bool, authentication: PeerAuthentication | None = None) -> None:
         self._on_frame = on_frame
         self._on_lost = on_lost
         self.outbound = outbound
@@ -37,6 +51,13 @@ class PeerLink(asyncio.Protocol):
         self.frames_in = 0
         self.last_read = time.monotonic()  # any frame counts as a sign of life
         self.frames_out = 0
+        self._authentication = authentication
+        self._handshake: Handshake | None = None  # while the peer has not proven itself
+        self._held: list[bytes] = []  # frames the cluster sent meanwhile
+        self._deadline: asyncio.TimerHandle | None = None
+        self._sealer: RecordSealer | None = None
+        self._opener: RecordOpener | None = None
+        self._first_read = True
 
     @property
     def peer_address(self) -> tuple[str, int] | None:
@@ -47,15 +68,38 @@ class PeerLink(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        authentication = self._authentication
+        handshake = authentication.handshake(self.outbound) if authentication else None
+        if authentication is None or handshake is None:
+            return  # no shared secret: frames flow at once
+        self._handshake = handshake
+        transport.write(handshake.challenge())  # type: ignore[attr-defined]
+        self._deadline = asyncio.get_running_loop().call_later(authentication.timeout,
+                                                               self._timed_out)
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
+        if self._handshake is not None:
+            data = self._authenticate(data)
+            if not data:
+                return
+        if self._opener is not None:
+            try:
+                data = self._opener.open(data)
+            except AuthenticationFailed as exc:
+                self._refuse(str(exc))
+                return
         try:
             frames = self._decoder.feed(data)
         except WireError as exc:
             log.warning("closing the link to %s: %s", self.peer_id or self.peer_address, exc)
             self.close()
             return
+        if self._first_read and frames:
+            self._first_read = False
+            if frames[0][0] is FrameKind.AUTH_CHALLENGE and self._authentication is not None:
+                self._refuse("it asks for a cluster shared secret and this node has none")
+                return
         for kind, body in frames:
             if self.closed:
                 return
@@ -67,8 +111,51 @@ class PeerLink(asyncio.Protocol):
                 self.close()
                 return
 
+    def _authenticate(self, data: bytes) -> bytes:
+        """Feed the handshake; once the peer is proven, let the held frames go. What remains
+        of ``data`` past the handshake is returned."""
+        handshake = self._handshake
+        assert handshake is not None and self.transport is not None
+        try:
+            reply, rest = handshake.feed(data)
+        except AuthenticationFailed as exc:
+            self._refuse(str(exc))
+            return b""
+        if reply:
+            self.transport.write(reply)
+        if rest is None:
+            return b""
+        self._handshake = None
+        self._first_read = False
+        self._sealer, self._opener = handshake.sealer, handshake.opener
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        held, self._held = self._held, []
+        for frame in held:
+            self.send_encoded(frame)
+        return rest
+
+    def _timed_out(self) -> None:
+        self._deadline = None
+        if self._handshake is not None and not self.closed:
+            assert self._authentication is not None
+            self._refuse(f"it did not authenticate within {self._authentication.timeout:g} s")
+
+    def _refuse(self, why: str) -> None:
+        if self._authentication is not None:
+            self._authentication.refused(self.peer_address, self.outbound, why)
+        self._held.clear()
+        self.close()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._handshake is not None and not self.closed:
+            self._refuse("it closed the link before authenticating (it may have refused this "
+                         "node's proof)")
         self.closed = True
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         self._on_lost(self)
 
     def send(self, kind: FrameKind, body: Any = None) -> None:
@@ -79,12 +166,15 @@ class PeerLink(asyncio.Protocol):
         """Queue a frame that is already encoded (one PUBLISH sent to several nodes)."""
         if self.closed or self.transport is None:
             return
+        if self._handshake is not None:  # nothing reaches a peer before it is proven
+            self._held.append(frame)
+            return
         pending = self._pending
         pending.append(frame)
         self.frames_out += 1
         if len(pending) >= FLUSH_FRAMES:
             self._pending = []
-            self.transport.write(b"".join(pending))
+            self._write(b"".join(pending))
         elif not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -93,9 +183,16 @@ class PeerLink(asyncio.Protocol):
         self._flush_scheduled = False
         pending, self._pending = self._pending, []
         if pending and not self.closed and self.transport is not None:
-            self.transport.write(b"".join(pending))
+            self._write(b"".join(pending))
+
+    def _write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data if self._sealer is None else self._sealer.seal(data))
 
     def close(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         if self.transport is not None and not self.closed:
             self._flush()
             self.transport.close()

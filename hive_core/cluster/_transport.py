@@ -180,8 +180,10 @@ class MemoryNetwork:
         dialled.attach(client, (address.host, address.port))
         accepted.attach(server, (source.host, 0))
         self._links.add(link)
-        client.connection_made(dialled)
+        # The accepting end is set up first, so what the dialling end writes at once (its
+        # authentication challenge) finds it ready, as the kernel's accept queue would.
         loop.call_soon(server.connection_made, accepted)
+        client.connection_made(dialled)
         return client
 
     def _forget(self, link: _MemoryLink) -> None:

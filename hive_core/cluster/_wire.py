@@ -43,6 +43,9 @@ class FrameKind(IntEnum):
     SESSION_TAIL = 37  # what the old node queued for a session while it was handed over
     REPLAY = 38  # [sender incarnation, place of the next data frame]: frames sent again follow
     FORWARD_ACK = 39  # how many data frames (PUBLISH, SHARED_PUBLISH) the sender has handled
+    # Before anything else on a link of a cluster with a shared secret (see _auth.py):
+    AUTH_CHALLENGE = 50  # a fresh nonce; sent by both ends as soon as the link is open
+    AUTH_PROOF = 51  # the answer to the peer's challenge: proof of holding the shared secret
 
 
 class WireError(Exception):

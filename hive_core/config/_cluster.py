@@ -30,8 +30,10 @@ from ._listeners import Keystore, Truststore
 from ._schema import model_shape
 
 __all__ = [
+    "MIN_SECRET_LENGTH",
     "BroadcastDiscovery",
     "Cluster",
+    "ClusterAuthentication",
     "ClusterTls",
     "Discovery",
     "DiscoveryKind",
@@ -73,6 +75,30 @@ def _node_name(value: str) -> str:
 NodeName = Annotated[str, AfterValidator(_node_name)]
 
 
+MIN_SECRET_LENGTH = 16
+SECRET_RECIPE = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
+
+
+def _shared_secret(value: str) -> str:
+    # The value itself never goes into the message: it is a secret.
+    if len(value) < MIN_SECRET_LENGTH:
+        raise ValueError(f"a shared secret needs at least {MIN_SECRET_LENGTH} characters, this "
+                         f"one has {len(value)}; make one with `{SECRET_RECIPE}`")
+    return value
+
+
+SharedSecret = Annotated[str, AfterValidator(_shared_secret)]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost: it may well name another host
+
+
 def _ipv4(value: str, what: str) -> ipaddress.IPv4Address:
     try:
         return ipaddress.IPv4Address(value)
@@ -103,7 +129,9 @@ class ClusterTls(ConfigModel, tag="tls"):
     client_authentication_mode: ClientAuthenticationMode = element(
         tag="client-authentication-mode", default="NONE"
     )
-    """Whether a dialling node must (REQUIRED), may (OPTIONAL) or need not (NONE) show one."""
+    """Whether a dialling node must (REQUIRED), may (OPTIONAL) or need not (NONE) show one.
+    Only REQUIRED keeps strangers out: a cluster other hosts can reach needs it, or a
+    <authentication><shared-secret>."""
     client_authentication_keystore: Keystore | None = element(
         tag="client-authentication-keystore", default=None
     )
@@ -345,6 +373,18 @@ class TcpHealthCheck(ConfigModel, tag="tcp-health-check"):
         return self
 
 
+class ClusterAuthentication(ConfigModel, tag="authentication"):
+    """Hive addition: how the nodes of a cluster know each other from strangers."""
+
+    shared_secret: SharedSecret | None = element(tag="shared-secret", default=None, repr=False)
+    """A secret every node of the cluster is given, at least 16 characters (`${ENV:NAME}` keeps
+    it out of the file). On every node link both nodes prove they hold it before anything else
+    crosses, and every write after is signed with it; a peer that cannot is refused, logged and
+    counted. Needed when the cluster port is reachable from other hosts, unless cluster TLS
+    requires client certificates. Make one with `python -c "import secrets;
+    print(secrets.token_urlsafe(32))"`."""
+
+
 class FailureDetection(ConfigModel, tag="failure-detection"):
     heartbeat: Heartbeat = element(default_factory=Heartbeat)
     """Heartbeats over the node links."""
@@ -394,6 +434,8 @@ class Cluster(ConfigModel, tag="cluster"):
     """How nodes talk to each other: <tcp> or <udp>."""
     discovery: Discovery | None = element(tag="discovery", default=None)
     """How nodes find each other: one of static, multicast, broadcast, extension."""
+    authentication: ClusterAuthentication = element(default_factory=ClusterAuthentication)
+    """How nodes prove to each other that they belong to this cluster."""
     failure_detection: FailureDetection = element(default_factory=FailureDetection)
     """How a node that left is noticed."""
     replication: Replication = element(default_factory=Replication)
@@ -434,6 +476,42 @@ class Cluster(ConfigModel, tag="cluster"):
     def external_address(self) -> str | None:
         """The address other nodes reach this node on, when configured (NAT, several NICs)."""
         return self.effective_transport().external_address or self.host_discovery_address
+
+    def outside_reach(self) -> str | None:
+        """Why hosts other than this one can reach this node's cluster port (None: they cannot).
+
+        Without a <bind-address> a node whose discovery only finds nodes on this host (LAN
+        discovery on loopback, a static list of loopback addresses) listens on loopback only.
+        """
+        transport = self.effective_transport()
+        external = self.external_address
+        if external and not _is_loopback(external):
+            return f"it tells other nodes to reach it on {external}"
+        bind = transport.bind_address
+        if bind is None:
+            if self._discovery_stays_on_this_host():
+                return None
+            return "without a <bind-address> it listens on every interface"
+        if _is_loopback(bind):
+            return None
+        if bind in ("0.0.0.0", "::"):
+            return f"<bind-address> {bind} is every interface"
+        return f"<bind-address> {bind} is not a loopback address"
+
+    def _discovery_stays_on_this_host(self) -> bool:
+        discovery = self.effective_discovery()
+        if isinstance(discovery, MulticastDiscovery | BroadcastDiscovery):
+            return True  # without a bind address LAN discovery stays on loopback
+        if isinstance(discovery, StaticDiscovery):
+            return bool(discovery.nodes) and all(_is_loopback(n.host) for n in discovery.nodes)
+        return False
+
+    @property
+    def tls_authenticates_nodes(self) -> bool:
+        """Whether cluster TLS keeps out a node without a certificate the cluster trusts."""
+        transport = self.effective_transport()
+        return isinstance(transport, TcpTransport) and transport.tls is not None and \
+            transport.tls.enabled and transport.tls.client_authentication_mode == "REQUIRED"
 
     @property
     def transport_kind(self) -> TransportKind:
@@ -512,3 +590,38 @@ class Cluster(ConfigModel, tag="cluster"):
                 "<enabled>false</enabled> to run it alone on purpose"
             )
         return self
+
+    @model_validator(mode="after")
+    def _nodes_authenticate_beyond_this_host(self) -> Cluster:
+        # Issue 8: anything that reached the node port could join, read and inject.
+        if not self.enabled or self.authentication.shared_secret is not None \
+                or self.tls_authenticates_nodes:
+            return self
+        reach = self.outside_reach()
+        if reach is None:
+            return self
+        remedy = (f"give every node the same <authentication><shared-secret> (at least "
+                  f"{MIN_SECRET_LENGTH} characters, e.g. ${{ENV:HIVE_CLUSTER_SECRET}}; make one "
+                  f"with `{SECRET_RECIPE}`)")
+        transport = self.effective_transport()
+        tag = f"transport/{self.transport_kind}"
+        if isinstance(transport, TcpTransport) and transport.tls_enabled:
+            assert transport.tls is not None
+            raise misplaced(
+                f"{tag}/tls/client-authentication-mode",
+                f"cluster TLS with client-authentication-mode "
+                f"{transport.tls.client_authentication_mode} lets in a node without a "
+                f"certificate, and this cluster is reachable from other hosts ({reach}): set "
+                f"it to REQUIRED, or {remedy}")
+        if self.external_address and not _is_loopback(self.external_address):
+            at = f"{tag}/external-address" if transport.external_address else \
+                "host-discovery-address"
+        else:
+            at = f"{tag}/bind-address"
+        raise misplaced(
+            at,
+            f"this cluster is reachable from other hosts ({reach}) and its nodes do not "
+            f"authenticate each other, so anything that reaches the cluster port could join, "
+            f"read every message and publish its own: {remedy}, or use <transport><tcp><tls> "
+            f"with <client-authentication-mode>REQUIRED</client-authentication-mode>, or "
+            f"<bind-address>127.0.0.1</bind-address> for a cluster on this host only")

@@ -34,8 +34,10 @@ def _cluster(body: str):  # type: ignore[no-untyped-def]
                         ).cluster
 
 
+# A cluster reachable from other hosts needs a shared secret (issue 8).
+SECRET = "<authentication><shared-secret>a-secret-for-tests-only</shared-secret></authentication>"
 LAN_STATIC = ("<transport><tcp/></transport><discovery><static><node ip=\"10.20.0.1\"/>"
-              "<node ip=\"10.20.0.2\"/></static></discovery>")
+              f"<node ip=\"10.20.0.2\"/></static></discovery>{SECRET}")
 
 
 def _kernel_default_address() -> str | None:
@@ -53,7 +55,7 @@ def _kernel_default_address() -> str | None:
 
 @pytest.mark.parametrize(("body", "bind", "expected"), [
     ("<transport><tcp><external-address>203.0.113.7</external-address></tcp></transport>"
-     "<discovery><static/></discovery>", "0.0.0.0", "203.0.113.7"),
+     f"<discovery><static/></discovery>{SECRET}", "0.0.0.0", "203.0.113.7"),
     ("<host-discovery-address>198.51.100.9</host-discovery-address>" + LAN_STATIC,
      "0.0.0.0", "198.51.100.9"),
     (LAN_STATIC, "10.20.0.1", "10.20.0.1"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -15,8 +16,10 @@ from pathlib import Path
 
 import pytest
 from conftest import HiveProcess, free_port
+from e2e.certs import make_pki
 from e2e.rawclient import RawClient
 
+from cluster.test_cluster_authentication import intrusion
 from hive_core.mqtt import Publish
 
 pytestmark = pytest.mark.timeout(30)
@@ -152,3 +155,53 @@ def test_a_node_with_a_certificate_from_another_ca_is_kept_out(
     assert set(cluster_sizes(outsider)) == {1}
     for node in members:
         assert max(cluster_sizes(node)) == 2
+
+
+def tls_stranger(port: int, trust: Path, certificate: Path | None = None,
+                 key: Path | None = None) -> bytes:
+    """A TLS client on a node's cluster port that trusts the node and sends issue 8's
+    intrusion; the plain bytes it got back."""
+    context = ssl.create_default_context(cafile=str(trust))
+    context.check_hostname = False
+    if certificate is not None:
+        context.load_cert_chain(certificate, key)
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        try:
+            with context.wrap_socket(raw) as tls:
+                tls.sendall(b"".join(intrusion(port)))
+                while chunk := tls.recv(65536):
+                    received += chunk
+        except (ssl.SSLError, OSError):
+            pass  # refused: at the handshake (TLS 1.2) or on the first read (TLS 1.3)
+    return received
+
+
+def test_a_stranger_with_a_certificate_from_another_ca_or_none_gets_nothing(
+        hive_factory: Callable[..., HiveProcess], tmp_path: Path) -> None:
+    ca = make_ca(tmp_path / "ca")
+    folders = [make_node(ca, f"node{i}", tmp_path / f"n{i}") for i in (1, 2)]
+    ports = [free_port() for _ in range(2)]
+    one, two = [hive_factory(body=tls_cluster_body(ports[i], ports,
+                                                   pem_stores(folders[i], f"node{i + 1}")))
+                for i in (0, 1)]
+    for node in (one, two):
+        wait_for_size(node, 2)
+    pki = make_pki(tmp_path / "other-pki")  # its "stranger" certificate: from another CA
+    with RawClient(two.port) as watcher:
+        watcher.connect(5, client_id="watcher")
+        watcher.subscribe("#")
+        time.sleep(0.5)  # the subscription reaches node one (no log line says when)
+        assert tls_stranger(ports[0], ca / "ca.pem", pki.stranger_cert_pem,
+                            pki.stranger_key_pem) == b""
+        one.wait_for_log(HANDSHAKE_FAILED.format(port=r"\d+", reason="certificate verify failed: "))
+        assert tls_stranger(ports[0], ca / "ca.pem") == b""
+        one.wait_for_log(HANDSHAKE_FAILED.format(port=r"\d+", reason="the dialing node sent no "
+                                                                     "certificate"))
+        assert watcher.receive(timeout=1.0) is None  # nothing injected reached anyone
+        with RawClient(one.port) as publisher:  # while a real message does
+            publisher.connect(5, client_id="publisher")
+            packet = publish_until_received(publisher, watcher, "real/one", b"real")
+            assert (packet.topic, packet.payload) == ("real/one", b"real")
+    assert "intruder" not in one.log + two.log
+    assert max(cluster_sizes(one)) == max(cluster_sizes(two)) == 2

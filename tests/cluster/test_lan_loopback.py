@@ -284,7 +284,8 @@ def test_only_the_configured_mechanism_answers() -> None:
         return (await extensions.discovery_reload(),
                 await extensions.discovery_reload_interval(60.0))
 
-    static = "<transport><tcp/></transport><discovery><static/></discovery>"
+    static = ("<transport><tcp><bind-address>127.0.0.1</bind-address></tcp></transport>"
+              "<discovery><static/></discovery>")
     extensions, _ = started_extensions(static)
     assert asyncio.run(ask(extensions)) == ([], 5.0)  # static's own answer, nobody else's
     broadcast = ("<transport><tcp><bind-address>127.0.0.1</bind-address></tcp></transport>"

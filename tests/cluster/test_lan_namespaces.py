@@ -28,6 +28,8 @@ MQTT_PORT = 1883
 HEARTBEAT = "<failure-detection><heartbeat><interval>300</interval><timeout>1500</timeout>" \
             "</heartbeat></failure-detection>"
 ANNOUNCE_MS = 250
+# Nodes bound to a LAN address must authenticate each other (issue 8): the links carry it.
+SECRET = "<authentication><shared-secret>a-secret-for-tests-only</shared-secret></authentication>"
 
 
 def lan_body(mechanism: str, bind_address: str | None, rest_port: int = REST_PORT,
@@ -43,7 +45,8 @@ def lan_body(mechanism: str, bind_address: str | None, rest_port: int = REST_POR
                    if broadcast_address else "")
         cluster = (f"<transport><tcp>{bind}</tcp></transport><discovery><broadcast>{address}"
                    f"<announce-interval>{ANNOUNCE_MS}</announce-interval></broadcast></discovery>")
-    return (f"<cluster><enabled>true</enabled>{cluster}{cluster_extra}</cluster>"
+    secret = SECRET if bind_address else ""  # without one, the cluster stays on loopback
+    return (f"<cluster><enabled>true</enabled>{cluster}{cluster_extra}{secret}</cluster>"
             f"<rest-api><enabled>true</enabled><listeners><http><port>{rest_port}</port>"
             "<bind-address>127.0.0.1</bind-address></http></listeners></rest-api>"
             "<persistence><mode>in-memory</mode></persistence>")

@@ -16,6 +16,9 @@ import pytest
 
 from hive_core.config import ConfigError, parse_config
 
+# A cluster reachable from other hosts needs one (see test_cluster_authentication_config.py).
+SECRET = "<authentication><shared-secret>a-secret-for-tests-only</shared-secret></authentication>"
+
 
 def _refusal(xml: str) -> ConfigError:
     with pytest.raises(ConfigError) as refused:
@@ -51,7 +54,7 @@ def test_seed_000_is_refused_with_every_element_it_sets_named() -> None:
 @pytest.mark.parametrize("enabled", ["true", "false"])
 def test_saying_enabled_either_way_is_enough(enabled: str) -> None:
     config = parse_config(f"<hivemq><cluster><enabled>{enabled}</enabled><discovery><static>"
-                          '<node ip="10.0.0.1"/></static></discovery></cluster></hivemq>')
+                          f'<node ip="10.0.0.1"/></static></discovery>{SECRET}</cluster></hivemq>')
     assert config.cluster.enabled is (enabled == "true")
 
 
@@ -85,7 +88,7 @@ def test_health_check_negative_port_range_is_refused() -> None:
 
 def test_host_discovery_address_is_the_external_address() -> None:
     cluster = parse_config("<hivemq><cluster><enabled>true</enabled><host-discovery-address>"
-                           "10.0.0.7</host-discovery-address></cluster></hivemq>").cluster
+                           f"10.0.0.7</host-discovery-address>{SECRET}</cluster></hivemq>").cluster
     assert cluster.external_address == "10.0.0.7"
 
 
@@ -97,5 +100,5 @@ def test_host_discovery_address_and_a_different_external_address_are_refused() -
     assert "both say where other nodes reach this node; keep one of them" in error.problem
     same = parse_config("<hivemq><cluster><enabled>true</enabled><host-discovery-address>10.0.0.7"
                         "</host-discovery-address><transport><tcp><external-address>10.0.0.7"
-                        "</external-address></tcp></transport></cluster></hivemq>")
+                        f"</external-address></tcp></transport>{SECRET}</cluster></hivemq>")
     assert same.cluster.external_address == "10.0.0.7"

@@ -20,6 +20,9 @@ from hive_core.config import (
     parse_config,
 )
 
+# A cluster reachable from other hosts needs one (see test_cluster_authentication_config.py).
+SECRET = "<authentication><shared-secret>a-secret-for-tests-only</shared-secret></authentication>"
+
 
 def _static(config: HiveConfig) -> StaticDiscovery:
     discovery = config.cluster.effective_discovery()
@@ -83,7 +86,7 @@ def test_cluster_defaults_follow_the_docs() -> None:
 @pytest.mark.parametrize(
     ("transport", "interval", "timeout"),
     [
-        ("<transport><tcp/></transport><discovery><static/></discovery>", 3000, 9000),
+        (f"<transport><tcp/></transport><discovery><static/></discovery>{SECRET}", 3000, 9000),
         ("<transport><udp/></transport>", 8000, 40000),
         ("<discovery><broadcast/></discovery>", 3000, 9000),
         ("", 8000, 40000),
@@ -254,7 +257,7 @@ def test_static_node_shapes_mix() -> None:
                <node><host>node-b.example</host><port>7801</port></node>
                <node ip="10.0.0.3" port="7802"/>
                <node><host>10.0.0.4</host></node>
-             </static></discovery>
+             </static></discovery>""" + SECRET + """
            </cluster></hivemq>"""
     )
     nodes = _static(config).nodes
@@ -271,6 +274,7 @@ def test_environment_placeholders(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HIVE_TEST_PORT", "1999")
     monkeypatch.setenv("HIVE_TEST_HOST", "10.1.2.3")
     monkeypatch.setenv("HIVE_TEST_PASSWORD", "a<b&c")
+    monkeypatch.setenv("HIVE_TEST_CLUSTER_SECRET", "a cluster secret & <more>")
     config = parse_config(
         """<hivemq>
              <listeners><tls-tcp-listener><port>${ENV:HIVE_TEST_PORT}</port>
@@ -279,7 +283,9 @@ def test_environment_placeholders(monkeypatch: pytest.MonkeyPatch) -> None:
              <cluster><enabled>true</enabled><discovery><static>
                <node ip="${ENV:HIVE_TEST_HOST}"/>
                <node><host>node-${ENV:HIVE_TEST_PORT}.local</host></node>
-             </static></discovery></cluster>
+             </static></discovery>
+             <authentication><shared-secret>${ENV:HIVE_TEST_CLUSTER_SECRET}</shared-secret>
+             </authentication></cluster>
            </hivemq>"""
     )
     listener = config.listeners[0]
@@ -287,6 +293,7 @@ def test_environment_placeholders(monkeypatch: pytest.MonkeyPatch) -> None:
     assert listener.port == 1999
     assert listener.tls.keystore.password == "a<b&c"  # taken literally, not as XML
     assert [node.host for node in _static(config).nodes] == ["10.1.2.3", "node-1999.local"]
+    assert config.cluster.authentication.shared_secret == "a cluster secret & <more>"
 
 
 def test_namespaces_and_xsi_attributes_are_accepted() -> None:
@@ -323,7 +330,7 @@ def test_round_trip_through_xml() -> None:
     config = parse_config(
         "<hivemq><listeners><tcp-listener/><websocket-listener/></listeners>"
         "<cluster><enabled>true</enabled><discovery><static><node><host>a</host></node>"
-        "</static></discovery></cluster></hivemq>"
+        f"</static></discovery>{SECRET}</cluster></hivemq>"
     )
     assert parse_config(config.to_xml(skip_empty=True)) == config
 

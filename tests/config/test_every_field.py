@@ -151,6 +151,10 @@ FIELDS: dict[str, str] = {
         CLUSTER + "test_nat.py::test_health_check_behind_nat_uses_its_own_external_address",
     "TcpHealthCheck.port_range": CLUSTER + "test_health_check.py::test_the_health_port_is_the_first_free_one_in_the_range"
                                  " + " + CONFIG + "test_cluster_config_refusals.py::test_health_check_port_range_0_means_the_bind_port_only",
+    "ClusterAuthentication.shared_secret":
+        CLUSTER + "test_cluster_authentication.py::test_a_node_with_another_secret_or_none_does_not_join_one_with_the_secret_does"
+        " + " + CLUSTER + "test_cluster_authentication.py::test_strangers_get_the_challenge_and_nothing_else_and_change_nothing"
+        " + " + CONFIG + "test_cluster_authentication_config.py::test_a_short_secret_is_refused_and_never_printed",
     "Replication.replica_count": LEAD,
     # <persistence>, <extensions>, <rest-api>
     "Persistence.mode": EFFECTS + "test_in_memory_persistence_keeps_nothing_across_a_restart",

@@ -242,7 +242,8 @@ def test_heartbeat_enabled_false_and_udp_external_address_reach_the_cluster() ->
         "</bind-address><bind-port>7811</bind-port><external-address>192.0.2.40"
         "</external-address><external-port>17811</external-port></udp></transport>"
         "<failure-detection><heartbeat><enabled>false</enabled></heartbeat>"
-        "</failure-detection></cluster></hivemq>")
+        "</failure-detection><authentication><shared-secret>a-secret-for-tests-only"
+        "</shared-secret></authentication></cluster></hivemq>")
     settings = cluster_settings(config)
     assert (settings.bind_host, settings.bind_port) == ("127.0.0.1", 7811)
     assert (settings.external_host, settings.external_port) == ("192.0.2.40", 17811)

@@ -63,7 +63,8 @@ def test_a_jks_trust_store_too(tmp_path: Path) -> None:
 def test_seed_004s_cluster_tls_with_jks_files(tmp_path: Path) -> None:
     server, trust = java_store(tmp_path / "server.jks"), java_store(tmp_path / "trust.jks")
     config = parse_config(
-        "<hivemq><cluster><enabled>true</enabled><transport><tcp><tls><enabled>true</enabled>"
+        "<hivemq><cluster><enabled>true</enabled><transport><tcp>"
+        "<bind-address>127.0.0.1</bind-address><tls><enabled>true</enabled>"
         f"<server-keystore><path>{server}</path><password>changeit</password>"
         "</server-keystore><server-certificate-truststore>"
         f"<path>{trust}</path></server-certificate-truststore></tls></tcp></transport>"

@@ -474,7 +474,8 @@ def cluster_config(bind_host: str, cluster_port: int, rest_host: str, rest_port:
                    mqtt_host: str, mqtt_port: int, reload_interval: int = 1,
                    rest_token: str | None = None) -> str:
     """A node with only extension discovery, a short heartbeat, and the REST API (asking
-    for ``rest_token`` when given)."""
+    for ``rest_token`` when given); the nodes share a secret, as a cluster reachable from
+    other hosts (containers bind 0.0.0.0) must."""
     auth = (f"<auth><enabled>true</enabled><tokens><token>{rest_token}</token></tokens></auth>"
             if rest_token else "")
     return f"""<?xml version="1.0"?>
@@ -487,6 +488,7 @@ def cluster_config(bind_host: str, cluster_port: int, rest_host: str, rest_port:
         <transport><tcp><bind-address>{bind_host}</bind-address><bind-port>{cluster_port}</bind-port></tcp></transport>
         <discovery><extension><reload-interval>{reload_interval}</reload-interval></extension></discovery>
         <failure-detection><heartbeat><interval>500</interval><timeout>2000</timeout></heartbeat></failure-detection>
+        <authentication><shared-secret>a-secret-for-tests-only</shared-secret></authentication>
     </cluster>
     <rest-api><enabled>true</enabled>{auth}<listeners><http>
         <port>{rest_port}</port><bind-address>{rest_host}</bind-address>
