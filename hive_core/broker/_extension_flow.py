@@ -255,11 +255,28 @@ async def _check_publish_later(extensions: Extensions, info: ClientInfo, message
 
 def _intercept_inbound(extensions: Extensions, info: ClientInfo,
                        message: Message) -> int | Awaitable[int | None] | None:
-    publish = to_publish_message(message)
-    answer = extensions.first("hive_intercept_publish_inbound", client=info, publish=publish)
-    if inspect.isawaitable(answer):
+    if message.properties or message.expiry_at is not None:
+        publish = to_publish_message(message)
+    else:  # most messages: nothing beyond topic, payload, QoS and retain to copy or compare
+        publish = PublishMessage(message.topic, message.payload, message.qos, message.retain)
+    calls = extensions.inbound_calls
+    if calls is None:  # an async interceptor among them
+        answer = extensions.first(_INBOUND, client=info, publish=publish)
+    else:
+        answer = None
+        for impl, call in calls:
+            try:
+                answer = call(info, publish)
+            except Exception:
+                answer = extensions.failed(impl, _INBOUND, "raised")
+            if answer is not None:
+                break
+    if answer is not None and inspect.isawaitable(answer):
         return _finish_intercept(message, publish, answer)
     return _applied(message, publish, answer)
+
+
+_INBOUND = "hive_intercept_publish_inbound"
 
 
 async def _finish_intercept(message: Message, publish: PublishMessage,
@@ -268,10 +285,17 @@ async def _finish_intercept(message: Message, publish: PublishMessage,
 
 
 def _unchanged(message: Message, publish: PublishMessage) -> bool:
-    props = message.properties or {}
-    return (publish.topic == message.topic and publish.payload is message.payload
-            and publish.qos == message.qos and publish.retain == message.retain
-            and publish.user_properties == list(props.get(P.USER_PROPERTY, ()))
+    if not (publish.topic == message.topic and publish.payload is message.payload
+            and publish.qos == message.qos and publish.retain == message.retain):
+        return False
+    props = message.properties
+    if not props and message.expiry_at is None:
+        return (not publish.user_properties and publish.content_type is None
+                and publish.response_topic is None and publish.correlation_data is None
+                and publish.payload_format_indicator is None
+                and publish.message_expiry_interval is None)
+    props = props or {}
+    return (publish.user_properties == list(props.get(P.USER_PROPERTY, ()))
             and publish.content_type == props.get(P.CONTENT_TYPE)
             and publish.response_topic == props.get(P.RESPONSE_TOPIC)
             and publish.correlation_data == props.get(P.CORRELATION_DATA)

@@ -88,6 +88,12 @@ class Extensions:
                                     impls["hive_client_connected"] or
                                     impls["hive_client_disconnected"])
         self.on_publish = self.authorizes_publish or self.intercepts_inbound
+        # The inbound interceptors as plain calls (client, publish), when none is async: the
+        # one hook that runs for every message goes without keyword plumbing.
+        self.inbound_calls = (
+            [(impl, _positional(impl, ("client", "publish")))
+             for impl in impls["hive_intercept_publish_inbound"]]
+            if self._inline["hive_intercept_publish_inbound"] else None)
         # Hooks that need to know the client: its ClientInfo is made once, at CONNECT.
         self.any_client_hooks = (self.on_publish or self.intercepts_outbound
                                  or self.authorizes_subscribe or self.intercepts_subscribe
@@ -100,6 +106,10 @@ class Extensions:
         return cls(ExtensionManager(builtins=(), discover_installed=False))
 
     # ------------------------------------------------------------------ the chain
+
+    def failed(self, impl: HookImpl, hook: str, what: str) -> Any:
+        """For a caller that ran ``impl`` itself: it failed (logged, counted); its answer."""
+        return self._failed(impl, hook, what)
 
     def _failed(self, impl: HookImpl, hook: str, what: str) -> Any:
         """Log and count a failed implementation; the answer that stands for it (None: none)."""
@@ -136,10 +146,11 @@ class Extensions:
                 if result is not None:
                     return result
                 continue
+            if result is None:  # the usual answer, checked first: this runs per message
+                continue
             if inspect.isawaitable(result):
                 return self._first_async(hook, impls[index:], kwargs, result)
-            if result is not None:
-                return result
+            return result
         return None
 
     async def _first_async(self, hook: str, impls: list[HookImpl], kwargs: dict[str, Any],
@@ -316,3 +327,13 @@ class Extensions:
 
     async def discovery_destroy(self, own_address: ClusterNodeAddress) -> None:
         await self.each("hive_discovery_destroy", own_address=own_address)
+
+
+def _positional(impl: HookImpl, names: tuple[str, ...]) -> Callable[..., Any]:
+    """``impl`` called with the hook's arguments in ``names`` order, whichever it declares."""
+    function = impl.function
+    wanted = tuple(impl.argnames)
+    if wanted == names:
+        return function
+    picks = [names.index(name) for name in wanted]
+    return lambda *args: function(*[args[i] for i in picks])
