@@ -223,6 +223,11 @@ class HiveNode:
                 self.rest_api = RestApi(self, self.config.rest_api.auth)
                 await self.rest_api.start(self.config.rest_api.effective_listeners())
             if self.config.cluster.enabled:
+                log.warning(
+                    "<cluster><replication><replica-count>%d</replica-count> is not in effect: "
+                    "this Hive does not replicate yet. A session, its queue and a retained "
+                    "message written on a node live on that node (and its disk) only",
+                    self.config.cluster.replication.replica_count)
                 cluster = self.cluster = Cluster(self.services.node_id, cluster_settings(
                     self.config), broker, self.extensions)
                 self.services.members_from(cluster.view)

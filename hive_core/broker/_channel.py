@@ -543,9 +543,11 @@ class Channel:
         if packet.retain and not settings.retain_available:
             self._refuse(RC.RETAIN_NOT_SUPPORTED, "retained messages are disabled")
             return
-        too_big = settings.topic_too_big(topic)
-        if too_big:
-            self._refuse(RC.TOPIC_NAME_INVALID, too_big)
+        length = len(topic)  # the limits, inline: this runs for every message
+        if length > settings.max_topic_length or (
+                length >= settings.max_topic_levels
+                and topic.count("/") >= settings.max_topic_levels):
+            self._refuse(RC.TOPIC_NAME_INVALID, settings.topic_too_big(topic) or "")
             return
         if topic.startswith("$SYS/") or topic == "$SYS":
             # The broker's own namespace: clients may read it, not write it.
