@@ -540,7 +540,8 @@ def test_paho_to_mosquitto_sub(hive, version):
         for line in sub.stdout:
             lines.put(line)
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + WAIT
         while "SUBACK" not in lines.get(timeout=max(0.01, deadline - time.monotonic())):
@@ -554,6 +555,7 @@ def test_paho_to_mosquitto_sub(hive, version):
         client.disconnect()
         client.loop_stop()
         assert sub.wait(WAIT) == 0
+        reader.join(WAIT)  # its last lines may still be on their way into the queue
         received = []
         while not lines.empty():
             received.append(lines.get())
