@@ -7,6 +7,7 @@ one anyio task group (signals, the cluster's background work) and stops them in 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 import uuid
@@ -21,8 +22,16 @@ from anyio.abc import TaskGroup, TaskStatus
 from hive_core import __version__
 from hive_core.admin import RestApi
 from hive_core.broker import Broker, BrokerSettings, BrokerStats, NodeServices
-from hive_core.cluster import Cluster, ClusterSettings, ClusterStats, HealthCheckSettings
-from hive_core.config import HiveConfig
+from hive_core.cluster import (
+    MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+    Cluster,
+    ClusterSettings,
+    ClusterStats,
+    HealthCheckSettings,
+    ReplicatingStore,
+)
+from hive_core.config import ConfigError, HiveConfig
 from hive_core.net import (
     BoundListener,
     advertised_address,
@@ -90,7 +99,26 @@ def cluster_settings(config: HiveConfig) -> ClusterSettings:
         health_check=health_check_settings(config, bind_host),
         discovery_reload_interval=reload_interval,
         shared_secret=cluster.authentication.shared_secret,
+        replica_count=cluster.replication.replica_count,
+        protocol=node_protocol(),
     )
+
+
+def node_protocol() -> int:
+    """The node protocol this node speaks: the newest, unless HIVE_NODE_PROTOCOL names an
+    older one it still speaks (to rehearse a rolling upgrade: a node that acts as the
+    previous release does on the wire)."""
+    value = os.environ.get("HIVE_NODE_PROTOCOL")
+    if not value:
+        return PROTOCOL_VERSION
+    try:
+        protocol = int(value)
+    except ValueError:
+        raise ConfigError(f"HIVE_NODE_PROTOCOL={value!r}: expected a number") from None
+    if not MIN_PROTOCOL_VERSION <= protocol <= PROTOCOL_VERSION:
+        raise ConfigError(f"HIVE_NODE_PROTOCOL={protocol}: this Hive speaks node protocol "
+                          f"{MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}")
+    return protocol
 
 
 def health_check_settings(config: HiveConfig, bind_host: str) -> HealthCheckSettings | None:
@@ -211,6 +239,10 @@ class HiveNode:
             log.warning("No session store: persistent sessions live in memory only")
             store = MemorySessionStore()
         snapshot = await store.open()
+        replicating: ReplicatingStore | None = None
+        if self.config.cluster.enabled and self.config.cluster.replication.replica_count > 1:
+            # Every write of a session also goes to this node's backups (cluster/_replication).
+            store = replicating = ReplicatingStore(store)
         broker = self.broker = Broker(settings_from(self.config), store, self.extensions)
         self.services.bind(broker)
         broker.start(snapshot)
@@ -223,13 +255,10 @@ class HiveNode:
                 self.rest_api = RestApi(self, self.config.rest_api.auth)
                 await self.rest_api.start(self.config.rest_api.effective_listeners())
             if self.config.cluster.enabled:
-                log.warning(
-                    "<cluster><replication><replica-count>%d</replica-count> is not in effect: "
-                    "this Hive does not replicate yet. A session, its queue and a retained "
-                    "message written on a node live on that node (and its disk) only",
-                    self.config.cluster.replication.replica_count)
-                cluster = self.cluster = Cluster(self.services.node_id, cluster_settings(
-                    self.config), broker, self.extensions)
+                settings = cluster_settings(self.config)
+                settings.replicas_folder = self.data_dir / "replicas"
+                cluster = self.cluster = Cluster(self.services.node_id, settings, broker,
+                                                 self.extensions, store=replicating)
                 self.services.members_from(cluster.view)
                 await cluster.start(tasks)
             if not self._stopping.is_set():
@@ -246,9 +275,13 @@ class HiveNode:
                 close_listeners(self.listeners)
                 if self.rest_api is not None:
                     self.rest_api.close()
+                # The clients go first (their wills, their sessions written and replicated),
+                # then the node leaves the cluster: its backups have everything by then.
+                if cluster is not None:
+                    cluster.leaving()
+                await broker.stop()
                 if cluster is not None:
                     await cluster.stop()
-                await broker.stop()
                 if extensions_started:
                     await self.extensions.stop(self._context)
                 await store.close()

@@ -25,7 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "plugins": {"persistence"},
     "broker": {"mqtt", "persistence", "plugins"},
     "net": {"mqtt", "broker", "config"},
-    "cluster": {"mqtt", "broker", "net", "plugins"},
+    "cluster": {"mqtt", "broker", "net", "plugins", "persistence"},
     "admin": {"config", "broker", "cluster", "net"},
     "node": {"mqtt", "broker", "cluster", "net", "config", "persistence", "plugins", "admin"},
     "cli": {"node", "config", "certs", "plugins", "admin", "cluster", "net", "persistence",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Collection, Coroutine, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -633,6 +633,49 @@ class Broker:
                 continue
             self.outbox.deliver(session, pending)
         self.flush()
+
+    def replica_records(self) -> list[SessionRecords]:
+        """Every session the store holds, as records (with their queue positions): what a
+        node's new backup starts from."""
+        return [self.records.stored(session) for session in self.sessions.values()
+                if session.expiry_interval > 0]
+
+    def adopt_sessions(self, records: list[SessionRecords]) -> list[str]:
+        """Sessions of a failed node, from its replica here: they are this node's now.
+
+        A client connected here under the same id keeps its session. Returns the client ids
+        taken.
+        """
+        adopted = []
+        for record in records:
+            client_id = record.session.client_id
+            existing = self.sessions.get(client_id)
+            if existing is not None and existing.connection is not None:
+                continue
+            self.import_session(record)
+            adopted.append(client_id)
+        return adopted
+
+    def publish_among(self, message: Message, client_ids: Collection[str],
+                      among: bool) -> None:
+        """A message from another node for the plain subscribers here whose client id is
+        (``among``) or is not in ``client_ids``: the slow path of a takeover."""
+        self.metrics.messages_in += 1
+        deliveries, _groups = self.subscriptions.match(message.topic)
+        publisher = message.publisher_id
+        for delivery in deliveries:
+            session = delivery.session
+            if (session.client_id in client_ids) is not among:
+                continue
+            if delivery.no_local_filters and session.client_id == publisher:
+                own = aggregate_without_no_local(delivery)
+                if own is None:
+                    continue
+                delivery = own
+            granted = min(delivery.qos, message.qos)
+            retain = message.retain and delivery.retain_as_published
+            self.outbox.deliver(session, Pending(message, granted, delivery.subscription_ids,
+                                                 retain))
 
     def sessions_elsewhere(self) -> bool:
         """Whether a CONNECT must first ask other nodes for its session."""

@@ -8,6 +8,7 @@ of the broker (publish what a peer sent, hand a session over, the retained messa
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import NamedTuple, Protocol
 
 from hive_core.broker._message import Message
@@ -141,6 +142,19 @@ class BrokerPort(Protocol):
 
     def owned_sessions(self) -> list[str]:
         """The client ids this node holds a session for."""
+        ...
+
+    def replica_records(self) -> list[SessionRecords]:
+        """Every stored session with its queue and window: a new backup's starting point."""
+        ...
+
+    def adopt_sessions(self, records: list[SessionRecords]) -> list[str]:
+        """A failed node's sessions, from the replica here: take them (the client ids taken)."""
+        ...
+
+    def publish_among(self, message: Message, client_ids: Collection[str],
+                      among: bool) -> None:
+        """A message from another node for the local sessions in (or not in) ``client_ids``."""
         ...
 
     def taken_over_elsewhere(self, client_id: str) -> None:

@@ -208,6 +208,13 @@ class Records:
                      for pid in session.inbound_qos2]
         return SessionRecords(stored_session(session), queue, inflight)
 
+    @staticmethod
+    def stored(session: Session) -> SessionRecords:
+        """A session as the store holds it: queued messages at their positions."""
+        records = Records.export(session)
+        records.queue = [(p.seq, stored_message(p)) for p in session.queue if p.seq]
+        return records
+
     def write_all(self, session: Session) -> None:
         """Store a session that arrived whole (from another node): record, queue, window."""
         self.save_session(session)

@@ -8,6 +8,7 @@ from hive_core.cluster._cluster import (
     Member,
 )
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
+from hive_core.cluster._replication import ReplicatingStore
 from hive_core.cluster._routing import RoutingTable
 from hive_core.cluster._transport import (
     MemoryNetwork,
@@ -17,11 +18,17 @@ from hive_core.cluster._transport import (
     TcpTransport,
 )
 from hive_core.cluster._udp import UdpTiming, UdpTransport
-from hive_core.cluster._wire import PROTOCOL_VERSION, FrameDecoder, FrameKind, encode_frame
+from hive_core.cluster._wire import (
+    MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+    FrameDecoder,
+    FrameKind,
+    encode_frame,
+)
 
 __all__ = [
-    "PROTOCOL_VERSION", "Cluster", "ClusterMetrics", "ClusterSettings", "ClusterStats",
-    "FrameDecoder", "FrameKind", "HealthCheck", "HealthCheckSettings", "Member", "MemoryNetwork",
-    "MemoryTransport", "NodeTransport", "NodeUnreachable", "RoutingTable", "TcpTransport",
-    "UdpTiming", "UdpTransport", "encode_frame",
+    "MIN_PROTOCOL_VERSION", "PROTOCOL_VERSION", "Cluster", "ClusterMetrics", "ClusterSettings",
+    "ClusterStats", "FrameDecoder", "FrameKind", "HealthCheck", "HealthCheckSettings", "Member",
+    "MemoryNetwork", "MemoryTransport", "NodeTransport", "NodeUnreachable", "ReplicatingStore",
+    "RoutingTable", "TcpTransport", "UdpTiming", "UdpTransport", "encode_frame",
 ]

@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -32,12 +33,21 @@ from hive_core.cluster._auth import PeerAuthentication
 from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
 from hive_core.cluster._link import PeerLink
+from hive_core.cluster._replication import (
+    Replicas,
+    ReplicatingStore,
+    Replicator,
+    Watermarks,
+    in_record_parts,
+    successors,
+)
 from hive_core.cluster._routing import RoutingTable
 from hive_core.cluster._transport import NodeTransport, NodeUnreachable, TcpTransport
 from hive_core.cluster._udp import UdpTransport
 from hive_core.cluster._wire import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
+    FrameDecoder,
     FrameKind,
     encode_frame,
     encode_publish_frame,
@@ -86,6 +96,10 @@ class ClusterSettings:
     health_check: HealthCheckSettings | None = None  # None: the TCP health check is off
     discovery_reload_interval: float = 60.0  # <discovery><extension><reload-interval>
     shared_secret: str | None = field(default=None, repr=False)  # <authentication>: peers prove it
+    replica_count: int = 1  # <replication><replica-count>: this node and replica_count - 1 backups
+    replicas_folder: Path | None = None  # where the replicas of other nodes are kept
+    protocol: int = PROTOCOL_VERSION  # the highest node protocol spoken (lower: test an upgrade)
+    disaster_window: float = 60.0  # seconds within which departures count as one disaster
 
 
 @dataclass(slots=True)
@@ -97,6 +111,7 @@ class Member:
     link: PeerLink
     incarnation: int = 0  # when the peer process started: a higher one means it restarted
     joined_at: float = field(default_factory=time.monotonic)
+    synced: bool = False  # its SYNCED arrived: this node knows what the peer holds
 
 
 @dataclass(slots=True)
@@ -132,6 +147,13 @@ class ClusterStats:
     forwards_duplicates: int  # received again after a reconnect, and skipped
     forwards_dropped: int  # kept too long or too many: given up on
     authentication_failures: int = 0  # links refused: the peer did not prove the shared secret
+    replica_count: int = 1  # as configured
+    backups: list[str] = field(default_factory=list)  # the nodes holding this node's replica
+    replicas_held: list[str] = field(default_factory=list)  # the nodes whose replica is here
+    replication_lag: dict[str, int] = field(default_factory=dict)  # ops not acknowledged, by backup
+    takeovers: int = 0  # failed nodes whose sessions this node took over
+    sessions_taken_over: int = 0
+    messages_rescued: int = 0  # kept for a failed node, delivered to its sessions here
 
 
 PART_BYTES = 1024 * 1024
@@ -251,7 +273,8 @@ class Cluster:
     """
 
     def __init__(self, node_id: str, settings: ClusterSettings, broker: BrokerPort,
-                 extensions: Extensions, transport: NodeTransport | None = None) -> None:
+                 extensions: Extensions, transport: NodeTransport | None = None,
+                 store: ReplicatingStore | None = None) -> None:
         self.node_id = node_id
         self.settings = settings
         self.broker = broker
@@ -285,9 +308,11 @@ class Cluster:
         self._stopping = False
         self._fetches: dict[int, _SessionFetch] = {}
         self._fetch_seq = 0
-        # Which node holds the session of a client id (other nodes only): a CONNECT asks that
-        # node and no other. Learnt from OWNED on join, CLIENT_CONNECTED and SESSION_GONE.
-        self.owners: dict[str, str] = {}
+        # Which node holds the session of a client id (other nodes only), and since when (ns;
+        # 0: unknown, as after a restart): a CONNECT asks that node and no other; of two
+        # holders, the newer wins. Learnt from OWNED on join, CLIENT_CONNECTED, SESSION_GONE.
+        self.owners: dict[str, tuple[str, int]] = {}
+        self.owned_since: dict[str, int] = {}  # the same for this node's own sessions
         # Sessions this node exported and holds until the asking node confirms: by link.
         self._handing: dict[PeerLink, set[str]] = {}
         self.forwarding = Forwarding()
@@ -296,6 +321,22 @@ class Cluster:
         self._ack_task: asyncio.Task[None] | None = None
         self.incarnation = time.time_ns()
         self.authentication = PeerAuthentication(settings.shared_secret, settings.connect_timeout)
+        # Replication (_replication.py): this node's backups, and the replicas held here.
+        replicating = (store is not None and settings.replica_count > 1
+                       and settings.protocol >= 3 and settings.replicas_folder is not None)
+        self.replicator = Replicator(
+            store, self.broker.replica_records, self._watermarks, self._send_snapshot,
+            self._send_ops, self._send_release) if replicating and store is not None else None
+        self.replicas = Replicas(settings.replicas_folder, self._acknowledge_replica) \
+            if replicating and settings.replicas_folder is not None else None
+        self._taking: dict[str, anyio.Event] = {}  # failed nodes whose sessions are being taken
+        self.adopted_from: dict[str, set[str]] = {}  # failed node -> client ids taken from it
+        self._excluding: dict[str, set[str]] = {}  # peer -> failed nodes it has not rescued yet
+        self._departures: list[tuple[float, str]] = []  # (monotonic time, node) of failures
+        self._leaving_since: float | None = None
+        self.takeovers = 0
+        self.sessions_taken_over = 0
+        self.messages_rescued = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -356,12 +397,30 @@ class Cluster:
                 for address in addresses or ():
                     if not self._known(address):
                         dials.start_soon(self._connect, address)
-        # Give the handshakes the links just opened a moment to finish.
+        # Give the handshakes the links just opened a moment to finish, and the members the
+        # time to say what they hold (SYNCED ends it): a session another node took over while
+        # this one was away is not served here as if it were still this node's.
         with anyio.move_on_after(min(1.0, self.settings.connect_timeout)):
             while any(link.peer_id is None for link in self._links if link.outbound):
                 await anyio.sleep(0.02)
+        with anyio.move_on_after(self.settings.connect_timeout):
+            while any(not m.synced for m in self.members.values() if m.protocol >= 3):
+                await anyio.sleep(0.02)
+
+    def leaving(self) -> None:
+        """The node is about to stop: what its clients leave behind goes to its backups first
+        (the broker's stop commits it, and a commit waits for the backups)."""
+        if self.replicator is not None and self.replicator.backups:
+            self._leaving_since = time.monotonic()
+            log.info("Starting cluster replication process. This may take a while. "
+                     "Please do not shut down Hive.")
 
     async def stop(self) -> None:
+        if self._leaving_since is not None and self.replicator is not None:
+            with anyio.move_on_after(self.settings.connect_timeout):
+                await self.replicator.replicated(self.replicator.ship())
+            log.info("Finished cluster replication successfully in %d ms.",
+                     (time.monotonic() - self._leaving_since) * 1000)
         self._stopping = True
         if self._ack_task is not None:
             self._ack_task.cancel()
@@ -377,6 +436,8 @@ class Cluster:
         if self.health is not None:  # after the BYEs: peers learn why this node left
             await self.health.close()
         await self.extensions.discovery_destroy(self.address)
+        if self.replicas is not None:
+            await self.replicas.close()
         self.broker.attach_cluster(None)
 
     # ------------------------------------------------------------------ discovery and joining
@@ -430,7 +491,7 @@ class Cluster:
         link.send(FrameKind.HELLO, self._hello())
 
     def _hello(self) -> dict[str, Any]:
-        return {"id": self.node_id, "protocol": PROTOCOL_VERSION,
+        return {"id": self.node_id, "protocol": self.settings.protocol,
                 "min_protocol": MIN_PROTOCOL_VERSION, "version": __version__,
                 "host": self.address.host, "port": self.address.port,
                 "incarnation": self.incarnation, **self._health_hello()}
@@ -452,10 +513,10 @@ class Cluster:
         if peer_id == self.node_id:
             link.close()  # discovery listed this node itself
             return
-        protocol = min(int(hello["protocol"]), PROTOCOL_VERSION)
+        protocol = min(int(hello["protocol"]), self.settings.protocol)
         if protocol < max(int(hello.get("min_protocol", 1)), MIN_PROTOCOL_VERSION):
             log.error("node %s speaks node protocol %s, this node %d to %d: not joining",
-                      peer_id, hello["protocol"], MIN_PROTOCOL_VERSION, PROTOCOL_VERSION)
+                      peer_id, hello["protocol"], MIN_PROTOCOL_VERSION, self.settings.protocol)
             link.close()
             return
         existing = self.members.get(peer_id)
@@ -505,17 +566,27 @@ class Cluster:
         retained = [message_body(m) for m in self.broker.retained_messages()]
         for part in in_parts(retained, lambda body: len(body[1])):
             link.send(FrameKind.RETAINED, part)
-        owned = self.broker.owned_sessions()
-        for at in range(0, len(owned), 10_000):
-            link.send(FrameKind.OWNED, owned[at:at + 10_000])
+        self._send_owned(self.members[peer_id], self.broker.owned_sessions())
         first, frames = self.forwarding.replay(peer_id)
         link.send(FrameKind.REPLAY, [self.incarnation, first])
         for frame in frames:
             link.send_encoded(frame)
         link.send(FrameKind.MEMBERS, [[m.address.host, m.address.port]
                                       for m in self.members.values() if m.node_id != peer_id])
+        if protocol >= 3:
+            link.send(FrameKind.SYNCED)
         if not swapped:
             self._log_view()
+        # A new member, or one that restarted (its copy of a replica is stale): the ring again.
+        self._ring_changed(renewed=None if swapped else peer_id)
+
+    def _send_owned(self, member: Member, client_ids: list[str]) -> None:
+        """OWNED: the sessions this node holds (since when, for protocol 3), in parts."""
+        since = self.owned_since
+        body: list[Any] = client_ids if member.protocol < 3 else [
+            [c, since.get(c, 0)] for c in client_ids]
+        for at in range(0, len(body), 10_000):
+            member.link.send(FrameKind.OWNED, body[at:at + 10_000])
 
     def _log_view(self) -> None:
         names = sorted([self.node_id, *self.members])
@@ -546,6 +617,16 @@ class Cluster:
             self.health.forget(peer_id)
         log.warning("Cluster node %s left the cluster: %s", peer_id, why)
         self._log_view()
+        self._excluding.pop(peer_id, None)  # it will not rescue anything now
+        if self.replicator is not None:
+            self.replicator.lost(peer_id)
+            self._ring_changed()
+            self._check_disaster(peer_id)
+            if not self._stopping and self._taker_of(peer_id) == self.node_id \
+                    and self.replicas is not None \
+                    and self.replicas.holds(peer_id) and peer_id not in self._taking:
+                self._taking[peer_id] = anyio.Event()
+                asyncio.get_running_loop().create_task(self._take_over(peer_id))
 
     def _forget(self, peer_id: str) -> None:
         """A node away for longer than ABSENT_KEEP: no more routing to it."""
@@ -594,9 +675,14 @@ class Cluster:
                 return  # sent again after a reconnect, handled before
             metrics.publishes_received += 1
             topic, payload, qos, retain, props, expiry_at, publisher = body
-            self.broker.publish_from_peer(Message(
-                topic, payload, qos, retain, decode_properties(props) if props else None,
-                publisher, expiry_at))
+            message = Message(topic, payload, qos, retain,
+                              decode_properties(props) if props else None, publisher, expiry_at)
+            if self._excluding and self._excluding.get(peer_id):  # type: ignore[arg-type]
+                # Routed by the peer before it heard of a takeover: the sessions taken over
+                # get it from the failed node's share (RESCUED), not twice.
+                self.broker.publish_among(message, self._adopted_of(peer_id), among=False)  # type: ignore[arg-type]
+            else:
+                self.broker.publish_from_peer(message)
             self._acknowledge_soon(peer_id)  # type: ignore[arg-type]
             # mark_dirty flushes once after the whole read; a long read (thousands of
             # frames) is flushed in slices too, so the subscribers' side starts early.
@@ -662,16 +748,38 @@ class Cluster:
             self.broker.append_handed_over(
                 str(body[0]), [StoredMessage(*fields) for fields in body[1]])
         elif kind is FrameKind.CLIENT_CONNECTED:
-            self.owners[str(body)] = member.node_id
-            self.broker.taken_over_elsewhere(str(body))
+            client_id, since = (str(body[0]), int(body[1])) if isinstance(body, list) \
+                else (str(body), time.time_ns())
+            self.owners[client_id] = (member.node_id, since)
+            self.owned_since.pop(client_id, None)
+            self.broker.taken_over_elsewhere(client_id)
         elif kind is FrameKind.OWNED:
-            local = set(self.broker.owned_sessions())
-            for client_id in body:
-                if client_id not in local:
-                    self.owners[str(client_id)] = member.node_id
+            self._on_owned(member.node_id, body)
         elif kind is FrameKind.SESSION_GONE:
-            if self.owners.get(str(body)) == member.node_id:
+            owner = self.owners.get(str(body))
+            if owner is not None and owner[0] == member.node_id:
                 del self.owners[str(body)]
+        elif kind is FrameKind.REPL_OPS:
+            if self.replicas is not None:
+                self.replicas.ops(member.node_id, int(body[0]), body[1], body[2])
+        elif kind is FrameKind.REPL_ACK:
+            if self.replicator is not None:
+                self.replicator.acknowledged(member.node_id, int(body))
+        elif kind is FrameKind.REPL_SNAPSHOT:
+            if self.replicas is not None:
+                self.replicas.snapshot_part(member.node_id, int(body[0]), bool(body[1]),
+                                            body[2], bool(body[3]))
+        elif kind is FrameKind.REPL_RELEASE:
+            if self.replicas is not None:
+                self.replicas.release(member.node_id)
+        elif kind is FrameKind.TAKEN_OVER:
+            self._rescue_for(member, str(body[0]), body[1])
+        elif kind is FrameKind.RESCUED:
+            self._deliver_rescued(str(body[0]), body[1])
+        elif kind is FrameKind.RESCUE_DONE:
+            self._excluding.get(member.node_id, set()).discard(str(body))
+        elif kind is FrameKind.SYNCED:
+            member.synced = True
         elif kind is FrameKind.MEMBERS:
             for host, port in body:
                 self._dial(ClusterNodeAddress(str(host), int(port)))
@@ -776,6 +884,13 @@ class Cluster:
 
     def _hand_over(self, link: PeerLink, request: int, client_id: str) -> None:
         """Another node asks for a session: send it in parts, hold it until it confirms."""
+        if self._taking:  # it may be among the sessions being taken over: once they are here
+            async def later() -> None:
+                await self._taken(*self._taking)
+                if not link.closed:
+                    self._hand_over(link, request, client_id)
+            asyncio.get_running_loop().create_task(later())
+            return
         records = self.broker.export_session(client_id)
         self.broker.flush()  # the client's connection here closes now, with its reason
         if records is None:
@@ -793,7 +908,18 @@ class Cluster:
         holds one. Raises :class:`SessionUnavailable` when the owner does not answer within
         the connect timeout: its copy stays where it is, and the client may try again.
         """
-        owner = self.owners.get(client_id)
+        entry = self.owners.get(client_id)
+        owner = entry[0] if entry is not None else None
+        if owner is not None and owner not in self.members and self.replicator is not None:
+            # Its node failed: the node taking its sessions over has it (or will have it).
+            taker = self._taker_of(owner)
+            if taker == self.node_id:
+                await self._taken(owner)
+                return None  # here now, if it was in the replica
+            owner = taker
+        elif owner is None and self._taking:
+            await self._taken(*self._taking)  # it may be among what is being taken over here
+            return None
         member = self.members.get(owner) if owner is not None else None
         if member is None or member.link.closed:
             return None
@@ -820,10 +946,202 @@ class Cluster:
 
     def client_connected(self, client_id: str) -> None:
         self.owners.pop(client_id, None)
-        self._broadcast(FrameKind.CLIENT_CONNECTED, client_id)
+        since = self.owned_since[client_id] = time.time_ns()
+        for member in self.members.values():
+            member.link.send(FrameKind.CLIENT_CONNECTED,
+                             [client_id, since] if member.protocol >= 3 else client_id)
 
     def session_ended(self, client_id: str) -> None:
+        self.owned_since.pop(client_id, None)
         self._broadcast(FrameKind.SESSION_GONE, client_id)
+
+    def owner_of(self, client_id: str) -> str | None:
+        """The other node holding the session of ``client_id``, as far as this node knows."""
+        entry = self.owners.get(client_id)
+        return entry[0] if entry is not None else None
+
+    def _on_owned(self, node_id: str, body: list[Any]) -> None:
+        """OWNED from ``node_id``: of two nodes holding a session, the newer holder keeps it."""
+        local = set(self.broker.owned_sessions())
+        for item in body:
+            client_id, since = (str(item[0]), int(item[1])) if isinstance(item, list) \
+                else (str(item), 0)
+            if client_id in local:
+                if since > self.owned_since.get(client_id, 0):
+                    # Taken over while this node was away (or split off): the other is newer.
+                    log.info("the session of %r is held by node %s since this node lost it: "
+                             "dropping the copy here", client_id, node_id)
+                    self.owned_since.pop(client_id, None)
+                    self.broker.taken_over_elsewhere(client_id)
+                    self.owners[client_id] = (node_id, since)
+                continue
+            current = self.owners.get(client_id)
+            if current is None or since >= current[1]:
+                self.owners[client_id] = (node_id, since)
+
+    # ------------------------------------------------------------------ replication
+
+    def _ring_changed(self, renewed: str | None = None) -> None:
+        """Members came or went: this node's backups are the next ones on the ring."""
+        replicator = self.replicator
+        if replicator is None or self._stopping:
+            return
+        if renewed is not None:
+            replicator.lost(renewed)  # a restarted backup starts again from a snapshot
+        ring = [m.node_id for m in self.members.values() if m.protocol >= 3]
+        replicator.set_backups(successors(self.node_id, ring, self.settings.replica_count - 1))
+
+    def _taker_of(self, failed: str) -> str | None:
+        """The first member after ``failed`` on the ring: it takes its sessions over."""
+        ring = [m.node_id for m in self.members.values() if m.protocol >= 3]
+        ring.append(self.node_id)
+        after = successors(failed, ring, len(ring))
+        return after[0] if after else None
+
+    def _check_disaster(self, node_id: str) -> None:
+        now = time.monotonic()
+        window = self.settings.disaster_window
+        self._departures = [(t, n) for t, n in self._departures if now - t < window]
+        self._departures.append((now, node_id))
+        gone = len(self._departures)
+        if gone >= self.settings.replica_count:
+            log.warning(
+                "Cluster disaster detected at %s: %d nodes left the cluster within %.0f s "
+                "(%s), and replica-count is %d: not every replica is reachable, some "
+                "persistent data may be unavailable until those nodes return",
+                time.strftime("%Y-%m-%d %H:%M:%S %Z"), gone, window,
+                ", ".join(n for _t, n in self._departures), self.settings.replica_count)
+
+    def _watermarks(self) -> Watermarks:
+        return {peer: [seen.incarnation, seen.handled]
+                for peer, seen in self.forwarding.incoming.items()}
+
+    def _send_snapshot(self, node_id: str, seq: int, records: list[SessionRecords]) -> None:
+        member = self.members.get(node_id)
+        if member is None:
+            return
+        parts = list(in_record_parts(records, PART_BYTES))
+        for index, part in enumerate(parts):
+            member.link.send(FrameKind.REPL_SNAPSHOT,
+                             [seq, index == 0, part, index < len(parts) - 1])
+
+    def _send_ops(self, node_id: str, first: int, ops: list[Any],
+                  watermarks: Watermarks) -> None:
+        member = self.members.get(node_id)
+        if member is not None:
+            member.link.send(FrameKind.REPL_OPS, [first, ops, watermarks])
+
+    def _send_release(self, node_id: str) -> None:
+        member = self.members.get(node_id)
+        if member is not None:
+            member.link.send(FrameKind.REPL_RELEASE)
+
+    def _acknowledge_replica(self, origin: str, seq: int) -> None:
+        member = self.members.get(origin)
+        if member is not None:
+            member.link.send(FrameKind.REPL_ACK, seq)
+
+    async def _taken(self, *failed: str) -> None:
+        """Until the takeovers of ``failed`` under way here are over."""
+        for node_id in failed:
+            event = self._taking.get(node_id)
+            if event is not None:
+                with anyio.move_on_after(self.settings.connect_timeout):
+                    await event.wait()
+
+    async def _take_over(self, failed: str) -> None:
+        """``failed`` left and this node follows it on the ring: its sessions become ours."""
+        began = time.monotonic()
+        event = self._taking[failed]
+        try:
+            assert self.replicas is not None
+            taken = await self.replicas.take(failed)
+            if taken is None:
+                return
+            if failed in self.members:  # it came back meanwhile: it keeps its sessions
+                log.info("node %s is back: its sessions stay with it", failed)
+                return
+            # From here on, one step: the peers hear of it before any frame the adoption sends.
+            for member in self.members.values():
+                if member.protocol >= 3:
+                    member.link.send(FrameKind.TAKEN_OVER, [failed, taken.watermarks])
+                    self._excluding.setdefault(member.node_id, set()).add(failed)
+            adopted = self.broker.adopt_sessions(taken.records)
+            since = time.time_ns()
+            for client_id in adopted:
+                self.owned_since[client_id] = since
+                self.owners.pop(client_id, None)
+            self.adopted_from.setdefault(failed, set()).update(adopted)
+            rescued = self._unhandled(failed, taken.watermarks)
+            self._drop_node(failed)
+            self._deliver_rescued(failed, rescued)
+            for member in self.members.values():
+                member.link.send(FrameKind.FILTERS, sorted(self._local_filters))
+                self._send_owned(member, adopted)
+            self.takeovers += 1
+            self.sessions_taken_over += len(adopted)
+            log.warning("Took over the %d persistent sessions of failed node %s from its replica "
+                        "in %d ms (%d messages it had not handled delivered to them)",
+                        len(adopted), failed, (time.monotonic() - began) * 1000, len(rescued))
+            await self.broker.commit()
+        except Exception:
+            log.exception("could not take over the sessions of node %s", failed)
+        finally:
+            del self._taking[failed]
+            event.set()
+
+    def _adopted_of(self, peer_id: str) -> set[str]:
+        ids: set[str] = set()
+        for failed in self._excluding.get(peer_id, ()):
+            ids |= self.adopted_from.get(failed, set())
+        return ids
+
+    def _unhandled(self, failed: str, watermarks: Watermarks) -> list[bytes]:
+        """The data frames kept for ``failed`` that its replica does not account for."""
+        out = self.forwarding.outgoing.get(failed)
+        if out is None:
+            return []
+        mark = watermarks.get(self.node_id)
+        handled = mark[1] if mark is not None and mark[0] == self.incarnation else 0
+        skip = max(0, handled - out.acked)
+        return list(out.frames)[skip:]
+
+    def _drop_node(self, node_id: str) -> None:
+        """A failed node whose sessions were taken over: nothing is routed or kept for it."""
+        self._absent.pop(node_id, None)
+        self.table.drop(node_id)
+        self.forwarding.abandon(node_id)
+        for client_id, (owner, _since) in list(self.owners.items()):
+            if owner == node_id:
+                del self.owners[client_id]
+        self.broker.remote_routes_changed()
+
+    def _rescue_for(self, taker: Member, failed: str, watermarks: Watermarks) -> None:
+        """TAKEN_OVER: send the taker what was kept for ``failed``, route its share there."""
+        if failed not in self.members:
+            rescued = self._unhandled(failed, watermarks)
+            for part in in_parts(rescued, len):
+                taker.link.send(FrameKind.RESCUED, [failed, part])
+            for topic_filter in self.table.filters_of(failed):
+                self.table.add(taker.node_id, topic_filter)  # until the taker's FILTERS
+            self._drop_node(failed)
+        taker.link.send(FrameKind.RESCUE_DONE, failed)
+
+    def _deliver_rescued(self, failed: str, frames: list[bytes]) -> None:
+        """Frames a failed node had not handled: for the sessions taken over from it only."""
+        adopted = self.adopted_from.get(failed, set())
+        decoder = FrameDecoder()
+        for frame in frames:
+            for kind, body in decoder.feed(frame):
+                self.messages_rescued += 1
+                if kind is FrameKind.PUBLISH:
+                    topic, payload, qos, retain, props, expiry_at, publisher = body
+                    self.broker.publish_among(Message(
+                        topic, payload, qos, retain, decode_properties(props) if props else None,
+                        publisher, expiry_at), adopted, among=True)
+                elif kind is FrameKind.SHARED_PUBLISH:
+                    self.broker.deliver_shared(body[0], body[1], message_from(body[2]))
+        self.broker.flush()
 
     # ------------------------------------------------------------------ views
 
@@ -843,7 +1161,13 @@ class Cluster:
             forwards_replayed=self.forwarding.replayed,
             forwards_duplicates=self.forwarding.duplicates,
             forwards_dropped=self.forwarding.dropped,
-            authentication_failures=self.authentication.failures)
+            authentication_failures=self.authentication.failures,
+            replica_count=self.settings.replica_count,
+            backups=sorted(self.replicator.backups) if self.replicator is not None else [],
+            replicas_held=sorted(self.replicas.held) if self.replicas is not None else [],
+            replication_lag=self.replicator.lag() if self.replicator is not None else {},
+            takeovers=self.takeovers, sessions_taken_over=self.sessions_taken_over,
+            messages_rescued=self.messages_rescued)
 
     def view(self) -> list[ClusterMember]:
         own = ClusterMember(self.node_id, self.address, "RUNNING", __version__)

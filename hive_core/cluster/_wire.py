@@ -11,11 +11,15 @@ import struct
 from enum import IntEnum
 from typing import Any
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """Bumped when a frame changes; peers speak the lower of their two versions.
 
 2: sessions are handed over in parts and confirmed (SESSION_TAKEN / SESSION_DECLINED), nodes
-tell each other which sessions they hold (OWNED, SESSION_GONE), retained messages in parts."""
+tell each other which sessions they hold (OWNED, SESSION_GONE), retained messages in parts.
+3: replication (REPL_*), takeover of a failed node's sessions (TAKEN_OVER, RESCUED,
+RESCUE_DONE), SYNCED at the end of a join; OWNED and CLIENT_CONNECTED say since when the
+sender holds each session (the newest holder wins). A node of version 2 is a member (routing,
+handover) but holds no replica and is never one's backup."""
 MIN_PROTOCOL_VERSION = 2
 MAX_FRAME = 64 * 1024 * 1024
 
@@ -43,6 +47,15 @@ class FrameKind(IntEnum):
     SESSION_TAIL = 37  # what the old node queued for a session while it was handed over
     REPLAY = 38  # [sender incarnation, place of the next data frame]: frames sent again follow
     FORWARD_ACK = 39  # how many data frames (PUBLISH, SHARED_PUBLISH) the sender has handled
+    # Protocol 3:
+    REPL_SNAPSHOT = 40  # [op number, first part, sessions, more follow]: the sender's sessions
+    REPL_OPS = 41  # [first op number, ops, forwarding marks]: the sender's writes, in order
+    REPL_ACK = 42  # the last op of the receiver's the sender has made durable
+    REPL_RELEASE = 43  # the sender picked other backups: drop its replica
+    TAKEN_OVER = 44  # [failed node, its forwarding marks]: the sender holds its sessions now
+    RESCUED = 45  # [failed node, frames]: data frames it had not handled, for the taker
+    RESCUE_DONE = 46  # failed node: every frame the sender kept for it has been sent
+    SYNCED = 47  # the frames a new link begins with are all sent
     # Before anything else on a link of a cluster with a shared secret (see _auth.py):
     AUTH_CHALLENGE = 50  # a fresh nonce; sent by both ends as soon as the link is open
     AUTH_PROOF = 51  # the answer to the peer's challenge: proof of holding the shared secret

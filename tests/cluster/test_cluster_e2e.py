@@ -322,10 +322,3 @@ def test_a_delayed_will_is_dropped_when_the_client_resumes_on_another_node(hive_
     finally:
         resumed.close()
         watcher.close()
-
-
-def test_replica_count_is_said_to_be_not_in_effect(hive_factory):
-    """Until replication lands, a cluster node says replica-count does nothing (never silent)."""
-    (node,) = start_cluster(hive_factory, 1)
-    node.wait_for_log(r"<replica-count>2</replica-count> is not in effect: this Hive does not "
-                      r"replicate yet")

@@ -61,7 +61,7 @@ def test_a_queued_session_moves_whole_and_the_old_node_forgets_it() -> None:
         n1, n2, n3 = nodes
         offline_subscriber(n1, "dev", "q")
         await until(lambda: n3.cluster.table.filters_of("n1") == {"q"})
-        await until(lambda: n2.cluster.owners.get("dev") == "n1", what="the directory")
+        await until(lambda: n2.cluster.owner_of("dev") == "n1", what="the directory")
         publisher = n3.client("pub")
         for i in range(20):
             publish_qos1(publisher, "q", b"%d" % i)
@@ -71,8 +71,8 @@ def test_a_queued_session_moves_whole_and_the_old_node_forgets_it() -> None:
         assert connack(back).session_present  # type: ignore[union-attr]
         assert back.payloads == [b"%d" % i for i in range(20)]
         assert "dev" not in n1.broker.sessions
-        await until(lambda: n3.cluster.owners.get("dev") == "n2", what="n3 learns the owner")
-        assert n1.cluster.owners.get("dev") == "n2"
+        await until(lambda: n3.cluster.owner_of("dev") == "n2", what="n3 learns the owner")
+        assert n1.cluster.owner_of("dev") == "n2"
 
     run_cluster(scenario)
 
@@ -87,7 +87,7 @@ def test_a_stalled_owner_gets_the_client_refused_and_keeps_the_session() -> None
         for i in range(30):
             publish_qos1(publisher, "q", b"%d" % i)
         await until(lambda: len(n1.broker.sessions["dev"].queue) == 30)
-        await until(lambda: n2.cluster.owners.get("dev") == "n1")
+        await until(lambda: n2.cluster.owner_of("dev") == "n1")
         asked = stall(n1)
         refused = n2.client("dev", clean=False)
         await until(lambda: connack(refused) is not None, timeout=3, what="a CONNACK")
@@ -111,7 +111,7 @@ def test_a_stalled_node_does_not_delay_clients_whose_sessions_are_elsewhere() ->
     async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
         n1, n2, n3 = nodes
         offline_subscriber(n3, "on-n3", "x")
-        await until(lambda: n2.cluster.owners.get("on-n3") == "n3")
+        await until(lambda: n2.cluster.owner_of("on-n3") == "n3")
         stall(n1)
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -170,7 +170,7 @@ def test_a_wrong_password_on_another_node_leaves_the_owner_connected() -> None:
         n2.broker.extensions = Extensions(manager)
         owner = n1.client("dev", clean=False)
         owner.subscribe("q", qos=1)
-        await until(lambda: n2.cluster.owners.get("dev") == "n1")
+        await until(lambda: n2.cluster.owner_of("dev") == "n1")
         stranger = _connect(n2, "dev", b"wrong")
         await until(lambda: connack(stranger) is not None, what="the refusal")
         assert connack(stranger).reason_code == 4  # type: ignore[union-attr]

@@ -1,0 +1,553 @@
+"""Replication: every persistent write of a node is on its backups before it is acknowledged.
+
+A node's backups are the ``replica-count - 1`` members that follow it on a ring of the node ids
+(sorted); a node with fewer members uses them all. The node's store is wrapped in a
+:class:`ReplicatingStore`: each write (a session saved, a message queued or sent, an exchange
+finished) is also recorded as an *op*, and the ops of one event-loop turn go to every backup in
+one REPL_OPS frame. ``commit()`` returns once the node's own disk has them *and* every backup
+has acknowledged them (REPL_ACK, sent after the backup's own commit): a PUBACK, a PUBREC or a
+FORWARD_ACK that waits for a commit therefore means "on ``replica-count`` nodes".
+
+A node that becomes someone's backup first gets a snapshot of that node's persistent sessions
+(REPL_SNAPSHOT, in parts), then its ops. It keeps them in a store of its own per origin node,
+``<data>/replicas/<node id>/``, with the forwarding marks that go with them: for each peer, how
+many of that peer's forwarded messages the origin had handled when it wrote those ops.
+
+When a node fails, the first surviving member that follows it on the ring takes its sessions
+over from its replica (:class:`Replicas.take`): they become that node's sessions, and every
+other node sends it the forwarded messages the failed node had not handled (TAKEN_OVER, then
+RESCUED and RESCUE_DONE; see ``_cluster.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hive_core.broker import SessionRecords
+from hive_core.persistence import (
+    Direction,
+    FileSessionStore,
+    PersistenceError,
+    SessionStore,
+    Snapshot,
+    StoredInflight,
+    StoredMessage,
+    StoredSession,
+    StoredSubscription,
+)
+
+log = logging.getLogger("hive.cluster")
+
+Op = list[Any]
+Watermarks = dict[str, list[int]]  # peer id -> [its incarnation, data frames handled from it]
+
+
+# ---------------------------------------------------------------------- records as frame bodies
+
+def message_fields(m: StoredMessage) -> list[Any]:
+    return [m.topic, m.payload, m.qos, m.retain, m.properties, m.expiry_at, m.publisher_id]
+
+
+def subscription_fields(s: StoredSubscription) -> list[Any]:
+    return [s.topic_filter, s.qos, s.no_local, s.retain_as_published, s.retain_handling,
+            s.subscription_id]
+
+
+def session_fields(s: StoredSession) -> list[Any]:
+    return [s.client_id, s.protocol_version, s.expiry_interval, s.disconnected_at,
+            [subscription_fields(sub) for sub in s.subscriptions.values()]]
+
+
+def session_of(fields: list[Any]) -> StoredSession:
+    client_id, version, expiry, disconnected_at, subscriptions = fields
+    return StoredSession(client_id, version, expiry, disconnected_at, {
+        s[0]: StoredSubscription(*s) for s in subscriptions})
+
+
+def inflight_fields(i: StoredInflight) -> list[Any]:
+    return [i.client_id, i.packet_id, i.direction, i.state,
+            message_fields(i.message) if i.message is not None else None]
+
+
+def inflight_of(fields: list[Any]) -> StoredInflight:
+    client_id, packet_id, direction, state, message = fields
+    return StoredInflight(client_id, packet_id, direction, state,
+                          StoredMessage(*message) if message is not None else None)
+
+
+def records_fields(records: SessionRecords) -> list[Any]:
+    return [session_fields(records.session),
+            [[seq, message_fields(m)] for seq, m in records.queue],
+            [inflight_fields(i) for i in records.inflight]]
+
+
+def records_of(fields: list[Any]) -> SessionRecords:
+    session, queue, inflight = fields
+    return SessionRecords(session_of(session),
+                          [(seq, StoredMessage(*m)) for seq, m in queue],
+                          [inflight_of(i) for i in inflight])
+
+
+# Op codes: the first item of an op; the rest are the write's arguments.
+SAVE_SESSION, SAVE_SUB, DELETE_SUB, DELETE_SESSION = "s", "+", "-", "x"
+ENQUEUE, DEQUEUE, SAVE_INFLIGHT, DELETE_INFLIGHT = "q", "d", "i", "j"
+
+
+def apply_op(store: SessionStore, op: Op) -> None:
+    """Make one write of the origin's on a replica store."""
+    code = op[0]
+    if code == ENQUEUE:
+        store.enqueue(op[1], op[2], StoredMessage(*op[3]))
+    elif code == DEQUEUE:
+        store.dequeue(op[1], op[2])
+    elif code == SAVE_INFLIGHT:
+        store.save_inflight(inflight_of(op[1]))
+    elif code == DELETE_INFLIGHT:
+        store.delete_inflight(op[1], op[2], op[3])
+    elif code == SAVE_SESSION:
+        store.save_session(session_of(op[1]))
+    elif code == SAVE_SUB:
+        store.save_subscription(op[1], StoredSubscription(*op[2]))
+    elif code == DELETE_SUB:
+        store.delete_subscription(op[1], op[2])
+    elif code == DELETE_SESSION:
+        store.delete_session(op[1])
+    else:
+        raise ValueError(f"unknown replication op {code!r}")
+
+
+# ---------------------------------------------------------------------- the origin's side
+
+class ReplicatingStore:
+    """The node's own :class:`SessionStore`, with each write of a session also kept as an op.
+
+    Retained messages are not ops: every node holds every retained message already.
+    """
+
+    def __init__(self, inner: SessionStore) -> None:
+        self.inner = inner
+        self.seq = 0  # ops recorded so far (only while there are backups to send them to)
+        self.pending: list[Op] = []  # recorded, not yet sent
+        self.replicator: Replicator | None = None
+        self._atomic: Callable[[], AbstractContextManager[None]] = getattr(
+            inner, "atomic", nullcontext)
+        if not hasattr(inner, "save_subscription"):  # a store of extension API 1.0
+            self.save_subscription = None  # type: ignore[assignment]
+            self.delete_subscription = None  # type: ignore[assignment]
+
+    def _op(self, op: Op) -> None:
+        replicator = self.replicator
+        if replicator is None or not replicator.backups:
+            return
+        self.seq += 1
+        self.pending.append(op)
+        if len(self.pending) == 1:
+            replicator.ship_soon()
+
+    async def open(self) -> Snapshot:
+        return await self.inner.open()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def save_session(self, session: StoredSession) -> None:
+        self.inner.save_session(session)
+        self._op([SAVE_SESSION, session_fields(session)])
+
+    def save_subscription(self, client_id: str, subscription: StoredSubscription) -> None:
+        self.inner.save_subscription(client_id, subscription)
+        self._op([SAVE_SUB, client_id, subscription_fields(subscription)])
+
+    def delete_subscription(self, client_id: str, topic_filter: str) -> None:
+        self.inner.delete_subscription(client_id, topic_filter)
+        self._op([DELETE_SUB, client_id, topic_filter])
+
+    def delete_session(self, client_id: str) -> None:
+        self.inner.delete_session(client_id)
+        self._op([DELETE_SESSION, client_id])
+
+    def enqueue(self, client_id: str, seq: int, message: StoredMessage) -> None:
+        self.inner.enqueue(client_id, seq, message)
+        self._op([ENQUEUE, client_id, seq, message_fields(message)])
+
+    def dequeue(self, client_id: str, seq: int) -> None:
+        self.inner.dequeue(client_id, seq)
+        self._op([DEQUEUE, client_id, seq])
+
+    def save_inflight(self, inflight: StoredInflight) -> None:
+        self.inner.save_inflight(inflight)
+        self._op([SAVE_INFLIGHT, inflight_fields(inflight)])
+
+    def delete_inflight(self, client_id: str, packet_id: int, direction: Direction) -> None:
+        self.inner.delete_inflight(client_id, packet_id, direction)
+        self._op([DELETE_INFLIGHT, client_id, packet_id, direction])
+
+    def save_retained(self, message: StoredMessage) -> None:
+        self.inner.save_retained(message)
+
+    def delete_retained(self, topic: str) -> None:
+        self.inner.delete_retained(topic)
+
+    def atomic(self) -> AbstractContextManager[None]:
+        return self._atomic()  # the ops of one turn travel in one frame: atomic there too
+
+    async def commit(self) -> None:
+        """Durable here and acknowledged by every backup (see the module docstring)."""
+        replicator = self.replicator
+        target = replicator.ship() if replicator is not None else 0
+        await self.inner.commit()
+        if replicator is not None and target:
+            await replicator.replicated(target)
+
+
+@dataclass(slots=True)
+class Backup:
+    """A node that holds this node's replica: how far it has acknowledged."""
+
+    node_id: str
+    acked: int = -1  # the op it has made durable; -1 until its snapshot is
+
+
+class Replicator:
+    """This node's side of its replicas: who its backups are, what they acknowledged."""
+
+    def __init__(self, store: ReplicatingStore, snapshot: Callable[[], list[SessionRecords]],
+                 watermarks: Callable[[], Watermarks], send_snapshot: Callable[..., None],
+                 send_ops: Callable[..., None], send_release: Callable[[str], None]) -> None:
+        self.store = store
+        self.backups: dict[str, Backup] = {}
+        self._snapshot = snapshot
+        self._watermarks = watermarks
+        self._send_snapshot = send_snapshot
+        self._send_ops = send_ops
+        self._send_release = send_release
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._ship_scheduled = False
+        self.snapshots_sent = 0
+        store.replicator = self
+
+    # -- who holds a copy ----------------------------------------------------------------------
+
+    def set_backups(self, wanted: list[str]) -> None:
+        """The ring changed: release the nodes no longer wanted, bring new ones up to date."""
+        for node_id in [n for n in self.backups if n not in wanted]:
+            del self.backups[node_id]
+            self._send_release(node_id)
+        new = [n for n in wanted if n not in self.backups]
+        if new:
+            self.ship()  # ops so far go to the current backups; the new ones get a snapshot
+            records = self._snapshot()
+            seq = self.store.seq
+            for node_id in new:
+                self.backups[node_id] = Backup(node_id)
+                self._send_snapshot(node_id, seq, records)
+                self.snapshots_sent += 1
+            log.info("Replicating %d persistent sessions to %s", len(records),
+                     ", ".join(new))
+        self._settle_waiters()
+
+    def lost(self, node_id: str) -> None:
+        """A backup left the cluster (the ring is recomputed by the caller)."""
+        if self.backups.pop(node_id, None) is not None:
+            self._settle_waiters()
+
+    # -- ops -----------------------------------------------------------------------------------
+
+    def ship_soon(self) -> None:
+        if not self._ship_scheduled:
+            self._ship_scheduled = True
+            asyncio.get_running_loop().call_soon(self.ship)
+
+    def ship(self) -> int:
+        """Send the ops recorded since the last call to every backup; the last op's number."""
+        self._ship_scheduled = False
+        store = self.store
+        ops = store.pending
+        if ops:
+            store.pending = []
+            first = store.seq - len(ops) + 1
+            watermarks = self._watermarks()
+            for node_id in self.backups:
+                self._send_ops(node_id, first, ops, watermarks)
+        return store.seq
+
+    def acknowledged(self, node_id: str, seq: int) -> None:
+        backup = self.backups.get(node_id)
+        if backup is not None and seq > backup.acked:
+            backup.acked = seq
+            self._settle_waiters()
+
+    async def replicated(self, target: int) -> None:
+        """Until every current backup has made op ``target`` durable."""
+        if self._done(target):
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((target, future))
+        await future
+
+    def _done(self, target: int) -> bool:
+        return all(b.acked >= target for b in self.backups.values())
+
+    def _settle_waiters(self) -> None:
+        waiting = []
+        for target, future in self._waiters:
+            if self._done(target):
+                if not future.done():
+                    future.set_result(None)
+            else:
+                waiting.append((target, future))
+        self._waiters = waiting
+
+    def lag(self) -> dict[str, int]:
+        """Ops each backup has not acknowledged yet."""
+        return {n: max(0, self.store.seq - b.acked) for n, b in self.backups.items()}
+
+
+def successors(node_id: str, ring: list[str], count: int) -> list[str]:
+    """The ``count`` nodes after ``node_id`` on the ring of ``ring`` (node ids), in order."""
+    ids = sorted(set(ring) | {node_id})
+    at = ids.index(node_id)
+    after = ids[at + 1:] + ids[:at]
+    return after[:max(0, count)]
+
+
+# ---------------------------------------------------------------------- the backup's side
+
+@dataclass
+class Replica:
+    """The copy of one origin node's sessions held here."""
+
+    origin: str
+    folder: Path
+    store: FileSessionStore | None = None
+    applied: int = 0  # the last op written to the store
+    complete: bool = False  # its snapshot has arrived whole
+    watermarks: Watermarks = field(default_factory=dict)
+    committing: asyncio.Task[None] | None = None
+    dirty: bool = False
+
+
+@dataclass(slots=True)
+class TakenReplica:
+    """A failed node's sessions, read from its replica here."""
+
+    origin: str
+    records: list[SessionRecords]
+    watermarks: Watermarks
+
+
+Work = Callable[[], Awaitable[None] | None]
+
+
+class Replicas:
+    """The replicas this node holds for other nodes, one store each under ``folder``.
+
+    What an origin sends is handled in order, one origin at a time (a snapshot opens a store,
+    which takes a moment; the ops after it wait for it).
+    """
+
+    def __init__(self, folder: Path, acknowledge: Callable[[str, int], None]) -> None:
+        self.folder = folder
+        self._acknowledge = acknowledge
+        self.held: dict[str, Replica] = {}
+        self.ops_applied = 0
+        self._work: dict[str, deque[Work]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        if folder.is_dir():  # replicas kept across a restart: usable if their origin died
+            for child in sorted(folder.iterdir()):
+                if (child / "persistence" / "sessions.db").exists():
+                    self.held[child.name] = Replica(child.name, child, complete=True,
+                                                    watermarks=_read_watermarks(child))
+
+    def holds(self, origin: str) -> bool:
+        replica = self.held.get(origin)
+        return replica is not None and replica.complete
+
+    # -- in order, per origin ------------------------------------------------------------------
+
+    def _submit(self, origin: str, work: Work) -> None:
+        queue = self._work.setdefault(origin, deque())
+        queue.append(work)
+        if origin not in self._workers:
+            self._workers[origin] = asyncio.get_running_loop().create_task(self._run(origin))
+
+    async def _run(self, origin: str) -> None:
+        queue = self._work[origin]
+        try:
+            while queue:
+                result = queue.popleft()()
+                if result is not None:
+                    await result
+        except Exception:
+            log.exception("replica of node %s: an update failed; it is dropped and the node "
+                          "sends a new snapshot when it picks this one again", origin)
+            queue.clear()
+            replica = self.held.pop(origin, None)
+            if replica is not None:
+                await self._close(replica)
+        finally:
+            del self._workers[origin]
+
+    def snapshot_part(self, origin: str, seq: int, first: bool, records: list[list[Any]],
+                      more: bool) -> None:
+        self._submit(origin, lambda: self._snapshot_part(origin, seq, first, records, more))
+
+    def ops(self, origin: str, first: int, ops: list[Op], watermarks: Watermarks) -> None:
+        self._submit(origin, lambda: self._ops(origin, first, ops, watermarks))
+
+    def release(self, origin: str) -> None:
+        """The origin chose other backups: its copy here goes."""
+        self._submit(origin, lambda: self._release(origin))
+
+    async def take(self, origin: str) -> TakenReplica | None:
+        """The origin failed and this node takes its sessions: read them, drop the copy."""
+        taken: asyncio.Future[TakenReplica | None] = asyncio.get_running_loop().create_future()
+
+        async def work() -> None:
+            try:
+                taken.set_result(await self._take(origin))
+            except Exception as exc:
+                taken.set_exception(exc)
+        self._submit(origin, work)
+        return await taken
+
+    # -- the work ------------------------------------------------------------------------------
+
+    async def _snapshot_part(self, origin: str, seq: int, first: bool,
+                             records: list[list[Any]], more: bool) -> None:
+        replica = self.held.get(origin)
+        if first or replica is None or replica.store is None:
+            if replica is not None:
+                await self._close(replica)
+            folder = self.folder / origin
+            await asyncio.to_thread(shutil.rmtree, folder, True)
+            replica = self.held[origin] = Replica(origin, folder)
+            store = FileSessionStore(folder)
+            await store.open()
+            replica.store = store
+        store = replica.store
+        with store.atomic():
+            for fields in records:
+                r = records_of(fields)
+                store.save_session(r.session)
+                for queued_seq, message in r.queue:
+                    store.enqueue(r.session.client_id, queued_seq, message)
+                for inflight in r.inflight:
+                    store.save_inflight(inflight)
+        if not more:
+            replica.complete = True
+            replica.applied = seq
+            self._commit_soon(replica)
+
+    def _ops(self, origin: str, first: int, ops: list[Op], watermarks: Watermarks) -> None:
+        replica = self.held.get(origin)
+        if replica is None or replica.store is None:
+            return  # no snapshot yet: the origin sends one when it picks this node
+        store = replica.store
+        with store.atomic():
+            for op in ops:
+                apply_op(store, op)
+        self.ops_applied += len(ops)
+        replica.applied = first + len(ops) - 1
+        replica.watermarks = watermarks
+        if replica.complete:
+            self._commit_soon(replica)
+
+    def _commit_soon(self, replica: Replica) -> None:
+        replica.dirty = True
+        if replica.committing is None:
+            replica.committing = asyncio.get_running_loop().create_task(self._commit(replica))
+
+    async def _commit(self, replica: Replica) -> None:
+        try:
+            while replica.dirty and replica.store is not None:
+                replica.dirty = False
+                applied, watermarks = replica.applied, dict(replica.watermarks)
+                await replica.store.commit()
+                await asyncio.to_thread(_write_watermarks, replica.folder, watermarks)
+                self._acknowledge(replica.origin, applied)
+        except PersistenceError:
+            log.exception("could not write the replica of node %s; it is not acknowledged",
+                          replica.origin)
+        finally:
+            replica.committing = None
+
+    async def _release(self, origin: str) -> None:
+        replica = self.held.pop(origin, None)
+        if replica is not None:
+            await self._close(replica)
+            await asyncio.to_thread(shutil.rmtree, replica.folder, True)
+
+    async def _take(self, origin: str) -> TakenReplica | None:
+        replica = self.held.pop(origin, None)
+        if replica is None or not replica.complete:
+            return None
+        await self._close(replica)
+        reader = FileSessionStore(replica.folder)
+        snapshot = await reader.open()
+        await reader.close()
+        await asyncio.to_thread(shutil.rmtree, replica.folder, True)
+        records = [SessionRecords(session, snapshot.queues.get(client_id, []),
+                                  snapshot.inflight.get(client_id, []))
+                   for client_id, session in snapshot.sessions.items()]
+        return TakenReplica(origin, records, replica.watermarks)
+
+    async def _close(self, replica: Replica) -> None:
+        if replica.committing is not None:
+            with contextlib.suppress(Exception):
+                await replica.committing
+        if replica.store is not None:
+            store, replica.store = replica.store, None
+            with contextlib.suppress(PersistenceError):
+                await store.close()
+
+    async def close(self) -> None:
+        for worker in list(self._workers.values()):
+            worker.cancel()
+        for replica in list(self.held.values()):
+            await self._close(replica)
+
+
+def _write_watermarks(folder: Path, watermarks: Watermarks) -> None:
+    """After the replica's commit: marks that lag the data cause duplicates, never losses."""
+    path = folder / "watermarks.json"
+    temporary = folder / "watermarks.json.tmp"
+    temporary.write_text(json.dumps(watermarks))
+    os.replace(temporary, path)
+
+
+def _read_watermarks(folder: Path) -> Watermarks:
+    try:
+        data = json.loads((folder / "watermarks.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): [int(v[0]), int(v[1])] for k, v in data.items()}
+
+
+def in_record_parts(records: list[SessionRecords], size: int) -> Iterator[list[list[Any]]]:
+    """Sessions as snapshot parts of about ``size`` bytes of payload each."""
+    part: list[list[Any]] = []
+    total = 0
+    for r in records:
+        part.append(records_fields(r))
+        total += 256 + sum(len(m.payload) for _, m in r.queue)
+        if total >= size:
+            yield part
+            part, total = [], 0
+    yield part
+
+
+def now_ms() -> float:
+    return time.monotonic() * 1000
