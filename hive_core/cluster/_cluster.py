@@ -884,9 +884,15 @@ class Cluster:
 
     def _hand_over(self, link: PeerLink, request: int, client_id: str) -> None:
         """Another node asks for a session: send it in parts, hold it until it confirms."""
-        if self._taking:  # it may be among the sessions being taken over: once they are here
+        if self._taking or self._rescuing(client_id):
+            # Among the sessions being taken over: it moves on once it is here whole (what
+            # the other nodes kept for the failed node included), so that no message reaches
+            # it both through the rescue and directly on its new node.
             async def later() -> None:
                 await self._taken(*self._taking)
+                with anyio.move_on_after(self.settings.connect_timeout):
+                    while self._rescuing(client_id):
+                        await anyio.sleep(0.01)
                 if not link.closed:
                     self._hand_over(link, request, client_id)
             asyncio.get_running_loop().create_task(later())
@@ -1089,6 +1095,12 @@ class Cluster:
         finally:
             del self._taking[failed]
             event.set()
+
+    def _rescuing(self, client_id: str) -> bool:
+        """Whether ``client_id`` was taken over from a node whose share some peer has not
+        finished sending."""
+        return any(client_id in self.adopted_from.get(failed, ())
+                   for failed_nodes in self._excluding.values() for failed in failed_nodes)
 
     def _adopted_of(self, peer_id: str) -> set[str]:
         ids: set[str] = set()

@@ -14,7 +14,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import paho.mqtt.client as mqtt
@@ -47,6 +47,8 @@ class _Endpoint:
         self.connects = 0
         self.refusals = 0
         self.disconnects: Counter[int] = Counter()  # by reason code
+        self.sessions_present: list[bool] = []  # the CONNACK's flag, connect by connect
+        self.connected_at: list[float] = []  # monotonic time of each CONNACK
         self.connected = threading.Event()
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
@@ -74,6 +76,8 @@ class _Endpoint:
             self.refusals += 1
             return
         self.connects += 1
+        self.sessions_present.append(bool(flags.session_present))
+        self.connected_at.append(time.monotonic())
         self.connected.set()
 
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any,
@@ -189,6 +193,7 @@ class Tally:
     lost: int
     duplicated: int
     lost_numbers: list[int]
+    duplicated_numbers: list[int] = field(default_factory=list)
 
     @classmethod
     def of(cls, publishers: Sequence[Publisher], subscriber: Subscriber) -> Tally:
@@ -198,12 +203,14 @@ class Tally:
             acknowledged |= publisher.acknowledged
         lost = sorted(acknowledged - set(received))
         return cls(sum(p.published for p in publishers), len(acknowledged), len(received),
-                   len(lost), sum(n - 1 for n in received.values()), lost[:20])
+                   len(lost), sum(n - 1 for n in received.values()), lost[:20],
+                   sorted(k for k, n in received.items() if n > 1)[:20])
 
     def __str__(self) -> str:
         return (f"published {self.published}, acknowledged {self.acknowledged}, received "
                 f"{self.received}, lost {self.lost}, duplicated {self.duplicated}"
-                + (f" (first lost: {self.lost_numbers})" if self.lost else ""))
+                + (f" (first lost: {self.lost_numbers})" if self.lost else "")
+                + (f" (duplicated: {self.duplicated_numbers})" if self.duplicated else ""))
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:

@@ -1,0 +1,90 @@
+"""Failover: the node holding a persistent session is killed (kill -9), again and again, under
+a steady QoS 1 or QoS 2 stream; the subscriber reconnects to another node and resumes there.
+
+Three real nodes, replica-count 2 (the default): every session write of a node is on its next
+node on the ring before the node acknowledges anything that depended on it, and the next
+surviving node takes a failed node's sessions over from that replica, with the forwarded
+messages the failed node had not handled. The subscriber must find its session present after
+every kill and get every acknowledged message; QoS 2 exactly once.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import pytest
+from cluster._nodes import cluster_body, metrics, wait_for_members
+from conftest import free_port
+
+from faults._traffic import Publisher, Subscriber, Tally, wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+QUEUE = "<mqtt><queued-messages><max-queue-size>100000</max-queue-size></queued-messages></mqtt>"
+
+
+def three_nodes(hive_factory: Any, replica_count: int = 2) -> list[Any]:
+    ports = [free_port() for _ in range(3)]
+    nodes = []
+    for port in ports:
+        rest = free_port()
+        body = cluster_body(port, ports, rest, extra=QUEUE).replace(
+            "<persistence><mode>in-memory</mode></persistence>", "").replace(
+            "</cluster>", f"<replication><replica-count>{replica_count}</replica-count>"
+                          "</replication></cluster>")
+        nodes.append(hive_factory(body=body, cluster=port, rest=rest))
+    wait_for_members(nodes, 3)
+    return nodes
+
+
+def host_of(nodes: list[Any], subscriber: Subscriber) -> Any:
+    """The node the subscriber is connected to now."""
+    port = subscriber.ports[subscriber._turn]
+    return next(n for n in nodes if n.port == port)
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_the_node_of_a_persistent_session_killed_three_times(hive_factory: Any,
+                                                             qos: int) -> None:
+    nodes = three_nodes(hive_factory)
+    ports = [n.port for n in nodes]
+    subscriber = Subscriber(ports, "failover/#", qos)
+    subscriber.start()
+    time.sleep(0.5)  # the subscription reaches the other nodes
+    publisher = Publisher([ports[2], ports[0], ports[1]], "failover/stream", qos, count=3000,
+                          rate=150)
+    publisher.start()
+    failovers = []
+    rng = random.Random(qos)
+    try:
+        for _round in range(3):
+            time.sleep(rng.uniform(1.5, 3.5))
+            victim = host_of(nodes, subscriber)
+            connects = subscriber.connects
+            killed_at = time.monotonic()
+            print(f"kill of {victim.port} after publish {publisher.published}")
+            victim.kill()
+            wait_until(lambda c=connects: subscriber.connects > c, 30,
+                       "the subscriber to reconnect to another node")
+            failovers.append(subscriber.connected_at[-1] - killed_at)
+            assert subscriber.sessions_present[-1], "the session was not present after a kill"
+            victim.start()
+            wait_for_members(nodes, 3)
+        wait_until(publisher.finished, 90, "the publisher to send everything")
+        wait_until(publisher.all_acknowledged, 60, "every message to be acknowledged")
+        wait_until(lambda: publisher.acknowledged <= set(subscriber.snapshot()), 60,
+                   "every acknowledged message to arrive")
+    finally:
+        tally = Tally.of([publisher], subscriber)
+        stats = [metrics(n).get("cluster", {}) for n in nodes if n.proc.poll() is None]
+        print(f"QoS {qos}, 3 kills of the subscriber's node: {tally}; failover "
+              f"{', '.join(f'{f:.2f} s' for f in failovers)}; sessions taken over "
+              f"{sum(s.get('sessions_taken_over', 0) for s in stats)}, messages rescued "
+              f"{sum(s.get('messages_rescued', 0) for s in stats)}")
+        publisher.stop()
+        subscriber.stop()
+    assert tally.lost == 0, tally
+    if qos == 2:
+        assert tally.duplicated == 0, tally
