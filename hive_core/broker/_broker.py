@@ -27,6 +27,8 @@ from hive_core.broker._records import (
     pending_from,
     session_from,
     stored_message,
+    will_fields,
+    will_from,
 )
 from hive_core.broker._retained import RetainedMessages
 from hive_core.broker._session import Link, Pending, Session, Subscription
@@ -195,6 +197,7 @@ class Broker:
         session.connection = link
         session.disconnected_at = None
         session.will = will
+        self.records.will(session, self.clock.will_delay(session) if will is not None else 0)
         self.connected_count += 1
         if self.cluster is not None:
             self.cluster.client_connected(client_id)
@@ -232,8 +235,10 @@ class Broker:
                 self._publish_will(session)
             else:
                 self.clock.will_after(session, delay)
-        else:
+                self.records.will(session, delay)  # pending: from now on, a delay to run
+        elif session.will is not None:
             session.will = None
+            self.records.will(session)
         if session.expiry_interval == 0:
             self._end_session(session)
         else:
@@ -282,6 +287,7 @@ class Broker:
         will, session.will = session.will, None
         if will is None:
             return
+        self.records.will(session)
         props = dict(will.properties) if will.properties else {}
         props.pop(P.WILL_DELAY_INTERVAL, None)
         expiry_at = None
@@ -570,7 +576,9 @@ class Broker:
             if session is None:
                 return None
         self.clock.cancel_will(client_id)  # the client is back (elsewhere): no will
-        session.will = None
+        if session.will is not None:
+            session.will = None
+            self.records.will(session)
         self._held[client_id] = (session, {id(p) for p in session.queue})
         return self.records.export(session)
 
@@ -655,6 +663,37 @@ class Broker:
             self.import_session(record)
             adopted.append(client_id)
         return adopted
+
+    def replica_wills(self) -> list[list[Any]]:
+        """[client id, will fields] of every will here that has not gone out yet."""
+        return [[s.client_id, fields] for s in self.sessions.values()
+                if (fields := will_fields(s, self.clock.will_delay(s) if s.will else 0))]
+
+    def adopt_wills(self, wills: list[list[Any]]) -> int:
+        """Wills of a failed node's clients: each goes out at its time (at once for a client
+        that was connected, unless it had a will delay), unless the client is back."""
+        now = time.time()
+        published = 0
+        for client_id, fields in wills:
+            will, delay, gone_at = will_from(fields)
+            remaining = delay - (now - gone_at) if gone_at is not None else delay
+            session = self.sessions.get(client_id)
+            if session is not None and session.connection is not None:
+                continue  # it reconnected here meanwhile
+            if session is None:  # a session that ended with its connection
+                session = Session(client_id, 5, 0)
+                session.will = will
+                self._publish_will(session)
+                published += 1
+                continue
+            session.will = will
+            if remaining <= 0:
+                self._publish_will(session)
+                published += 1
+            else:
+                self.clock.will_after(session, remaining)
+                self.records.will(session, remaining)
+        return published
 
     def publish_among(self, message: Message, client_ids: Collection[str],
                       among: bool) -> None:

@@ -9,7 +9,7 @@ of the broker (publish what a peer sent, hand a session over, the retained messa
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from hive_core.broker._message import Message
 from hive_core.broker._records import SessionRecords
@@ -146,6 +146,14 @@ class BrokerPort(Protocol):
 
     def replica_records(self) -> list[SessionRecords]:
         """Every stored session with its queue and window: a new backup's starting point."""
+        ...
+
+    def replica_wills(self) -> list[list[Any]]:
+        """[client id, will fields] of every will not yet published (a new backup's start)."""
+        ...
+
+    def adopt_wills(self, wills: list[list[Any]]) -> int:
+        """A failed node's pending wills: each published at its time (how many at once)."""
         ...
 
     def adopt_sessions(self, records: list[SessionRecords]) -> list[str]:

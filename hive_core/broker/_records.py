@@ -11,11 +11,13 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 from hive_core.broker._message import Message
 from hive_core.broker._session import Outbound, Pending, Session, Subscription
 from hive_core.mqtt import (
     PropertyId,
+    Will,
     decode_properties,
     encode_properties,
     parse_shared_subscription,
@@ -69,6 +71,23 @@ def retained_from(stored: StoredMessage) -> Message:
     props = decode_properties(stored.properties) if stored.properties else {}
     return Message(stored.topic, stored.payload, stored.qos, True, props, stored.publisher_id,
                    stored.expiry_at)
+
+
+def will_fields(session: Session, delay: float = 0.0) -> list[Any] | None:
+    """A session's will as plain data: [topic, payload, qos, retain, properties, delay in
+    seconds once the client is gone, Unix time it went (None: still connected)]."""
+    will = session.will
+    if will is None:
+        return None
+    props = encode_properties(will.properties) if will.properties else b""
+    return [will.topic, will.payload, will.qos, will.retain, props, delay,
+            session.disconnected_at]
+
+
+def will_from(fields: list[Any]) -> tuple[Will, float, float | None]:
+    topic, payload, qos, retain, props, delay, disconnected_at = fields
+    return (Will(topic, payload, qos, retain, decode_properties(props) if props else {}),
+            float(delay), disconnected_at)
 
 
 def stored_session(session: Session) -> StoredSession:
@@ -188,6 +207,18 @@ class Records:
 
     def released_qos2(self, session: Session, packet_id: int) -> None:
         self.store.delete_inflight(session.client_id, packet_id, "in")
+
+    # -- wills -------------------------------------------------------------------------------
+
+    def will(self, session: Session, delay: float = 0.0) -> None:
+        """The session's will changed (set at CONNECT, pending after a disconnect, gone).
+
+        Only a replicating store keeps wills (for the node that takes over a failed one's
+        clients); a plain store has no place for them.
+        """
+        save = getattr(self.store, "save_will", None)
+        if save is not None:
+            save(session.client_id, will_fields(session, delay))
 
     # -- retained messages ---------------------------------------------------------------------
 

@@ -325,7 +325,7 @@ class Cluster:
         replicating = (store is not None and settings.replica_count > 1
                        and settings.protocol >= 3 and settings.replicas_folder is not None)
         self.replicator = Replicator(
-            store, self.broker.replica_records, self._watermarks, self._send_snapshot,
+            store, self._replica_snapshot, self._watermarks, self._send_snapshot,
             self._send_ops, self._send_release) if replicating and store is not None else None
         self.replicas = Replicas(settings.replicas_folder, self._acknowledge_replica) \
             if replicating and settings.replicas_folder is not None else None
@@ -768,7 +768,7 @@ class Cluster:
         elif kind is FrameKind.REPL_SNAPSHOT:
             if self.replicas is not None:
                 self.replicas.snapshot_part(member.node_id, int(body[0]), bool(body[1]),
-                                            body[2], bool(body[3]))
+                                            body[2], body[3], bool(body[4]))
         elif kind is FrameKind.REPL_RELEASE:
             if self.replicas is not None:
                 self.replicas.release(member.node_id)
@@ -1022,14 +1022,19 @@ class Cluster:
         return {peer: [seen.incarnation, seen.handled]
                 for peer, seen in self.forwarding.incoming.items()}
 
-    def _send_snapshot(self, node_id: str, seq: int, records: list[SessionRecords]) -> None:
+    def _replica_snapshot(self) -> tuple[list[SessionRecords], list[list[Any]]]:
+        return self.broker.replica_records(), self.broker.replica_wills()
+
+    def _send_snapshot(self, node_id: str, seq: int, records: list[SessionRecords],
+                       wills: list[list[Any]]) -> None:
         member = self.members.get(node_id)
         if member is None:
             return
         parts = list(in_record_parts(records, PART_BYTES))
         for index, part in enumerate(parts):
             member.link.send(FrameKind.REPL_SNAPSHOT,
-                             [seq, index == 0, part, index < len(parts) - 1])
+                             [seq, index == 0, part, wills if index == 0 else [],
+                              index < len(parts) - 1])
 
     def _send_ops(self, node_id: str, first: int, ops: list[Any],
                   watermarks: Watermarks) -> None:
@@ -1081,14 +1086,17 @@ class Cluster:
             rescued = self._unhandled(failed, taken.watermarks)
             self._drop_node(failed)
             self._deliver_rescued(failed, rescued)
+            wills = self.broker.adopt_wills(taken.wills)
             for member in self.members.values():
                 member.link.send(FrameKind.FILTERS, sorted(self._local_filters))
                 self._send_owned(member, adopted)
             self.takeovers += 1
             self.sessions_taken_over += len(adopted)
             log.warning("Took over the %d persistent sessions of failed node %s from its replica "
-                        "in %d ms (%d messages it had not handled delivered to them)",
-                        len(adopted), failed, (time.monotonic() - began) * 1000, len(rescued))
+                        "in %d ms (%d messages it had not handled delivered to them, %d of its "
+                        "clients' wills published, %d pending)", len(adopted), failed,
+                        (time.monotonic() - began) * 1000, len(rescued), wills,
+                        len(taken.wills) - wills)
             await self.broker.commit()
         except Exception:
             log.exception("could not take over the sessions of node %s", failed)

@@ -22,6 +22,7 @@ RESCUED and RESCUE_DONE; see ``_cluster.py``).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -103,6 +104,7 @@ def records_of(fields: list[Any]) -> SessionRecords:
 # Op codes: the first item of an op; the rest are the write's arguments.
 SAVE_SESSION, SAVE_SUB, DELETE_SUB, DELETE_SESSION = "s", "+", "-", "x"
 ENQUEUE, DEQUEUE, SAVE_INFLIGHT, DELETE_INFLIGHT = "q", "d", "i", "j"
+WILL = "w"  # [client id, will fields or None]: not a store write; the replica keeps it aside
 
 
 def apply_op(store: SessionStore, op: Op) -> None:
@@ -194,6 +196,10 @@ class ReplicatingStore:
         self.inner.delete_inflight(client_id, packet_id, direction)
         self._op([DELETE_INFLIGHT, client_id, packet_id, direction])
 
+    def save_will(self, client_id: str, fields: list[Any] | None) -> None:
+        """A client's will changed (see ``Records.will``): only the backups keep wills."""
+        self._op([WILL, client_id, fields])
+
     def save_retained(self, message: StoredMessage) -> None:
         self.inner.save_retained(message)
 
@@ -223,7 +229,8 @@ class Backup:
 class Replicator:
     """This node's side of its replicas: who its backups are, what they acknowledged."""
 
-    def __init__(self, store: ReplicatingStore, snapshot: Callable[[], list[SessionRecords]],
+    def __init__(self, store: ReplicatingStore,
+                 snapshot: Callable[[], tuple[list[SessionRecords], list[list[Any]]]],
                  watermarks: Callable[[], Watermarks], send_snapshot: Callable[..., None],
                  send_ops: Callable[..., None], send_release: Callable[[str], None]) -> None:
         self.store = store
@@ -248,11 +255,11 @@ class Replicator:
         new = [n for n in wanted if n not in self.backups]
         if new:
             self.ship()  # ops so far go to the current backups; the new ones get a snapshot
-            records = self._snapshot()
+            records, wills = self._snapshot()
             seq = self.store.seq
             for node_id in new:
                 self.backups[node_id] = Backup(node_id)
-                self._send_snapshot(node_id, seq, records)
+                self._send_snapshot(node_id, seq, records, wills)
                 self.snapshots_sent += 1
             log.info("Replicating %d persistent sessions to %s", len(records),
                      ", ".join(new))
@@ -335,6 +342,7 @@ class Replica:
     applied: int = 0  # the last op written to the store
     complete: bool = False  # its snapshot has arrived whole
     watermarks: Watermarks = field(default_factory=dict)
+    wills: dict[str, list[Any]] = field(default_factory=dict)  # client id -> will fields
     committing: asyncio.Task[None] | None = None
     dirty: bool = False
 
@@ -346,6 +354,7 @@ class TakenReplica:
     origin: str
     records: list[SessionRecords]
     watermarks: Watermarks
+    wills: list[list[Any]]  # [client id, will fields]
 
 
 Work = Callable[[], Awaitable[None] | None]
@@ -368,8 +377,9 @@ class Replicas:
         if folder.is_dir():  # replicas kept across a restart: usable if their origin died
             for child in sorted(folder.iterdir()):
                 if (child / "persistence" / "sessions.db").exists():
+                    watermarks, wills = _read_sidecar(child)
                     self.held[child.name] = Replica(child.name, child, complete=True,
-                                                    watermarks=_read_watermarks(child))
+                                                    watermarks=watermarks, wills=wills)
 
     def holds(self, origin: str) -> bool:
         replica = self.held.get(origin)
@@ -401,8 +411,9 @@ class Replicas:
             del self._workers[origin]
 
     def snapshot_part(self, origin: str, seq: int, first: bool, records: list[list[Any]],
-                      more: bool) -> None:
-        self._submit(origin, lambda: self._snapshot_part(origin, seq, first, records, more))
+                      wills: list[list[Any]], more: bool) -> None:
+        self._submit(origin, lambda: self._snapshot_part(origin, seq, first, records, wills,
+                                                         more))
 
     def ops(self, origin: str, first: int, ops: list[Op], watermarks: Watermarks) -> None:
         self._submit(origin, lambda: self._ops(origin, first, ops, watermarks))
@@ -426,7 +437,8 @@ class Replicas:
     # -- the work ------------------------------------------------------------------------------
 
     async def _snapshot_part(self, origin: str, seq: int, first: bool,
-                             records: list[list[Any]], more: bool) -> None:
+                             records: list[list[Any]], wills: list[list[Any]],
+                             more: bool) -> None:
         replica = self.held.get(origin)
         if first or replica is None or replica.store is None:
             if replica is not None:
@@ -438,6 +450,7 @@ class Replicas:
             await store.open()
             replica.store = store
         store = replica.store
+        replica.wills.update((client_id, fields) for client_id, fields in wills)
         with store.atomic():
             for fields in records:
                 r = records_of(fields)
@@ -456,9 +469,16 @@ class Replicas:
         if replica is None or replica.store is None:
             return  # no snapshot yet: the origin sends one when it picks this node
         store = replica.store
+        wills = replica.wills
         with store.atomic():
             for op in ops:
-                apply_op(store, op)
+                if op[0] == WILL:
+                    if op[2] is None:
+                        wills.pop(op[1], None)
+                    else:
+                        wills[op[1]] = op[2]
+                else:
+                    apply_op(store, op)
         self.ops_applied += len(ops)
         replica.applied = first + len(ops) - 1
         replica.watermarks = watermarks
@@ -475,8 +495,9 @@ class Replicas:
             while replica.dirty and replica.store is not None:
                 replica.dirty = False
                 applied, watermarks = replica.applied, dict(replica.watermarks)
+                wills = dict(replica.wills)
                 await replica.store.commit()
-                await asyncio.to_thread(_write_watermarks, replica.folder, watermarks)
+                await asyncio.to_thread(_write_sidecar, replica.folder, watermarks, wills)
                 self._acknowledge(replica.origin, applied)
         except PersistenceError:
             log.exception("could not write the replica of node %s; it is not acknowledged",
@@ -502,7 +523,8 @@ class Replicas:
         records = [SessionRecords(session, snapshot.queues.get(client_id, []),
                                   snapshot.inflight.get(client_id, []))
                    for client_id, session in snapshot.sessions.items()]
-        return TakenReplica(origin, records, replica.watermarks)
+        return TakenReplica(origin, records, replica.watermarks,
+                            [[c, fields] for c, fields in replica.wills.items()])
 
     async def _close(self, replica: Replica) -> None:
         if replica.committing is not None:
@@ -520,20 +542,29 @@ class Replicas:
             await self._close(replica)
 
 
-def _write_watermarks(folder: Path, watermarks: Watermarks) -> None:
-    """After the replica's commit: marks that lag the data cause duplicates, never losses."""
-    path = folder / "watermarks.json"
-    temporary = folder / "watermarks.json.tmp"
-    temporary.write_text(json.dumps(watermarks))
+def _write_sidecar(folder: Path, watermarks: Watermarks, wills: dict[str, list[Any]]) -> None:
+    """What the replica keeps beside its store, written after the store's commit: marks that
+    lag the data cause duplicates, never losses."""
+    path = folder / "replica.json"
+    temporary = folder / "replica.json.tmp"
+    temporary.write_text(json.dumps({
+        "watermarks": watermarks,
+        "wills": {c: [*f[:1], base64.b64encode(f[1]).decode(), *f[2:4],
+                      base64.b64encode(f[4]).decode(), *f[5:]] for c, f in wills.items()}}))
+    with open(temporary, "rb") as written:
+        os.fsync(written.fileno())
     os.replace(temporary, path)
 
 
-def _read_watermarks(folder: Path) -> Watermarks:
+def _read_sidecar(folder: Path) -> tuple[Watermarks, dict[str, list[Any]]]:
     try:
-        data = json.loads((folder / "watermarks.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return {str(k): [int(v[0]), int(v[1])] for k, v in data.items()}
+        data = json.loads((folder / "replica.json").read_text())
+        watermarks = {str(k): [int(v[0]), int(v[1])] for k, v in data["watermarks"].items()}
+        wills = {c: [f[0], base64.b64decode(f[1]), f[2], f[3], base64.b64decode(f[4]), *f[5:]]
+                 for c, f in data["wills"].items()}
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return {}, {}
+    return watermarks, wills
 
 
 def in_record_parts(records: list[SessionRecords], size: int) -> Iterator[list[list[Any]]]:

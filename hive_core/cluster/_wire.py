@@ -48,7 +48,7 @@ class FrameKind(IntEnum):
     REPLAY = 38  # [sender incarnation, place of the next data frame]: frames sent again follow
     FORWARD_ACK = 39  # how many data frames (PUBLISH, SHARED_PUBLISH) the sender has handled
     # Protocol 3:
-    REPL_SNAPSHOT = 40  # [op number, first part, sessions, more follow]: the sender's sessions
+    REPL_SNAPSHOT = 40  # [op number, first part, sessions, wills, more follow]: the sender's state
     REPL_OPS = 41  # [first op number, ops, forwarding marks]: the sender's writes, in order
     REPL_ACK = 42  # the last op of the receiver's the sender has made durable
     REPL_RELEASE = 43  # the sender picked other backups: drop its replica

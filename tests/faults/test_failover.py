@@ -88,3 +88,47 @@ def test_the_node_of_a_persistent_session_killed_three_times(hive_factory: Any,
     assert tally.lost == 0, tally
     if qos == 2:
         assert tally.duplicated == 0, tally
+
+
+def test_the_wills_of_a_failed_nodes_clients_are_published_by_a_survivor(
+        hive_factory: Any) -> None:
+    """A client whose node dies has lost its connection: its will goes out, from the node that
+    takes the failed node over (a delayed will at its time)."""
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    nodes = three_nodes(hive_factory)
+    watcher = Subscriber([nodes[1].port], "wills/#", 1)
+    watcher.start()
+    received: list[tuple[str, float]] = []
+    watcher.client.on_message = lambda c, u, m: received.append((m.topic, time.monotonic()))
+    clients = []
+    for name, delay, expiry in (("plain", 0, 0), ("delayed", 2, 60)):
+        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"will-{name}",
+                             protocol=mqtt.MQTTv5)
+        will_props = Properties(PacketTypes.WILLMESSAGE)
+        if delay:
+            will_props.WillDelayInterval = delay
+        client.will_set(f"wills/{name}", b"gone", 1, properties=will_props)
+        connect = Properties(PacketTypes.CONNECT)
+        connect.SessionExpiryInterval = expiry
+        client.connect("127.0.0.1", nodes[0].port, 30, clean_start=True, properties=connect)
+        client.loop_start()
+        clients.append(client)
+    try:
+        time.sleep(1.0)  # the wills reach the backup
+        killed_at = time.monotonic()
+        nodes[0].kill()
+        wait_until(lambda: {t for t, _ in received} == {"wills/plain", "wills/delayed"}, 20,
+                   "both wills from a surviving node")
+        at = dict(received)
+        print(f"will published {at['wills/plain'] - killed_at:.2f} s after the kill; the "
+              f"delayed one (2 s) after {at['wills/delayed'] - killed_at:.2f} s")
+        assert at["wills/delayed"] - killed_at >= 1.5
+        time.sleep(1.0)
+        assert len(received) == 2, received  # once each
+    finally:
+        for client in clients:
+            client.loop_stop()
+        watcher.stop()
