@@ -44,6 +44,7 @@ class HiveProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._lines: list[str] = []
         self._reader: threading.Thread | None = None
+        self.env: dict[str, str] = {}  # set for the process besides the test's environment
 
     @property
     def pid(self) -> int:
@@ -60,6 +61,7 @@ class HiveProcess:
             [*self.launcher, sys.executable, "-m", "hive_core.cli", "run",
              "--config", str(self.config), "--data-dir", str(self.data_dir)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=self.folder,
+            env={**os.environ, **self.env} if self.env else None,
         )
         started = threading.Event()
         proc = self.proc

@@ -664,6 +664,23 @@ class Broker:
             adopted.append(client_id)
         return adopted
 
+    def forget_sessions(self) -> None:
+        """The node leaves and its sessions live on in the cluster: drop them here.
+
+        The other nodes keep routing their subscriptions here until the BYE: what they send
+        meanwhile goes to the node that takes the sessions over (TAKEN_OVER).
+        """
+        cluster, self.cluster = self.cluster, None  # no FILTER_REMOVE, no SESSION_GONE
+        for session in list(self.sessions.values()):
+            self.clock.cancel_expiry(session.client_id)
+            self.clock.cancel_will(session.client_id)
+            for subscription in session.subscriptions.values():
+                self._remove_from_tree(subscription)
+            session.clear()
+            del self.sessions[session.client_id]
+            self.records.delete_session(session.client_id)
+        self.cluster = cluster
+
     def replica_wills(self) -> list[list[Any]]:
         """[client id, will fields] of every will here that has not gone out yet."""
         return [[s.client_id, fields] for s in self.sessions.values()

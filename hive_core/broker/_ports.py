@@ -148,6 +148,10 @@ class BrokerPort(Protocol):
         """Every stored session with its queue and window: a new backup's starting point."""
         ...
 
+    def forget_sessions(self) -> None:
+        """This node leaves; its backups have its sessions: drop them here, silently."""
+        ...
+
     def replica_wills(self) -> list[list[Any]]:
         """[client id, will fields] of every will not yet published (a new backup's start)."""
         ...

@@ -334,6 +334,7 @@ class Cluster:
         self._excluding: dict[str, set[str]] = {}  # peer -> failed nodes it has not rescued yet
         self._departures: list[tuple[float, str]] = []  # (monotonic time, node) of failures
         self._leaving_since: float | None = None
+        self._handed_over = False  # leaving: forwarded messages are no longer acknowledged
         self.takeovers = 0
         self.sessions_taken_over = 0
         self.messages_rescued = 0
@@ -417,10 +418,23 @@ class Cluster:
 
     async def stop(self) -> None:
         if self._leaving_since is not None and self.replicator is not None:
+            replicated = False
+            # From here on nothing forwarded to this node is acknowledged: the senders keep it
+            # and hand it to the node that takes this one's sessions over (TAKEN_OVER).
+            self._handed_over = True
             with anyio.move_on_after(self.settings.connect_timeout):
                 await self.replicator.replicated(self.replicator.ship())
-            log.info("Finished cluster replication successfully in %d ms.",
-                     (time.monotonic() - self._leaving_since) * 1000)
+                replicated = True
+            if replicated:
+                log.info("Finished cluster replication successfully in %d ms.",
+                         (time.monotonic() - self._leaving_since) * 1000)
+                # The next node takes them over at the BYE: a copy kept here would come back
+                # at the next start as if it were still this node's.
+                self.replicator.detach()  # what follows is not for the backups
+                self.broker.forget_sessions()
+            else:
+                log.warning("Cluster replication did not finish within %.0f s: this node keeps "
+                            "its sessions", self.settings.connect_timeout)
         self._stopping = True
         if self._ack_task is not None:
             self._ack_task.cancel()
@@ -558,8 +572,8 @@ class Cluster:
             log.debug("Cluster node %s: now on the link %s opened", peer_id,
                       "this node" if link.outbound else "it")
         else:
-            log.info("Cluster node %s (%s:%d, Hive %s) joined the cluster", peer_id,
-                     address.host, address.port, hello.get("version"))
+            log.info("Cluster node %s (%s:%d, Hive %s) joined the cluster; node protocol %d",
+                     peer_id, address.host, address.port, hello.get("version"), protocol)
         if answer:  # WELCOME first: the dialling node drops every frame before it
             link.send(FrameKind.WELCOME, self._hello())
         link.send(FrameKind.FILTERS, sorted(self._local_filters))
@@ -621,7 +635,8 @@ class Cluster:
         if self.replicator is not None:
             self.replicator.lost(peer_id)
             self._ring_changed()
-            self._check_disaster(peer_id)
+            if why != "it shut down" and not self._stopping:
+                self._check_disaster(peer_id)
             if not self._stopping and self._taker_of(peer_id) == self.node_id \
                     and self.replicas is not None \
                     and self.replicas.holds(peer_id) and peer_id not in self._taking:
@@ -869,6 +884,8 @@ class Cluster:
                 peers, self._ack_due = self._ack_due, set()
                 handled = {peer: self.forwarding.handled(peer) for peer in peers}
                 await self.broker.commit()
+                if self._handed_over:
+                    return
                 for peer, count in handled.items():
                     member = self.members.get(peer)
                     if member is not None:
@@ -884,6 +901,8 @@ class Cluster:
 
     def _hand_over(self, link: PeerLink, request: int, client_id: str) -> None:
         """Another node asks for a session: send it in parts, hold it until it confirms."""
+        if self._leaving_since is not None:
+            return  # leaving: the asking node asks the node that takes over, after the BYE
         if self._taking or self._rescuing(client_id):
             # Among the sessions being taken over: it moves on once it is here whole (what
             # the other nodes kept for the failed node included), so that no message reaches
@@ -914,41 +933,46 @@ class Cluster:
         holds one. Raises :class:`SessionUnavailable` when the owner does not answer within
         the connect timeout: its copy stays where it is, and the client may try again.
         """
-        entry = self.owners.get(client_id)
-        owner = entry[0] if entry is not None else None
-        if owner is not None and owner not in self.members and self.replicator is not None:
-            # Its node failed: the node taking its sessions over has it (or will have it).
-            taker = self._taker_of(owner)
-            if taker == self.node_id:
-                await self._taken(owner)
-                return None  # here now, if it was in the replica
-            owner = taker
-        elif owner is None and self._taking:
-            await self._taken(*self._taking)  # it may be among what is being taken over here
-            return None
-        member = self.members.get(owner) if owner is not None else None
-        if member is None or member.link.closed:
-            return None
-        self._fetch_seq += 1
-        request = self._fetch_seq
-        fetch = self._fetches[request] = _SessionFetch(request, client_id, member.link)
-        try:
-            member.link.send(FrameKind.SESSION_FETCH, [request, client_id])
-            with anyio.move_on_after(self.settings.connect_timeout):
-                await fetch.done.wait()
-        finally:
-            del self._fetches[request]
-        if not fetch.done.is_set():
-            log.warning("node %s did not hand over the session of %r within %.0f s: "
-                        "the client is refused and may try again", owner, client_id,
-                        self.settings.connect_timeout)
-            raise SessionUnavailable(f"the node holding the session ({owner}) did not answer")
-        if fetch.failed is not None:
-            raise SessionUnavailable(f"the session could not be fetched: {fetch.failed}")
-        if fetch.records is None:
-            self.owners.pop(client_id, None)
-            return None
-        return _Handover(fetch.records, fetch)
+        for attempt in (1, 2):
+            entry = self.owners.get(client_id)
+            owner = entry[0] if entry is not None else None
+            if owner is not None and owner not in self.members and self.replicator is not None:
+                # Its node failed or left: the node taking its sessions over has it (or will).
+                taker = self._taker_of(owner)
+                if taker == self.node_id:
+                    await self._taken(owner)
+                    return None  # here now, if it was in the replica
+                owner = taker
+            elif owner is None and self._taking:
+                await self._taken(*self._taking)  # it may be among what is taken over here
+                return None
+            member = self.members.get(owner) if owner is not None else None
+            if member is None or member.link.closed:
+                return None
+            self._fetch_seq += 1
+            request = self._fetch_seq
+            fetch = self._fetches[request] = _SessionFetch(request, client_id, member.link)
+            try:
+                member.link.send(FrameKind.SESSION_FETCH, [request, client_id])
+                with anyio.move_on_after(self.settings.connect_timeout):
+                    await fetch.done.wait()
+            finally:
+                del self._fetches[request]
+            if not fetch.done.is_set():
+                log.warning("node %s did not hand over the session of %r within %.0f s: "
+                            "the client is refused and may try again", owner, client_id,
+                            self.settings.connect_timeout)
+                raise SessionUnavailable(
+                    f"the node holding the session ({owner}) did not answer")
+            if fetch.failed is not None:
+                if attempt == 1 and owner not in self.members and self.replicator is not None:
+                    continue  # it left meanwhile (a node stopping answers no more fetches)
+                raise SessionUnavailable(f"the session could not be fetched: {fetch.failed}")
+            if fetch.records is None:
+                self.owners.pop(client_id, None)
+                return None
+            return _Handover(fetch.records, fetch)
+        return None
 
     def client_connected(self, client_id: str) -> None:
         self.owners.pop(client_id, None)
@@ -1008,6 +1032,7 @@ class Cluster:
         now = time.monotonic()
         window = self.settings.disaster_window
         self._departures = [(t, n) for t, n in self._departures if now - t < window]
+        self._departures = [(t, n) for t, n in self._departures if n != node_id]
         self._departures.append((now, node_id))
         gone = len(self._departures)
         if gone >= self.settings.replica_count:

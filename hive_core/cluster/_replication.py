@@ -265,6 +265,17 @@ class Replicator:
                      ", ".join(new))
         self._settle_waiters()
 
+    def detach(self) -> None:
+        """The node leaves, its backups confirmed everything: nothing more goes to them.
+
+        Ops not sent yet are dropped with their forwarding marks: the messages behind them
+        count as not handled here, and the node taking over gets them from their senders.
+        """
+        self.store.replicator = None
+        self.store.pending = []
+        self.backups.clear()
+        self._settle_waiters()
+
     def lost(self, node_id: str) -> None:
         """A backup left the cluster (the ring is recomputed by the caller)."""
         if self.backups.pop(node_id, None) is not None:
@@ -282,7 +293,7 @@ class Replicator:
         self._ship_scheduled = False
         store = self.store
         ops = store.pending
-        if ops:
+        if ops and store.replicator is self:
             store.pending = []
             first = store.seq - len(ops) + 1
             watermarks = self._watermarks()

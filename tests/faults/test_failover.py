@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(240)
 QUEUE = "<mqtt><queued-messages><max-queue-size>100000</max-queue-size></queued-messages></mqtt>"
 
 
-def three_nodes(hive_factory: Any, replica_count: int = 2) -> list[Any]:
+def three_nodes(hive_factory: Any, replica_count: int = 2, start: bool = True) -> list[Any]:
     ports = [free_port() for _ in range(3)]
     nodes = []
     for port in ports:
@@ -34,8 +34,9 @@ def three_nodes(hive_factory: Any, replica_count: int = 2) -> list[Any]:
             "<persistence><mode>in-memory</mode></persistence>", "").replace(
             "</cluster>", f"<replication><replica-count>{replica_count}</replica-count>"
                           "</replication></cluster>")
-        nodes.append(hive_factory(body=body, cluster=port, rest=rest))
-    wait_for_members(nodes, 3)
+        nodes.append(hive_factory(body=body, cluster=port, rest=rest, start=start))
+    if start:
+        wait_for_members(nodes, 3)
     return nodes
 
 
