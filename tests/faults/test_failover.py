@@ -133,3 +133,42 @@ def test_the_wills_of_a_failed_nodes_clients_are_published_by_a_survivor(
         for client in clients:
             client.loop_stop()
         watcher.stop()
+
+
+def test_the_node_of_a_persistent_session_frozen_past_the_heartbeat_timeout(
+        hive_factory: Any) -> None:
+    """SIGSTOP of the subscriber's node for longer than the heartbeat timeout: the next node
+    takes its sessions over; when the frozen node wakes up it learns that a newer holder has
+    them, drops its copy and closes the client's connection; the client resumes elsewhere."""
+    import os
+    import signal
+
+    nodes = three_nodes(hive_factory)
+    ports = [n.port for n in nodes]
+    subscriber = Subscriber(ports, "frozen/#", 1)
+    subscriber.start()
+    time.sleep(0.5)
+    publisher = Publisher([ports[1]], "frozen/stream", 1, count=1500, rate=150)
+    publisher.start()
+    try:
+        time.sleep(2)
+        connects = subscriber.connects
+        os.kill(nodes[0].pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: sum(metrics(n).get("cluster", {}).get("sessions_taken_over", 0)
+                                   for n in nodes[1:]) >= 1, 30, "the takeover")
+        finally:
+            os.kill(nodes[0].pid, signal.SIGCONT)
+        wait_until(lambda: subscriber.connects > connects, 30,
+                   "the subscriber to be moved to the node that took its session over")
+        assert subscriber.sessions_present[-1]
+        wait_until(publisher.finished, 60, "the publisher to send everything")
+        wait_until(publisher.all_acknowledged, 60, "every message to be acknowledged")
+        wait_until(lambda: publisher.acknowledged <= set(subscriber.snapshot()), 60,
+                   "every acknowledged message to arrive")
+    finally:
+        tally = Tally.of([publisher], subscriber)
+        print(f"QoS 1, subscriber's node frozen past the heartbeat timeout: {tally}")
+        publisher.stop()
+        subscriber.stop()
+    assert tally.lost == 0, tally
