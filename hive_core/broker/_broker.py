@@ -618,7 +618,7 @@ class Broker:
             raise
         handover.confirm()
 
-    def import_session(self, records: SessionRecords) -> None:
+    def import_session(self, records: SessionRecords, keep_positions: bool = False) -> None:
         """Take over a session another node handed over (before this node's CONNACK)."""
         existing = self.sessions.get(records.session.client_id)
         if existing is not None:
@@ -628,7 +628,7 @@ class Broker:
         now = time.time()
         session = session_from(records, now)
         self._adopt(session, now)
-        self.records.write_all(session)
+        self.records.write_all(session, keep_positions)
 
     def append_handed_over(self, client_id: str, messages: list[StoredMessage]) -> None:
         """What the old node queued for a session while handing it over: queue it here."""
@@ -660,9 +660,24 @@ class Broker:
             existing = self.sessions.get(client_id)
             if existing is not None and existing.connection is not None:
                 continue
-            self.import_session(record)
+            self.import_session(record, keep_positions=True)
             adopted.append(client_id)
         return adopted
+
+    def is_connected(self, client_id: str) -> bool:
+        session = self.sessions.get(client_id)
+        return session is not None and session.connection is not None
+
+    def queued_records(self, client_id: str) -> list[tuple[int, StoredMessage]]:
+        """The queue of a session as (position, record) pairs."""
+        session = self.sessions.get(client_id)
+        if session is None:
+            return []
+        return [(p.seq, stored_message(p)) for p in session.queue if p.seq]
+
+    def merge_queue(self, client_id: str, messages: list[StoredMessage]) -> None:
+        """Messages another copy of this session queued (a split healed): queue them here."""
+        self.append_handed_over(client_id, messages)
 
     def forget_sessions(self) -> None:
         """The node leaves and its sessions live on in the cluster: drop them here.

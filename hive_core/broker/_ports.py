@@ -148,6 +148,18 @@ class BrokerPort(Protocol):
         """Every stored session with its queue and window: a new backup's starting point."""
         ...
 
+    def is_connected(self, client_id: str) -> bool:
+        """A client with this id is connected here."""
+        ...
+
+    def queued_records(self, client_id: str) -> list[tuple[int, StoredMessage]]:
+        """A session's queue as (position, record) pairs: what a dropped copy hands on."""
+        ...
+
+    def merge_queue(self, client_id: str, messages: list[StoredMessage]) -> None:
+        """What a dropped copy of this session had queued: queue it here."""
+        ...
+
     def forget_sessions(self) -> None:
         """This node leaves; its backups have its sessions: drop them here, silently."""
         ...

@@ -246,11 +246,19 @@ class Records:
         records.queue = [(p.seq, stored_message(p)) for p in session.queue if p.seq]
         return records
 
-    def write_all(self, session: Session) -> None:
-        """Store a session that arrived whole (from another node): record, queue, window."""
+    def write_all(self, session: Session, keep_positions: bool = False) -> None:
+        """Store a session that arrived whole (from another node): record, queue, window.
+
+        ``keep_positions``: the queue keeps the positions it had (a replica's), so that copies
+        of one session on two nodes can be merged by position later.
+        """
         self.save_session(session)
         for pending in session.queue:
-            self.enqueue(session, pending)
+            if keep_positions and pending.seq:
+                self.restored_seq(pending.seq)
+                self.store.enqueue(session.client_id, pending.seq, stored_message(pending))
+            else:
+                self.enqueue(session, pending)
         for pid, outbound in session.inflight.items():
             self.store.save_inflight(_outbound_record(session.client_id, pid, outbound))
         for pid in session.inbound_qos2:

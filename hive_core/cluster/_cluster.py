@@ -39,6 +39,7 @@ from hive_core.cluster._replication import (
     Replicator,
     Watermarks,
     in_record_parts,
+    message_fields,
     successors,
 )
 from hive_core.cluster._routing import RoutingTable
@@ -112,6 +113,7 @@ class Member:
     incarnation: int = 0  # when the peer process started: a higher one means it restarted
     joined_at: float = field(default_factory=time.monotonic)
     synced: bool = False  # its SYNCED arrived: this node knows what the peer holds
+    merging: bool = False  # back after a split: merging until its SYNCED
 
 
 @dataclass(slots=True)
@@ -154,6 +156,7 @@ class ClusterStats:
     takeovers: int = 0  # failed nodes whose sessions this node took over
     sessions_taken_over: int = 0
     messages_rescued: int = 0  # kept for a failed node, delivered to its sessions here
+    merges: int = 0  # copies of a session dropped here for another node's (a split healed)
 
 
 PART_BYTES = 1024 * 1024
@@ -214,23 +217,19 @@ class _Handover:
                              [self.fetch.request, self.fetch.client_id])
 
 
-def _message_fields(m: StoredMessage) -> list[Any]:
-    return [m.topic, m.payload, m.qos, m.retain, m.properties, m.expiry_at, m.publisher_id]
-
-
 def session_parts(records: SessionRecords) -> Iterator[list[Any]]:
     """A session as frame bodies: the record, the window and the first messages of the queue,
     then the rest of the queue in parts of about PART_BYTES (a queue may be any size)."""
     record, inflight = records.session, records.inflight
     subscriptions = [[s.topic_filter, s.qos, s.no_local, s.retain_as_published,
                       s.retain_handling, s.subscription_id] for s in record.subscriptions.values()]
-    parts = in_parts([[seq, _message_fields(m)] for seq, m in records.queue],
+    parts = in_parts([[seq, message_fields(m)] for seq, m in records.queue],
                      lambda item: len(item[1][1]))
     yield [
         [record.client_id, record.protocol_version, record.expiry_interval,
          record.disconnected_at, subscriptions],
         next(parts, []),
-        [[i.packet_id, i.direction, i.state, _message_fields(i.message) if i.message else None]
+        [[i.packet_id, i.direction, i.state, message_fields(i.message) if i.message else None]
          for i in inflight],
     ]
     yield from ([part] for part in parts)
@@ -331,6 +330,11 @@ class Cluster:
             if replicating and settings.replicas_folder is not None else None
         self._taking: dict[str, anyio.Event] = {}  # failed nodes whose sessions are being taken
         self.adopted_from: dict[str, set[str]] = {}  # failed node -> client ids taken from it
+        # client id -> the last queue position its replica held when taken over here: a copy
+        # of the session elsewhere (a split) had everything up to it too.
+        self.adopted_marks: dict[str, int] = {}
+        self._absent_at: dict[str, tuple[ClusterNodeAddress, int]] = {}  # address, incarnation
+        self.merges = 0
         self._excluding: dict[str, set[str]] = {}  # peer -> failed nodes it has not rescued yet
         self._departures: list[tuple[float, str]] = []  # (monotonic time, node) of failures
         self._leaving_since: float | None = None
@@ -562,9 +566,14 @@ class Cluster:
             existing.link.close()
         link.peer_id = peer_id
         self._absent.pop(peer_id, None)
+        away = self._absent_at.pop(peer_id, None)
+        merging = away is not None and away[1] == incarnation and protocol >= 3
         address = ClusterNodeAddress(str(hello["host"]), int(hello["port"]))
         self.members[peer_id] = Member(peer_id, address, str(hello.get("version", "")),
-                                       protocol, link, incarnation)
+                                       protocol, link, incarnation, merging=merging)
+        if merging:
+            log.info("Starting cluster merge process. This may take a while. Please do not "
+                     "shut down Hive. (node %s is back after being unreachable)", peer_id)
         if self.health is not None and hello.get("health_port"):
             self.health.watch(peer_id, incarnation, str(hello.get("health_host") or address.host),
                               int(hello["health_port"]))
@@ -596,9 +605,9 @@ class Cluster:
 
     def _send_owned(self, member: Member, client_ids: list[str]) -> None:
         """OWNED: the sessions this node holds (since when, for protocol 3), in parts."""
-        since = self.owned_since
+        since, connected = self.owned_since, self.broker.is_connected
         body: list[Any] = client_ids if member.protocol < 3 else [
-            [c, since.get(c, 0)] for c in client_ids]
+            [c, since.get(c, 0), connected(c)] for c in client_ids]
         for at in range(0, len(body), 10_000):
             member.link.send(FrameKind.OWNED, body[at:at + 10_000])
 
@@ -626,6 +635,8 @@ class Cluster:
         member.link.close()
         # Its filters stay in the table and what it would get is kept for it (ABSENT_KEEP).
         self._absent[peer_id] = time.monotonic() + ABSENT_KEEP
+        if why != "it shut down":  # unreachable, not gone: dialled until it is back
+            self._absent_at[peer_id] = (member.address, member.incarnation)
         self.forwarding.left(peer_id)
         if self.health is not None:
             self.health.forget(peer_id)
@@ -646,6 +657,7 @@ class Cluster:
     def _forget(self, peer_id: str) -> None:
         """A node away for longer than ABSENT_KEEP: no more routing to it."""
         del self._absent[peer_id]
+        self._absent_at.pop(peer_id, None)  # discovery finds it again if it comes back
         self.table.drop(peer_id)
         self.broker.remote_routes_changed()
         dropped = self.forwarding.abandon(peer_id)
@@ -669,6 +681,10 @@ class Cluster:
             for peer_id, until in list(self._absent.items()):
                 if now > until:
                     self._forget(peer_id)
+            # A node that failed may be back (a split healed, a restart): no need to wait for
+            # the next discovery round to find out.
+            for address, _incarnation in list(self._absent_at.values()):
+                self._dial(address)
             for member in list(self.members.values()):
                 silent = now - member.link.last_read
                 if silent > timeout:
@@ -753,7 +769,7 @@ class Cluster:
             client_id = str(body[1])
             self._handing.get(link, set()).discard(client_id)
             tail = self.broker.release_session(client_id, taken=True)
-            for part in in_parts([_message_fields(m) for m in tail], lambda f: len(f[1])):
+            for part in in_parts([message_fields(m) for m in tail], lambda f: len(f[1])):
                 link.send(FrameKind.SESSION_TAIL, [client_id, part])
         elif kind is FrameKind.SESSION_DECLINED:
             client_id = str(body[1])
@@ -793,8 +809,13 @@ class Cluster:
             self._deliver_rescued(str(body[0]), body[1])
         elif kind is FrameKind.RESCUE_DONE:
             self._excluding.get(member.node_id, set()).discard(str(body))
+        elif kind is FrameKind.MERGE_QUEUE:
+            self._merge_queue(str(body[0]), int(body[1]), body[2])
         elif kind is FrameKind.SYNCED:
             member.synced = True
+            if member.merging:
+                member.merging = False
+                log.info("Finished cluster merge process successfully.")
         elif kind is FrameKind.MEMBERS:
             for host, port in body:
                 self._dial(ClusterNodeAddress(str(host), int(port)))
@@ -991,23 +1012,52 @@ class Cluster:
         return entry[0] if entry is not None else None
 
     def _on_owned(self, node_id: str, body: list[Any]) -> None:
-        """OWNED from ``node_id``: of two nodes holding a session, the newer holder keeps it."""
+        """OWNED from ``node_id``. Of two nodes holding a session (after a failure or a
+        split), one keeps it: the one with the client connected, else the newer holder (then
+        the smaller node id). The other hands its queue on (MERGE_QUEUE) and drops its copy."""
         local = set(self.broker.owned_sessions())
         for item in body:
-            client_id, since = (str(item[0]), int(item[1])) if isinstance(item, list) \
-                else (str(item), 0)
+            if isinstance(item, list):
+                client_id, since = str(item[0]), int(item[1])
+                connected = bool(item[2]) if len(item) > 2 else False
+            else:
+                client_id, since, connected = str(item), 0, False
             if client_id in local:
-                if since > self.owned_since.get(client_id, 0):
-                    # Taken over while this node was away (or split off): the other is newer.
-                    log.info("the session of %r is held by node %s since this node lost it: "
-                             "dropping the copy here", client_id, node_id)
-                    self.owned_since.pop(client_id, None)
-                    self.broker.taken_over_elsewhere(client_id)
-                    self.owners[client_id] = (node_id, since)
+                theirs = (connected, since, node_id < self.node_id)
+                mine = (self.broker.is_connected(client_id),
+                        self.owned_since.get(client_id, 0), self.node_id < node_id)
+                if theirs > mine:
+                    self._drop_copy(client_id, node_id, since)
                 continue
             current = self.owners.get(client_id)
             if current is None or since >= current[1]:
                 self.owners[client_id] = (node_id, since)
+
+    def _drop_copy(self, client_id: str, keeper: str, since: int) -> None:
+        """Another node keeps this session: hand it what was queued here, end the copy."""
+        member = self.members.get(keeper)
+        mark = self.adopted_marks.pop(client_id, 0)
+        queue = self.broker.queued_records(client_id)
+        if member is not None and member.protocol >= 3:
+            parts = list(in_parts([[seq, message_fields(m)] for seq, m in queue],
+                                  lambda item: len(item[1][1]))) or [[]]
+            for part in parts:
+                member.link.send(FrameKind.MERGE_QUEUE, [client_id, mark, part])
+        log.info("the session of %r is also on node %s, which keeps it: %d queued messages "
+                 "handed to it, the copy here dropped", client_id, keeper, len(queue))
+        self.owned_since.pop(client_id, None)
+        self.broker.taken_over_elsewhere(client_id)
+        self.owners[client_id] = (keeper, since)
+        self.merges += 1
+
+    def _merge_queue(self, client_id: str, mark: int, entries: list[list[Any]]) -> None:
+        """MERGE_QUEUE: the queue of a dropped copy. Positions up to the marks were in both
+        copies (a replica's; delivered or queued here already); the rest were queued there
+        while the copies were apart: they are added here."""
+        mark = max(mark, self.adopted_marks.get(client_id, 0))
+        new = [StoredMessage(*fields) for seq, fields in entries if seq > mark]
+        if new:
+            self.broker.merge_queue(client_id, new)
 
     # ------------------------------------------------------------------ replication
 
@@ -1104,9 +1154,12 @@ class Cluster:
                     self._excluding.setdefault(member.node_id, set()).add(failed)
             adopted = self.broker.adopt_sessions(taken.records)
             since = time.time_ns()
+            marks = {r.session.client_id: max((seq for seq, _m in r.queue), default=0)
+                     for r in taken.records}
             for client_id in adopted:
                 self.owned_since[client_id] = since
                 self.owners.pop(client_id, None)
+                self.adopted_marks[client_id] = marks.get(client_id, 0)
             self.adopted_from.setdefault(failed, set()).update(adopted)
             rescued = self._unhandled(failed, taken.watermarks)
             self._drop_node(failed)
@@ -1212,7 +1265,7 @@ class Cluster:
             replicas_held=sorted(self.replicas.held) if self.replicas is not None else [],
             replication_lag=self.replicator.lag() if self.replicator is not None else {},
             takeovers=self.takeovers, sessions_taken_over=self.sessions_taken_over,
-            messages_rescued=self.messages_rescued)
+            messages_rescued=self.messages_rescued, merges=self.merges)
 
     def view(self) -> list[ClusterMember]:
         own = ClusterMember(self.node_id, self.address, "RUNNING", __version__)
