@@ -77,6 +77,8 @@ ABSENT_KEEP = 300.0
 is kept for it (in memory, up to 64 MB) until it is back, when it gets it all. Until sessions
 are replicated, this is what lets a paused or restarted node's persistent sessions miss
 nothing. A node away longer is forgotten, and what was kept for it is dropped and counted."""
+RETAINED_VERSIONS = 1_000_000
+"""Versions of retained topics kept (live ones and clears); beyond it the oldest clears go."""
 SIMULTANEOUS_DIALS = 1.0
 """Seconds after a member joined within which a second link from it is a dial that crossed
 this node's own (both decide by node id); later it is the member reached under another address."""
@@ -334,6 +336,10 @@ class Cluster:
         # of the session elsewhere (a split) had everything up to it too.
         self.adopted_marks: dict[str, int] = {}
         self._absent_at: dict[str, tuple[ClusterNodeAddress, int]] = {}  # address, incarnation
+        # Retained messages: the version of each topic's last set or clear (clears kept as
+        # tombstones, so that a node that missed one cannot bring the message back).
+        self.retained_versions: dict[str, int] = {}
+        self._clock = 0
         self.merges = 0
         self._excluding: dict[str, set[str]] = {}  # peer -> failed nodes it has not rescued yet
         self._departures: list[tuple[float, str]] = []  # (monotonic time, node) of failures
@@ -586,7 +592,13 @@ class Cluster:
         if answer:  # WELCOME first: the dialling node drops every frame before it
             link.send(FrameKind.WELCOME, self._hello())
         link.send(FrameKind.FILTERS, sorted(self._local_filters))
-        retained = [message_body(m) for m in self.broker.retained_messages()]
+        versions = self.retained_versions
+        retained = [[*message_body(m), versions.get(m.topic, 0)]
+                    for m in self.broker.retained_messages()]
+        if protocol >= 3:  # the clears the peer may have missed
+            live = {m.topic for m in self.broker.retained_messages()}
+            retained += [[topic, b"", 0, True, b"", None, "", version]
+                         for topic, version in versions.items() if topic not in live]
         for part in in_parts(retained, lambda body: len(body[1])):
             link.send(FrameKind.RETAINED, part)
         self._send_owned(self.members[peer_id], self.broker.owned_sessions())
@@ -752,10 +764,10 @@ class Cluster:
             self.table.replace(member.node_id, list(body))
             self.broker.remote_routes_changed()
         elif kind is FrameKind.RETAIN:
-            self.broker.apply_retained(message_from(body))
+            self._apply_retained(body, join=False)
         elif kind is FrameKind.RETAINED:
             for item in body:
-                self.broker.apply_retained(message_from(item), only_if_absent=True)
+                self._apply_retained(item, join=True)
         elif kind is FrameKind.SESSION_FETCH:
             self._hand_over(link, int(body[0]), str(body[1]))
         elif kind is FrameKind.SESSION:
@@ -918,7 +930,40 @@ class Cluster:
             self._ack_task = None
 
     def retained_changed(self, message: Message) -> None:
-        self._broadcast(FrameKind.RETAIN, message_body(message))
+        version = self._retained_version(message.topic)
+        self._broadcast(FrameKind.RETAIN, [*message_body(message), version])
+
+    def _retained_version(self, topic: str, seen: int = 0) -> int:
+        """A new version for ``topic``'s retained message: later than any this node has made
+        or seen (a hybrid logical clock: wall-clock nanoseconds, moved on by what arrives)."""
+        self._clock = max(self._clock + 1, time.time_ns(), seen)
+        self.retained_versions[topic] = self._clock
+        if len(self.retained_versions) > RETAINED_VERSIONS:
+            self._trim_retained_versions()
+        return self._clock
+
+    def _trim_retained_versions(self) -> None:
+        live = {m.topic for m in self.broker.retained_messages()}
+        clears = sorted((v, t) for t, v in self.retained_versions.items() if t not in live)
+        for _version, topic in clears[:len(clears) // 2]:  # the oldest clears go first
+            del self.retained_versions[topic]
+
+    def _apply_retained(self, body: list[Any], join: bool) -> None:
+        """A retained message (or clear) from a peer: the newer version wins. A message
+        without a version (an older peer, or one restored from disk) never replaces one that
+        has a version, and at a join only fills a gap."""
+        message = message_from(body)
+        version = int(body[7]) if len(body) > 7 and body[7] else 0
+        topic = message.topic
+        known = self.retained_versions.get(topic, 0)
+        if version:
+            if version <= known:
+                return
+            self._clock = max(self._clock, version)
+            self.retained_versions[topic] = version
+            self.broker.apply_retained(message)
+        elif not known:
+            self.broker.apply_retained(message, only_if_absent=join)
 
     def _hand_over(self, link: PeerLink, request: int, client_id: str) -> None:
         """Another node asks for a session: send it in parts, hold it until it confirms."""
