@@ -154,9 +154,9 @@ FIELDS: dict[str, str] = {
         CLUSTER + "test_cluster_authentication.py::test_a_node_with_another_secret_or_none_does_not_join_one_with_the_secret_does"
         " + " + CLUSTER + "test_cluster_authentication.py::test_strangers_get_the_challenge_and_nothing_else_and_change_nothing"
         " + " + CONFIG + "test_cluster_authentication_config.py::test_a_short_secret_is_refused_and_never_printed",
-    # not in effect until replication lands: the node says so at start
-    "Replication.replica_count": CLUSTER + "test_cluster_e2e.py::"
-                                 "test_replica_count_is_said_to_be_not_in_effect",
+    "Replication.replica_count":
+        "tests/faults/test_failover.py::test_the_node_of_a_persistent_session_killed_three_times"
+        " + tests/faults/test_rolling.py::test_nodes_of_two_protocol_versions_serve_together",
     # <persistence>, <extensions>, <rest-api>
     "Persistence.mode": EFFECTS + "test_in_memory_persistence_keeps_nothing_across_a_restart",
     "Persistence.commit_interval": EFFECTS + "test_commit_interval_and_sync_reach_the_file_store",
