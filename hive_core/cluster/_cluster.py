@@ -664,7 +664,20 @@ class Cluster:
                     and self.replicas is not None \
                     and self.replicas.holds(peer_id) and peer_id not in self._taking:
                 self._taking[peer_id] = anyio.Event()
-                asyncio.get_running_loop().create_task(self._take_over(peer_id))
+                probe = member.address if why == "its connection closed" \
+                    and self.settings.transport_kind == "tcp" else None
+                asyncio.get_running_loop().create_task(self._take_over(peer_id, probe))
+
+    async def _answers(self, address: ClusterNodeAddress) -> bool:
+        """Whether a node's cluster port still takes connections (a crashed process's does
+        not; a live node that closed the link, because it thought this one dead, does)."""
+        try:
+            with anyio.fail_after(1.0):
+                _reader, writer = await asyncio.open_connection(address.host, address.port)
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        return True
 
     def _forget(self, peer_id: str) -> None:
         """A node away for longer than ABSENT_KEEP: no more routing to it."""
@@ -673,6 +686,7 @@ class Cluster:
         self.table.drop(peer_id)
         self.broker.remote_routes_changed()
         dropped = self.forwarding.abandon(peer_id)
+        self.forwarding.dropped += dropped
         log.warning("Cluster node %s has been away for %.0f s: forgetting its subscriptions%s",
                     peer_id, ABSENT_KEEP,
                     f" and dropping the {dropped} messages kept for it" if dropped else "")
@@ -687,9 +701,18 @@ class Cluster:
     async def _heartbeat(self) -> None:
         interval = self.settings.heartbeat_interval
         timeout = self.settings.heartbeat_timeout
+        last = time.monotonic()
         while not self._stopping:
             await anyio.sleep(interval)
             now = time.monotonic()
+            paused, last = now - last - interval, now
+            if paused > timeout / 2:
+                # This process did not run (SIGSTOP, a VM pause): the peers' silence is its own.
+                log.warning("this node did not run for %.1f s: the silence of the other nodes "
+                            "in that time is not held against them", paused)
+                for member in self.members.values():
+                    member.link.last_read = now
+                continue
             for peer_id, until in list(self._absent.items()):
                 if now > until:
                     self._forget(peer_id)
@@ -769,7 +792,8 @@ class Cluster:
             for item in body:
                 self._apply_retained(item, join=True)
         elif kind is FrameKind.SESSION_FETCH:
-            self._hand_over(link, int(body[0]), str(body[1]))
+            failed = str(body[2]) if len(body) > 2 and body[2] else None
+            self._hand_over(link, int(body[0]), str(body[1]), failed)
         elif kind is FrameKind.SESSION:
             request, client_id, part, more = body
             fetch = self._fetches.get(request)
@@ -965,10 +989,26 @@ class Cluster:
         elif not known:
             self.broker.apply_retained(message, only_if_absent=join)
 
-    def _hand_over(self, link: PeerLink, request: int, client_id: str) -> None:
-        """Another node asks for a session: send it in parts, hold it until it confirms."""
+    def _hand_over(self, link: PeerLink, request: int, client_id: str,
+                   failed: str | None = None) -> None:
+        """Another node asks for a session: send it in parts, hold it until it confirms.
+
+        ``failed``: the asking node found the session's node dead and asks this one as the
+        node that takes it over; if this node has not found out yet, it answers once it has
+        (or not at all, and the client is refused and tries again).
+        """
         if self._leaving_since is not None:
             return  # leaving: the asking node asks the node that takes over, after the BYE
+        if failed is not None and failed in self.members and self.replicas is not None \
+                and self.replicas.holds(failed):
+            async def when_taken() -> None:
+                with anyio.move_on_after(self.settings.connect_timeout):
+                    while failed in self.members:
+                        await anyio.sleep(0.02)
+                if failed not in self.members and not link.closed:
+                    self._hand_over(link, request, client_id)
+            asyncio.get_running_loop().create_task(when_taken())
+            return
         if self._taking or self._rescuing(client_id):
             # Among the sessions being taken over: it moves on once it is here whole (what
             # the other nodes kept for the failed node included), so that no message reaches
@@ -1018,8 +1058,9 @@ class Cluster:
             self._fetch_seq += 1
             request = self._fetch_seq
             fetch = self._fetches[request] = _SessionFetch(request, client_id, member.link)
+            failed = entry[0] if entry is not None and entry[0] != owner else None
             try:
-                member.link.send(FrameKind.SESSION_FETCH, [request, client_id])
+                member.link.send(FrameKind.SESSION_FETCH, [request, client_id, failed])
                 with anyio.move_on_after(self.settings.connect_timeout):
                     await fetch.done.wait()
             finally:
@@ -1180,12 +1221,20 @@ class Cluster:
                 with anyio.move_on_after(self.settings.connect_timeout):
                     await event.wait()
 
-    async def _take_over(self, failed: str) -> None:
-        """``failed`` left and this node follows it on the ring: its sessions become ours."""
+    async def _take_over(self, failed: str, probe: ClusterNodeAddress | None = None) -> None:
+        """``failed`` left and this node follows it on the ring: its sessions become ours.
+
+        ``probe``: the link closed without a heartbeat timeout; the node is taken over only if
+        its port no longer answers (after a pause of this node, the peers close its links).
+        """
         began = time.monotonic()
         event = self._taking[failed]
         try:
             assert self.replicas is not None
+            if probe is not None and await self._answers(probe):
+                log.warning("node %s closed its link to this node but still answers: its "
+                            "sessions stay with it", failed)
+                return
             taken = await self.replicas.take(failed)
             if taken is None:
                 return
@@ -1261,6 +1310,10 @@ class Cluster:
 
     def _rescue_for(self, taker: Member, failed: str, watermarks: Watermarks) -> None:
         """TAKEN_OVER: send the taker what was kept for ``failed``, route its share there."""
+        if failed in self.members:
+            # The taker found it dead before this node did: its sessions are the taker's now,
+            # so what this node sends it from here on must go there (it dials again anyway).
+            self._remove(failed, f"node {taker.node_id} took its sessions over")
         if failed not in self.members:
             rescued = self._unhandled(failed, watermarks)
             for part in in_parts(rescued, len):

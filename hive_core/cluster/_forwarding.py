@@ -115,14 +115,19 @@ class Forwarding:
             out.signal()
 
     def abandon(self, peer: str) -> int:
-        """``peer`` is forgotten: what was kept for it is dropped; how many."""
-        out = self.outgoing.pop(peer, None)
+        """``peer`` is forgotten (or its sessions were taken over): what was kept for it is
+        dropped; how many. The count of places goes on: if the same process comes back, its
+        count of what it handled must not make it skip new frames as old ones."""
+        out = self.outgoing.get(peer)
         self.incoming.pop(peer, None)
         if out is None:
             return 0
-        self.dropped += len(out.frames)
+        dropped = len(out.frames)
+        out.frames.clear()
+        out.size = 0
+        out.acked = out.sent
         out.signal()
-        return len(out.frames)
+        return dropped
 
     async def acknowledged(self, is_member: Container[str]) -> None:
         """Until every frame sent so far is acknowledged by its peer, or the peer left."""
