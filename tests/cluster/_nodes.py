@@ -48,12 +48,19 @@ def cluster_body(own_port: int, all_ports: Iterable[int], rest_port: int,
 
 def start_cluster(hive_factory: Callable[..., HiveProcess], count: int,
                   order: Iterable[int] | None = None,
-                  heartbeat: tuple[int, int] = HEARTBEAT) -> list[HiveProcess]:
-    """``count`` nodes on free loopback ports, each listing all; started in ``order``."""
+                  heartbeat: tuple[int, int] = HEARTBEAT,
+                  listeners: Callable[[int], str] | None = None) -> list[HiveProcess]:
+    """``count`` nodes on free loopback ports, each listing all; started in ``order``.
+
+    ``listeners(port)``, when given, is each node's ``<listeners>`` content for its MQTT port.
+    """
     cluster_ports = [free_port() for _ in range(count)]
+    mqtt_ports = [free_port() for _ in range(count)]
     nodes = [hive_factory(body=cluster_body(port, cluster_ports, rest, heartbeat),
-                          start=False, cluster=port, rest=rest)
-             for port, rest in ((p, free_port()) for p in cluster_ports)]
+                          listeners=listeners(mqtt) if listeners is not None else None,
+                          port=mqtt, start=False, cluster=port, rest=rest)
+             for port, rest, mqtt in ((p, free_port(), m)
+                                      for p, m in zip(cluster_ports, mqtt_ports, strict=True))]
     for index in order if order is not None else range(count):
         nodes[index].start()
     return nodes
