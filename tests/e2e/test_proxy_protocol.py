@@ -23,7 +23,7 @@ from e2e.rawclient import RawClient
 from hive_core.config import parse_config
 from hive_core.mqtt import ConnAck
 from hive_core.net._proxy_header import V2_SIGNATURE
-from hive_core.testing._inprocess import RunningNode
+from hive_core.testing import RunningNode
 from hive_ext_api import AuthDecision, ClientInfo, ConnectInfo, hookimpl
 
 pytestmark = pytest.mark.timeout(60)
