@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -30,6 +31,7 @@ import pytest
 __all__ = ["HAProxy", "haproxy_factory", "passthrough_config", "readme_config"]
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"  # sbin: not on every PATH
 
 
 def readme_config(frontend_port: int, node_ports: Sequence[int], proxy: str = "send-proxy-v2",
@@ -82,12 +84,12 @@ class HAProxy:
 
     def check(self) -> None:
         """``haproxy -c``: the configuration is valid."""
-        result = subprocess.run(["haproxy", "-c", "-f", str(self.config)], capture_output=True,
+        result = subprocess.run([HAPROXY, "-c", "-f", str(self.config)], capture_output=True,
                                 text=True, timeout=10)
         assert result.returncode == 0, result.stdout + result.stderr
 
     def start(self, timeout: float = 10.0) -> HAProxy:
-        self.proc = subprocess.Popen(["haproxy", "-db", "-f", str(self.config)],
+        self.proc = subprocess.Popen([HAPROXY, "-db", "-f", str(self.config)],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         proc = self.proc
 
