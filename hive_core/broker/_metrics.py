@@ -15,6 +15,7 @@ class BrokerMetrics:
     dropped: dict[str, int] = field(default_factory=dict)  # by reason (see DROP_REASONS)
     messages_queued: int = 0
     receive_maximum_throttled: int = 0  # times a client sent past its receive maximum
+    proxy_protocol_refused: int = 0  # connections closed for a missing or bad PROXY header
 
     def count_drop(self, reason: str) -> int:
         """One more message dropped for ``reason``: how many so far for it."""

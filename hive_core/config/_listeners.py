@@ -100,6 +100,13 @@ class _Listener(ConfigModel):
     """The local address to listen on; 0.0.0.0: every interface."""
     name: str | None = element(tag="name", default=None)
     """A name for the logs; not set: `<kind>-listener-<port>`, e.g. tcp-listener-1883."""
+    proxy_protocol: XmlBool = element(tag="proxy-protocol", default=False)
+    """Whether every connection starts with a PROXY protocol header (v1 or v2, as HAProxy's
+    `send-proxy` and `send-proxy-v2` write it, before TLS on a secure listener): the client's
+    address in it is the one the node logs and shows to extensions. A connection without a
+    valid header is closed and counted (`proxy_protocol_refused` in the metrics). Only for a
+    listener that no one but the load balancer can reach: whoever can connect can claim any
+    address in a header."""
 
     @property
     def display_name(self) -> str:

@@ -1,4 +1,5 @@
-"""Listeners: TCP, TLS and WebSocket in front of the broker; TLS on node links."""
+"""Listeners: TCP, TLS and WebSocket in front of the broker (PROXY protocol header on request);
+TLS on node links."""
 
 from hive_core.net._addresses import (
     AdvertisedAddress,
@@ -13,6 +14,7 @@ from hive_core.net._listeners import (
     open_mqtt_listener,
     open_mqtt_listeners,
 )
+from hive_core.net._proxy_header import ProxyHeader, ProxyHeaderError, ProxyHeaderParser
 from hive_core.net._tls import TLSConfigError, client_context, cluster_contexts, server_context
 from hive_core.net._tls_links import TlsAcceptor, dial_tls, handshake_failure
 from hive_core.net._websocket import WebSocketProtocol
@@ -21,6 +23,9 @@ __all__ = [
     "AdvertisedAddress",
     "BoundListener",
     "ListenError",
+    "ProxyHeader",
+    "ProxyHeaderError",
+    "ProxyHeaderParser",
     "TLSConfigError",
     "TlsAcceptor",
     "WebSocketProtocol",

@@ -16,6 +16,7 @@ from typing import Any
 
 from hive_core.broker import Broker, ClientConnection
 from hive_core.net._bind import listen_error
+from hive_core.net._proxy_protocol import ProxyHeaderReader
 from hive_core.net._throttle import ThrottledConnection
 from hive_core.net._tls import server_context
 from hive_core.net._websocket import WebSocketProtocol
@@ -77,16 +78,24 @@ async def open_mqtt_listener(listener: Any, broker: Broker, incoming_rate: int =
     else:
         def factory() -> asyncio.Protocol:
             return ClientConnection(broker, name)
+    handshake_timeout = (listener.tls.handshake_timeout / 1000) if context else None
+    proxied = bool(listener.proxy_protocol)
+    if proxied:  # the header first, then the protocol above (its TLS layer made by the reader)
+        inner, inner_tls = factory, context
+
+        def factory() -> asyncio.Protocol:
+            return ProxyHeaderReader(broker, name, inner, inner_tls, handshake_timeout or 10.0)
+        context = None
     try:
         server = await loop.create_server(
             factory, listener.bind_address, listener.port, ssl=context, backlog=BACKLOG,
-            reuse_address=True,
-            ssl_handshake_timeout=(listener.tls.handshake_timeout / 1000) if context else None)
+            reuse_address=True, ssl_handshake_timeout=handshake_timeout if context else None)
     except OSError as exc:
         element = f"<{type(listener).__xml_tag__}>" + (f" {listener.name}" if listener.name else "")
         raise listen_error(element, listener.bind_address, listener.port, exc) from exc
     host, port = bound_address(server)
-    log.info("Started %s listener %s on address %s and on port %d", kind, name, host, port)
+    log.info("Started %s listener %s on address %s and on port %d%s", kind, name, host, port,
+             ", PROXY protocol header required" if proxied else "")
     return BoundListener(kind, name, host, port, server)
 
 

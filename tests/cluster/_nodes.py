@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -19,7 +20,7 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from conftest import HiveProcess, free_port
+from conftest import HiveProcess
 
 __all__ = ["MosquittoSub", "cluster_nodes", "get", "metrics", "remote_filters",
            "start_cluster", "wait_for", "wait_for_members", "wait_for_route"]
@@ -46,14 +47,32 @@ def cluster_body(own_port: int, all_ports: Iterable[int], rest_port: int,
     )
 
 
+def distinct_free_ports(count: int) -> list[int]:
+    """``count`` free loopback ports, no two alike (all held open while they are picked)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def start_cluster(hive_factory: Callable[..., HiveProcess], count: int,
                   order: Iterable[int] | None = None,
-                  heartbeat: tuple[int, int] = HEARTBEAT) -> list[HiveProcess]:
-    """``count`` nodes on free loopback ports, each listing all; started in ``order``."""
-    cluster_ports = [free_port() for _ in range(count)]
+                  heartbeat: tuple[int, int] = HEARTBEAT,
+                  listeners: Callable[[int], str] | None = None) -> list[HiveProcess]:
+    """``count`` nodes on free loopback ports, each listing all; started in ``order``.
+
+    ``listeners(port)``, when given, is each node's ``<listeners>`` content for its MQTT port.
+    """
+    ports = distinct_free_ports(3 * count)
+    cluster_ports, mqtt_ports, rest_ports = ports[:count], ports[count:-count], ports[-count:]
     nodes = [hive_factory(body=cluster_body(port, cluster_ports, rest, heartbeat),
-                          start=False, cluster=port, rest=rest)
-             for port, rest in ((p, free_port()) for p in cluster_ports)]
+                          listeners=listeners(mqtt) if listeners is not None else None,
+                          port=mqtt, start=False, cluster=port, rest=rest)
+             for port, mqtt, rest in zip(cluster_ports, mqtt_ports, rest_ports, strict=True)]
     for index in order if order is not None else range(count):
         nodes[index].start()
     return nodes

@@ -39,6 +39,9 @@ FIELDS: dict[str, str] = {
     "_Listener.bind_address": LISTENERS + "test_bind_address_is_honoured + "
                               + E2E + "test_startup_errors.py::test_a_bind_address_this_host_does_not_have",
     "_Listener.name": E2E + "test_startup_errors.py::test_a_failed_bind_names_its_config_element",
+    "_Listener.proxy_protocol": E2E + "test_proxy_protocol.py::test_the_headers_client_address_is_in_the_access_log + "
+                                + E2E + "test_proxy_protocol.py::test_without_the_element_a_header_is_an_mqtt_protocol_error + "
+                                + CLUSTER + "test_haproxy.py::test_every_listener_kind_takes_the_header_from_haproxy",
     "TlsTcpListener.port": LISTENERS + "test_tls_listener_with_a_key_store",
     "ListenerTls.protocols": EFFECTS + "test_tls_protocols_and_cipher_suites_limit_what_a_client_may_use",
     "ListenerTls.cipher_suites": EFFECTS + "test_tls_protocols_and_cipher_suites_limit_what_a_client_may_use",

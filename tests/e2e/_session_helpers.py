@@ -38,8 +38,10 @@ class PahoClient:
     def __init__(self, port: int, client_id: str = "", version: int = 5, clean: bool = True,
                  expiry: int | None = None, keepalive: int = 60, manual_ack: bool = False,
                  will: tuple[str, bytes, int, bool] | None = None,
-                 will_props: Properties | None = None, **connect_props: Any) -> None:
+                 will_props: Properties | None = None, bind_address: str = "",
+                 **connect_props: Any) -> None:
         self.port = port
+        self.bind_address = bind_address  # the client's source address, e.g. 127.0.0.2
         self.version = version
         self.clean = clean
         self.keepalive = keepalive
@@ -102,7 +104,8 @@ class PahoClient:
             kwargs["clean_start"] = self.clean
             if self.connect_props:
                 kwargs["properties"] = props(PacketTypes.CONNECT, **self.connect_props)
-        self.client.connect("127.0.0.1", self.port, self.keepalive, **kwargs)
+        self.client.connect("127.0.0.1", self.port, self.keepalive,
+                            bind_address=self.bind_address, **kwargs)
         self.client.loop_start()
         assert self.connected.wait(timeout), "no CONNACK in time"
         if expect_success:
