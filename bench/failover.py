@@ -257,6 +257,17 @@ def _wait(what: str, done: Any, timeout: float, *threads: Any, fail: bool = True
     return True
 
 
+def _ranges(numbers: list[int]) -> str:
+    """1, 2, 3, 7 -> '1-3, 7' (sorted input)."""
+    out: list[list[int]] = []
+    for n in numbers:
+        if out and out[-1][1] == n - 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in out)
+
+
 def _took_over(node: Node) -> re.Match[str] | None:
     return TOOK_OVER.search(node.log_path.read_text(errors="replace"))
 
@@ -282,6 +293,7 @@ def measure(nodes: list[Node], freeze: bool, to_taker: bool, rate: float) -> dic
         _wait("a second of the stream", lambda: sub.count() >= rate, 30, sub, pub)
         sub.next_port = target.port
         connects = len(sub.connected_at)
+        sent_at_fault = pub.sent
         fault_at = time.monotonic()
         if freeze:
             os.kill(victim.pid, signal.SIGSTOP)
@@ -300,6 +312,7 @@ def measure(nodes: list[Node], freeze: bool, to_taker: bool, rate: float) -> dic
         failover_s = sub.connected_at[resumed] - fault_at
         first_s = sub.connected_at[connects] - fault_at
         present = sub.sessions_present[connects]
+        sent_at_resume = pub.sent
         # a frozen node stays frozen until its sessions are taken over, then wakes up
         if not _wait("the takeover", lambda: _took_over(taker), 30, fail=False):
             problems.append(
@@ -327,6 +340,7 @@ def measure(nodes: list[Node], freeze: bool, to_taker: bool, rate: float) -> dic
         pub.stop()
         sub.stop()
     got = sub.snapshot()
+    lost = sorted(pub.acked - set(got))
     took_over = _took_over(taker)
     r: dict[str, Any] = {
         "failover_s": failover_s,
@@ -338,7 +352,9 @@ def measure(nodes: list[Node], freeze: bool, to_taker: bool, rate: float) -> dic
         "sent": pub.sent,
         "acked": len(pub.acked),
         "pubacks_missing": pub.sent - len(pub.acked),
-        "lost": len(pub.acked - set(got)),
+        "sent_at_fault": sent_at_fault,
+        "sent_at_resume": sent_at_resume,
+        "lost": len(lost),
         "duplicates": sum(c - 1 for c in got.values() if c > 1),
         "takeover_ms": int(took_over.group(2)) if took_over else None,
     }
@@ -348,8 +364,11 @@ def measure(nodes: list[Node], freeze: bool, to_taker: bool, rate: float) -> dic
             f"the first CONNACK after the fault ({first_s:.2f} s) had no session present; "
             f"session present flags of the CONNACKs after the fault: {r['connacks']}",
         )
-    if r["lost"]:
-        problems.append(f"{r['lost']} acknowledged messages never arrived")
+    if lost:
+        problems.append(
+            f"{len(lost)} acknowledged messages never arrived: numbers {_ranges(lost)} (message "
+            f"{sent_at_fault} was sent before the fault, {sent_at_resume} before the resumption)"
+        )
     if problems:
         r["error"] = "; ".join(problems)
     return r

@@ -382,6 +382,13 @@ class HiveCluster:
             for n in self.nodes
         ]
 
+    def keep_logs(self, prefix: str) -> None:
+        """Copy the nodes' logs to ``<prefix>-<name>.log``: the run failed, look at them later."""
+        for n in self.nodes:
+            if n.log_path is not None:
+                with contextlib.suppress(OSError):
+                    shutil.copyfile(n.log_path, n.log_path.with_name(f"{prefix}-{n.log_path.name}"))
+
     def all_pids(self) -> list[int]:
         return [p for n in self.nodes for p in n.all_pids()]
 
@@ -864,6 +871,7 @@ def main(argv: list[str] | None = None) -> int:
                         if reps > 1:
                             label += f" ({rep + 1}/{reps})"
                         print(f"{label}: starting", file=sys.stderr, flush=True)
+                        before = len(errors.get((s, b), []))
                         try:
                             try:
                                 broker.start()
@@ -881,6 +889,9 @@ def main(argv: list[str] | None = None) -> int:
                             print(f"{label}: ERROR {msg}", file=sys.stderr, flush=True)
                         finally:
                             broker.stop()
+                            failed = len(errors.get((s, b), [])) > before
+                            if failed and isinstance(broker, HiveCluster):
+                                broker.keep_logs(f"{s}-{rnd * reps + rep + 1}")
     except KeyboardInterrupt:
         interrupted = True
         print("interrupted: reporting what was measured", file=sys.stderr)
