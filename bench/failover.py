@@ -229,8 +229,8 @@ class Publisher(threading.Thread):
             for first, body in _packets(buf):
                 if first >> 4 == 4:
                     with self._lock:
-                        number = self._inflight.pop(struct.unpack_from("!H", body)[0], None)
-                        if number is not None:
+                        number = self._inflight.pop(struct.unpack_from("!H", body)[0], 0)
+                        if number:  # numbers start at 1
                             self.acked.add(number)
 
 

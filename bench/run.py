@@ -577,7 +577,7 @@ def _report_row(
         single = _median([float(r["rate"]) for r in res.get((single_s, "hive"), [])])
         v = med.get("hive")
         if single and v is not None:
-            tgt += f": {v / single:.2f}"
+            tgt += f": {v / single:.3f}"  # 0.496 is a MISS that .2f shows as 0.50
             if target is not None:
                 tgt += " ok" if v / single >= target else " MISS"
     elif s == "conns":
@@ -863,10 +863,12 @@ def main(argv: list[str] | None = None) -> int:
                     # a failover measurement ends the cluster: a round is several of them
                     reps = a.failover_reps if s.startswith("failover") else 1
                     for rep in range(reps):
-                        broker: Broker | HiveCluster = Broker(defs[b], a)
+                        broker: Broker | HiveCluster
                         if s in CLUSTERED:
                             size, replicas = CLUSTERED[s][:2]
                             broker = HiveCluster(defs[b], a, size, replicas)
+                        else:
+                            broker = Broker(defs[b], a)
                         label = f"[{s} {rnd + 1}/{a.rounds}] {b}"
                         if reps > 1:
                             label += f" ({rep + 1}/{reps})"
