@@ -187,10 +187,12 @@ def read_packet(sock: socket.socket) -> tuple[int, bytes]:
     return first, (_recv_exact(sock, rl) if rl else b"")
 
 
-def mqtt_connect(host: str, port: int, client_id: str, timeout: float = 30.0) -> socket.socket:
+def mqtt_connect(
+    host: str, port: int, client_id: str, timeout: float = 30.0, clean: bool = True
+) -> socket.socket:
     sock = socket.create_connection((host, port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.sendall(connect_packet(client_id))
+    sock.sendall(connect_packet(client_id, clean=clean))
     first, body = read_packet(sock)
     if first >> 4 != 2 or len(body) < 2 or body[1] != 0:
         raise ConnectionError(f"bad CONNACK for {client_id}: {first:#x} {body!r}")
@@ -314,6 +316,7 @@ class LoadSpec:
     batch: int = 64  # messages per send() call
     rate: float = 0.0  # total msgs/s; 0 = as fast as the window allows
     timestamps: bool = False  # payload starts with a monotonic-ns timestamp -> latency
+    persistent: bool = False  # subscribers connect with clean session 0 (a persistent session)
     warmup: float = 1.0
     duration: float = 5.0
     drain_timeout: float = 10.0
@@ -382,7 +385,7 @@ def _sub_main(sh: _Shared, pidx: int, spec: LoadSpec, run_id: str, first: int, c
     _, sub_topic = _topics(spec, run_id)
     socks = []
     for i in range(first, first + count):
-        s = mqtt_connect(spec.host, spec.port, f"bs-{run_id}-{i}")
+        s = mqtt_connect(spec.host, spec.port, f"bs-{run_id}-{i}", clean=not spec.persistent)
         mqtt_subscribe(s, sub_topic, spec.qos)
         s.setblocking(False)
         socks.append(s)
@@ -1133,6 +1136,7 @@ def run_connections(
 SCENARIO_SPECS: dict[str, dict[str, Any]] = {
     "qos0": {"qos": 0},
     "qos1": {"qos": 1},
+    "qos1p": {"qos": 1, "persistent": True},
     "fanout": {"qos": 0, "subscribers": 50},
     "fanin": {"qos": 0, "publishers": 50, "topic_mode": "per-pub"},
     "latency": {"qos": 0, "rate": 2000.0, "timestamps": True},
@@ -1156,6 +1160,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float)
     ap.add_argument("--pub-procs", type=int)
     ap.add_argument("--sub-procs", type=int)
+    ap.add_argument(
+        "--persistent",
+        action="store_true",
+        default=None,
+        help="subscribers connect with clean session 0",
+    )
     ap.add_argument("--connections", type=int, default=19_000, help="conns scenario")
     ap.add_argument("--conn-procs", type=int, default=4, help="conns scenario")
     ap.add_argument("--conn-concurrency", type=int, default=24, help="conns scenario")
@@ -1183,6 +1193,7 @@ def main(argv: list[str] | None = None) -> int:
             "rate",
             "pub_procs",
             "sub_procs",
+            "persistent",
         ):
             v = getattr(a, name)
             if v is not None:
