@@ -251,8 +251,12 @@ class Broker:
             log.info("session of %r expired", session.client_id)
             self._end_session(session)
 
-    def _end_session(self, session: Session) -> None:
-        """Discard the session: subscriptions, queue, in-flight; a pending will goes out now."""
+    def _end_session(self, session: Session, deleted: bool = True) -> None:
+        """Discard the session: subscriptions, queue, in-flight; a pending will goes out now.
+
+        ``deleted``: the session is over (expired, replaced by a clean start), not moved to
+        another node: a copy elsewhere must not bring it back.
+        """
         if self.clock.cancel_will(session.client_id):
             self._publish_will(session)
         self.clock.cancel_expiry(session.client_id)
@@ -262,7 +266,7 @@ class Broker:
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
             if self.cluster is not None:
-                self.cluster.session_ended(session.client_id)
+                self.cluster.session_ended(session.client_id, deleted)
         self.records.delete_session(session.client_id)
 
     def _adopt(self, session: Session, now: float) -> None:
@@ -550,7 +554,7 @@ class Broker:
                                      "another connection took the session over")
             session = self.sessions.get(client_id)  # closing ends a session with expiry 0
         if session is not None:
-            self._end_session(session)
+            self._end_session(session, deleted=False)
 
     def local_filters(self) -> list[str]:
         return [f for session in self.sessions.values() for f in session.subscriptions]
@@ -595,7 +599,7 @@ class Broker:
                 or session.connection is not None:
             return []  # not taken, or the client came back here meanwhile: it stays
         tail = [stored_message(p) for p in session.queue if id(p) not in exported]
-        self._end_session(session)
+        self._end_session(session, deleted=False)
         return tail
 
     async def fetch_session_elsewhere(self, client_id: str) -> None:
@@ -624,7 +628,7 @@ class Broker:
         if existing is not None:
             if existing.connection is not None:
                 return
-            self._end_session(existing)
+            self._end_session(existing, deleted=False)
         now = time.time()
         session = session_from(records, now)
         self._adopt(session, now)

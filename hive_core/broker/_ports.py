@@ -69,8 +69,9 @@ class ClusterPort(Protocol):
         """A client connected here: another node holding a connection for it closes that."""
         ...
 
-    def session_ended(self, client_id: str) -> None:
-        """This node no longer holds a session for ``client_id``."""
+    def session_ended(self, client_id: str, deleted: bool = True) -> None:
+        """This node no longer holds a session for ``client_id`` (``deleted``: it is over,
+        rather than moved to another node)."""
         ...
 
     async def forwards_acknowledged(self) -> None:

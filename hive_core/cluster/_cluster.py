@@ -79,6 +79,8 @@ are replicated, this is what lets a paused or restarted node's persistent sessio
 nothing. A node away longer is forgotten, and what was kept for it is dropped and counted."""
 RETAINED_VERSIONS = 1_000_000
 """Versions of retained topics kept (live ones and clears); beyond it the oldest clears go."""
+ENDED_SESSIONS = 1_000_000
+"""Tombstones of ended sessions kept; beyond it the oldest half goes."""
 SIMULTANEOUS_DIALS = 1.0
 """Seconds after a member joined within which a second link from it is a dial that crossed
 this node's own (both decide by node id); later it is the member reached under another address."""
@@ -339,6 +341,7 @@ class Cluster:
         # Retained messages: the version of each topic's last set or clear (clears kept as
         # tombstones, so that a node that missed one cannot bring the message back).
         self.retained_versions: dict[str, int] = {}
+        self.ended_sessions: dict[str, int] = {}  # client id -> when its session ended (ns)
         self._clock = 0
         self.merges = 0
         self._excluding: dict[str, set[str]] = {}  # peer -> failed nodes it has not rescued yet
@@ -823,9 +826,19 @@ class Cluster:
         elif kind is FrameKind.OWNED:
             self._on_owned(member.node_id, body)
         elif kind is FrameKind.SESSION_GONE:
-            owner = self.owners.get(str(body))
+            client_id = str(body[0]) if isinstance(body, list) else str(body)
+            owner = self.owners.get(client_id)
             if owner is not None and owner[0] == member.node_id:
-                del self.owners[str(body)]
+                del self.owners[client_id]
+            if isinstance(body, list):  # the session is over: a tombstone
+                version = self._session_ended(client_id, int(body[1]))
+                if self.replicator is not None and not self.broker.is_connected(client_id) and \
+                        client_id in self.broker.owned_sessions() and \
+                        self.owned_since.get(client_id, 0) < version:
+                    log.info("the session of %r ended on node %s after this node's copy was "
+                             "made: dropping the copy", client_id, member.node_id)
+                    self.owned_since.pop(client_id, None)
+                    self.broker.taken_over_elsewhere(client_id)
         elif kind is FrameKind.REPL_OPS:
             if self.replicas is not None:
                 self.replicas.ops(member.node_id, int(body[0]), body[1], body[2])
@@ -1088,9 +1101,26 @@ class Cluster:
             member.link.send(FrameKind.CLIENT_CONNECTED,
                              [client_id, since] if member.protocol >= 3 else client_id)
 
-    def session_ended(self, client_id: str) -> None:
+    def session_ended(self, client_id: str, deleted: bool = True) -> None:
         self.owned_since.pop(client_id, None)
-        self._broadcast(FrameKind.SESSION_GONE, client_id)
+        if not deleted:
+            self._broadcast(FrameKind.SESSION_GONE, client_id)
+            return
+        # A tombstone: a copy of the session older than this (on a node that was away) is
+        # dropped when that node comes back, not resurrected.
+        version = self._session_ended(client_id, time.time_ns())
+        for member in self.members.values():
+            member.link.send(FrameKind.SESSION_GONE,
+                             [client_id, version] if member.protocol >= 3 else client_id)
+
+    def _session_ended(self, client_id: str, version: int) -> int:
+        ended = self.ended_sessions
+        version = max(version, ended.get(client_id, 0))
+        ended[client_id] = version
+        if len(ended) > ENDED_SESSIONS:
+            for old in sorted(ended, key=ended.__getitem__)[:len(ended) // 2]:
+                del ended[old]
+        return version
 
     def owner_of(self, client_id: str) -> str | None:
         """The other node holding the session of ``client_id``, as far as this node knows."""
@@ -1114,6 +1144,14 @@ class Cluster:
                         self.owned_since.get(client_id, 0), self.node_id < node_id)
                 if theirs > mine:
                     self._drop_copy(client_id, node_id, since)
+                continue
+            ended = self.ended_sessions.get(client_id, 0)
+            # Ended after that copy was made. Only with replication: then a session that
+            # lived on after the end has a newer copy on the node that took it over.
+            if ended > since and not connected and self.replicator is not None:
+                member = self.members.get(node_id)
+                if member is not None:
+                    member.link.send(FrameKind.SESSION_GONE, [client_id, ended])
                 continue
             current = self.owners.get(client_id)
             if current is None or since >= current[1]:

@@ -174,3 +174,43 @@ def test_the_node_of_a_persistent_session_frozen_past_the_heartbeat_timeout(
         publisher.stop()
         subscriber.stop()
     assert tally.lost == 0, tally
+
+
+def test_a_session_ended_while_its_old_node_was_down_does_not_come_back(
+        hive_factory: Any) -> None:
+    """A session taken over after a kill -9, then ended by a clean start: when the killed node
+    returns with its old copy on disk, the copy is dropped (a tombstone), not resurrected."""
+    from e2e._session_helpers import PahoClient
+
+    nodes = three_nodes(hive_factory)
+    first = PahoClient(nodes[0].port, "tomb", clean=False, expiry=3600).connect()
+    first.subscribe("tomb/#", qos=1)
+    first.close()
+    time.sleep(1.0)  # offline now, and on its backup
+    nodes[0].kill()
+    again = PahoClient(nodes[1].port, "tomb", clean=False, expiry=3600).connect()
+    assert again.session_present
+    again.close()
+    clean = PahoClient(nodes[1].port, "tomb", clean=True, expiry=0).connect()  # ends it
+    clean.close()
+    time.sleep(0.5)
+    nodes[0].start()
+    wait_for_members(nodes, 3)
+    for node in nodes:
+        back = PahoClient(node.port, "tomb", clean=False, expiry=0).connect()
+        present = back.session_present
+        back.close()
+        assert not present, f"the ended session came back on {node.folder.name}"
+        time.sleep(0.3)
+
+
+def test_as_many_failures_as_replica_count_are_logged_as_a_disaster(hive_factory: Any) -> None:
+    nodes = three_nodes(hive_factory)
+    nodes[1].kill()
+    nodes[0].wait_for_log("left the cluster")
+    time.sleep(0.2)
+    assert "Cluster disaster detected" not in nodes[0].log  # one failure: every copy is there
+    nodes[2].kill()
+    found = nodes[0].wait_for_log(r"Cluster disaster detected at [0-9-]+ [0-9:]+ \w+: 2 nodes "
+                                  r"left the cluster within 60 s \(.*\), and replica-count is 2")
+    print(found.group(0))
