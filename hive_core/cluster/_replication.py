@@ -224,6 +224,7 @@ class Backup:
 
     node_id: str
     acked: int = -1  # the op it has made durable; -1 until its snapshot is
+    since: float = field(default_factory=time.monotonic)  # when it became a backup
 
 
 class Replicator:
@@ -304,6 +305,10 @@ class Replicator:
     def acknowledged(self, node_id: str, seq: int) -> None:
         backup = self.backups.get(node_id)
         if backup is not None and seq > backup.acked:
+            if backup.acked < 0:
+                log.info("Replica on %s complete in %d ms: every persistent session of this "
+                         "node is on %d nodes again", node_id,
+                         (time.monotonic() - backup.since) * 1000, 1 + len(self.backups))
             backup.acked = seq
             self._settle_waiters()
 
