@@ -330,8 +330,10 @@ class Cluster:
         self.replicator = Replicator(
             store, self._replica_snapshot, self._watermarks, self._send_snapshot,
             self._send_ops, self._send_release) if replicating and store is not None else None
-        self.replicas = Replicas(settings.replicas_folder, self._acknowledge_replica) \
+        self.replicas = Replicas(settings.replicas_folder, self._acknowledge_replica,
+                                 self._replica_missing) \
             if replicating and settings.replicas_folder is not None else None
+        self._resync_asked: set[str] = set()
         self._taking: dict[str, anyio.Event] = {}  # failed nodes whose sessions are being taken
         self.adopted_from: dict[str, set[str]] = {}  # failed node -> client ids taken from it
         # client id -> the last queue position its replica held when taken over here: a copy
@@ -845,7 +847,13 @@ class Cluster:
         elif kind is FrameKind.REPL_ACK:
             if self.replicator is not None:
                 self.replicator.acknowledged(member.node_id, int(body))
+        elif kind is FrameKind.REPL_RESYNC:
+            if self.replicator is not None and member.node_id in self.replicator.backups:
+                log.info("node %s holds no replica of this node's sessions any more: sending "
+                         "them again", member.node_id)
+                self._ring_changed(renewed=member.node_id)
         elif kind is FrameKind.REPL_SNAPSHOT:
+            self._resync_asked.discard(member.node_id)
             if self.replicas is not None:
                 self.replicas.snapshot_part(member.node_id, int(body[0]), bool(body[1]),
                                             body[2], body[3], bool(body[4]))
@@ -1245,6 +1253,12 @@ class Cluster:
         member = self.members.get(node_id)
         if member is not None:
             member.link.send(FrameKind.REPL_RELEASE)
+
+    def _replica_missing(self, origin: str) -> None:
+        member = self.members.get(origin)
+        if member is not None and origin not in self._resync_asked:
+            self._resync_asked.add(origin)  # once, until its snapshot comes
+            member.link.send(FrameKind.REPL_RESYNC)
 
     def _acknowledge_replica(self, origin: str, seq: int) -> None:
         member = self.members.get(origin)

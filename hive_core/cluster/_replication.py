@@ -383,9 +383,11 @@ class Replicas:
     which takes a moment; the ops after it wait for it).
     """
 
-    def __init__(self, folder: Path, acknowledge: Callable[[str, int], None]) -> None:
+    def __init__(self, folder: Path, acknowledge: Callable[[str, int], None],
+                 missing: Callable[[str], None] = lambda origin: None) -> None:
         self.folder = folder
         self._acknowledge = acknowledge
+        self._missing = missing  # ops came for a replica this node does not hold (any more)
         self.held: dict[str, Replica] = {}
         self.ops_applied = 0
         self._work: dict[str, deque[Work]] = {}
@@ -483,7 +485,10 @@ class Replicas:
     def _ops(self, origin: str, first: int, ops: list[Op], watermarks: Watermarks) -> None:
         replica = self.held.get(origin)
         if replica is None or replica.store is None:
-            return  # no snapshot yet: the origin sends one when it picks this node
+            # Taken over or dropped here (the origin was thought dead, and was not): without
+            # a snapshot first, these ops have nothing to apply to. The origin is asked again.
+            self._missing(origin)
+            return
         store = replica.store
         wills = replica.wills
         with store.atomic():

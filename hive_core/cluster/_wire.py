@@ -57,6 +57,7 @@ class FrameKind(IntEnum):
     RESCUE_DONE = 46  # failed node: every frame the sender kept for it has been sent
     SYNCED = 47  # the frames a new link begins with are all sent
     MERGE_QUEUE = 48  # [client id, position mark, queue]: a dropped copy's queue for the keeper
+    REPL_RESYNC = 49  # the sender holds no replica of the receiver's: send a snapshot again
     # Before anything else on a link of a cluster with a shared secret (see _auth.py):
     AUTH_CHALLENGE = 50  # a fresh nonce; sent by both ends as soon as the link is open
     AUTH_PROOF = 51  # the answer to the peer's challenge: proof of holding the shared secret

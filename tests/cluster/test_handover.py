@@ -51,7 +51,7 @@ def connack(client: Client) -> ConnAck | None:
 def stall(node: Node) -> list[tuple[Any, ...]]:
     """``node`` stops answering session fetches (a paused process); returns what it got."""
     asked: list[tuple[Any, ...]] = []
-    node.cluster._hand_over = lambda link, request, client_id: asked.append(  # type: ignore
+    node.cluster._hand_over = lambda link, request, client_id, failed=None: asked.append(  # type: ignore
         (link, request, client_id))
     return asked
 
