@@ -21,6 +21,7 @@ import docker.types
 import pytest
 
 from _testbed import (
+    DISABLED_ENV,
     HIVE,
     Dockerd,
     Swarm,
@@ -84,7 +85,8 @@ def test_a_swarm_service_forms_a_cluster_through_tasks_dns(
         command=["/bin/sh", "-c", f"exec {HIVE} run --config /hive/config.xml --data-dir /data "
                                   ">>/hive/task-$SLOT.log 2>&1"],
         env=["HIVE_DOCKER_DISCOVERY_MODE=dns", f"HIVE_DOCKER_DISCOVERY_DNS_NAME=tasks.{service}",
-             "HIVE_DOCKER_DISCOVERY_RESOLVER_ADDRESS=127.0.0.11", "SLOT={{.Task.Slot}}"],
+             "HIVE_DOCKER_DISCOVERY_RESOLVER_ADDRESS=127.0.0.11", "SLOT={{.Task.Slot}}",
+             f"{DISABLED_ENV}={os.environ.get(DISABLED_ENV, '')}"],
         mounts=mounts)
     template = docker.types.TaskTemplate(
         spec, restart_policy=docker.types.RestartPolicy(condition="any", delay=1_000_000_000),
