@@ -20,6 +20,8 @@ from hive_ext_api._persistence import (
     StoredSession,
     StoredSubscription,
 )
+from hive_ext_api._properties import Setting, SettingError, parse_properties, read_properties
+from hive_ext_api._service_calls import CallFailed, OutageLog, ServiceCalls
 from hive_ext_api._services import Counter, ExtensionContext, HiveServices, MetricsRegistry
 from hive_ext_api._types import (
     AuthDecision,
@@ -48,6 +50,7 @@ __all__ = [
     "AuthDecision",
     "AuthExchange",
     "AuthStep",
+    "CallFailed",
     "ClientInfo",
     "ClusterMember",
     "ClusterNodeAddress",
@@ -58,11 +61,15 @@ __all__ = [
     "ExtensionRefused",
     "HiveServices",
     "MetricsRegistry",
+    "OutageLog",
     "PersistenceError",
     "PublishMessage",
     "ReasonCode",
     "RetainedInfo",
+    "ServiceCalls",
     "SessionStore",
+    "Setting",
+    "SettingError",
     "Snapshot",
     "StoredInflight",
     "StoredMessage",
@@ -71,4 +78,6 @@ __all__ = [
     "SubscriptionInfo",
     "hookimpl",
     "hookspecs",
+    "parse_properties",
+    "read_properties",
 ]

@@ -71,3 +71,14 @@ class ExtensionContext:
     log: logging.Logger
     node_config: Any = None  # the node's parsed configuration (read-only)
     node_data_dir: Path | None = None  # the node's data folder (a persistence backend's home)
+
+    @property
+    def extension_discovery(self) -> bool:
+        """Whether the node's ``<cluster>`` is enabled and asks extensions for its nodes
+        (``<discovery><extension/>``). True without a node configuration: an extension started
+        by hand, in a test, is told what to do by its caller (API 1.2)."""
+        if self.node_config is None:
+            return True
+        cluster = getattr(self.node_config, "cluster", None)
+        return bool(getattr(cluster, "enabled", False)) and \
+            getattr(cluster, "discovery_kind", None) == "extension"

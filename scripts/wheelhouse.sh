@@ -29,6 +29,9 @@ if [ ${#projects[@]} -eq 0 ]; then
 fi
 
 rm -f "$OUT"/*.whl
+# setuptools packs whatever an earlier build left in <project>/build/lib into the wheel, modules
+# deleted since included: every wheel is built from its sources alone.
+for project in "${projects[@]}"; do rm -rf "$project/build"; done
 "$PY" -m pip wheel --quiet --no-deps --wheel-dir "$OUT" "${projects[@]}"
 echo "wheelhouse: ${#projects[@]} distributions in $OUT:"
 ls -1 "$OUT"/*.whl | sed 's#.*/#  #'

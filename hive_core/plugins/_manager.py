@@ -72,6 +72,10 @@ def _api_range_problem(name: str, module: Any) -> str | None:
 
 def _import_problem(name: str, exc: ImportError) -> str:
     missing = getattr(exc, "name", None)
+    if missing == "hive_ext_api" or str(missing).startswith("hive_ext_api."):
+        # a name added to the API after this Hive: its HIVE_API cannot be read before the import
+        return (f"extension {name} cannot be loaded: it needs a newer Hive extension API than "
+                f"this Hive {hive_version} provides ({API_VERSION}): {exc}")
     if missing:
         return (f"extension {name} cannot be loaded: it needs the Python package {missing!r} "
                 f"(pip install {missing.split('.')[0]})")

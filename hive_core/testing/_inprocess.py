@@ -72,6 +72,13 @@ class RunningNode:
     def extensions(self) -> Any:
         return self.node.extensions
 
+    def extension(self, name: str) -> Any:
+        """What the node made of one extension: ``active``, ``version``, ``source``, ``reason``."""
+        found = [r for r in self.node.extensions.manager.records if r.name == name]
+        if len(found) != 1:
+            raise LookupError(f"{len(found)} extensions named {name!r} in this node")
+        return found[0]
+
     @property
     def services(self) -> Any:
         """The node's ``HiveServices``; use them through :meth:`call` (they are not thread-safe)."""

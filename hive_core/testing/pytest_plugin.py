@@ -10,18 +10,31 @@ whose calls wait for the node's answers:
 
     def test_refused(hive_node, mqtt_client):
         assert mqtt_client(hive_node).connect("mallory", "x").is_failure
+
+``hive_processes`` starts real `hive run` processes with a cluster (extension discovery by
+default) and a REST API, as an operator would; ``wait_until`` polls a condition; ``hive_metrics``
+is a metrics registry for an extension started without a node; ``hive_only_installed("name")``
+keeps the other installed extensions out of the nodes a test starts; ``hive_impostor_url`` and
+``hive_silent_port`` stand in for a service that answers garbage, or never answers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hive_core.testing._impostors import impostor_http_server, silent_port
 from hive_core.testing._inprocess import RunningNode, start_node
+from hive_core.testing._metrics import RecordingMetrics
 from hive_core.testing._mqtt_client import MQTTV5, MqttTestClient
+from hive_core.testing._processes import HiveProcesses, wait_until
+from hive_ext_api import ENTRY_POINT_GROUP
+
+DISABLED_ENV = "HIVE_DISABLED_EXTENSIONS"  # the extension manager's (hive_core.plugins)
 
 NodeFactory = Callable[..., RunningNode]
 
@@ -76,3 +89,59 @@ def mqtt_client() -> Iterator[Callable[..., MqttTestClient]]:
     yield make
     for client in clients:
         client.close()
+
+
+@pytest.fixture
+def hive_processes(tmp_path: Path) -> Iterator[HiveProcesses]:
+    """`hive run` nodes: ``hive_processes.add(extension_files={...}, env={...})``, then
+    ``start()``, ``kill()`` (-9), ``terminate()``, ``members()``, ``extension_metric(name)``;
+    ``hive_processes.agree(nodes, 3)`` waits until they list the same members. Every node is
+    stopped by its PID at the end of the test."""
+    nodes = HiveProcesses(tmp_path / "hive-processes")
+    try:
+        yield nodes
+    finally:
+        nodes.stop_all()
+
+
+@pytest.fixture(name="wait_until")
+def wait_until_fixture() -> Callable[..., float]:
+    """``wait_until(check, timeout, what)``: poll until ``check()`` is true; the seconds it took."""
+    return wait_until
+
+
+@pytest.fixture
+def hive_metrics() -> RecordingMetrics:
+    """A registry to hand an extension started by hand: ``hive_metrics["name"]`` reads one."""
+    return RecordingMetrics()
+
+
+@pytest.fixture
+def hive_only_installed(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """``hive_only_installed("my-ext", ...)``: of the extensions installed in this environment,
+    nodes started by this test (in-process or `hive run`) load only those named.
+
+    Other packages installed beside yours (a test matrix installs several) are kept out through
+    ``HIVE_DISABLED_EXTENSIONS``, which `hive run` processes inherit.
+    """
+    def only(*names: str) -> None:
+        installed = {entry_point.name for entry_point in entry_points(group=ENTRY_POINT_GROUP)}
+        monkeypatch.setenv(DISABLED_ENV, ",".join(sorted(installed - set(names))))
+
+    return only
+
+
+@pytest.fixture
+def hive_impostor_url() -> Iterator[str]:
+    """The URL of an HTTP server on 127.0.0.1 that answers every request 200 with an HTML page:
+    point an extension's service endpoint at it to test an answer that is not the service's."""
+    with impostor_http_server() as url:
+        yield url
+
+
+@pytest.fixture
+def hive_silent_port() -> Iterator[int]:
+    """A TCP port on 127.0.0.1 whose connections are accepted and never answered: a hung
+    service, to test that an extension gives up within the node's deadline for a hook."""
+    with silent_port() as port:
+        yield port

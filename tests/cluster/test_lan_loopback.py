@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import HiveProcess, free_port
 
-from cluster._nodes import cluster_nodes, wait_for
+from cluster._nodes import cluster_nodes, metrics, wait_for
 from hive_core.broker._services import NodeServices
 from hive_core.config import parse_config
 from hive_core.plugins import ExtensionManager, Extensions
@@ -368,3 +368,7 @@ def test_three_hive_nodes_on_loopback_form_a_cluster(hive_factory: Any, mechanis
                  f"{node.folder.name} sees 3 members")
     assert f"{mechanism.capitalize()} discovery on interface lo (127.0.0.1)" in nodes[0].log
     assert "not in this Hive yet" not in nodes[0].log
+    for node in nodes:  # the plugin's metrics, as an operator reads them
+        counted = metrics(node)["extensions"]
+        assert counted[f"discovery.{mechanism}.nodes"] == 2, counted
+        assert counted[f"discovery.{mechanism}.errors"] == 0, counted

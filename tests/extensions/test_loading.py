@@ -150,6 +150,17 @@ def test_missing_package_is_named(dists: Distributions) -> None:
     assert "pip install hive_missing_dependency_xyz" in needy.reason
 
 
+
+def test_a_name_newer_than_this_api_says_hive_is_too_old(dists: Distributions) -> None:
+    # An extension built for a later API imports a name this Hive lacks: its HIVE_API is never
+    # read, so the import error itself must say what is wrong (not "pip install hive_ext_api").
+    dists.add("ahead", "from hive_ext_api import SomethingFromTheFuture\n" + GOOD_EXTENSION)
+    ahead = record(ExtensionManager(), "ahead")
+    assert not ahead.active
+    assert "needs a newer Hive extension API" in ahead.reason
+    assert f"provides ({API_VERSION})" in ahead.reason and "SomethingFromTheFuture" in ahead.reason
+    assert "pip install" not in ahead.reason
+
 def test_extension_that_fails_to_import_is_refused(dists: Distributions) -> None:
     dists.add("broken", "raise RuntimeError('not today')\n")
     dists.add("demo", GOOD_EXTENSION)

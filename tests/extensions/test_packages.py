@@ -10,6 +10,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from hive_ext_api import API_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = sorted(path.parent for pattern in ("examples/*/pyproject.toml",
@@ -64,7 +68,9 @@ def test_an_extension_package_has_the_guides_shape(package: Path) -> None:
     for target in entry_points.values():
         source = package / "src" / re.split(r"[.:]", target)[0]
         assert (source / "py.typed").is_file(), f"{source} has no py.typed"
-        assert re.search(r'^HIVE_API = ">=1\.0,<2"$', (source / "__init__.py").read_text(),
-                         re.M), f"{source} declares no HIVE_API"
+        declared = re.search(r'^HIVE_API = "(>=1\.\d+,<2)"(  # .*)?$',
+                             (source / "__init__.py").read_text(), re.M)
+        assert declared, f"{source} declares no HIVE_API of major version 1"
+        assert Version(API_VERSION) in SpecifierSet(declared.group(1)), declared.group(1)
     assert (package / "README.md").is_file() and list((package / "tests").glob("test_*.py"))
     assert "hive-broker" in project["dependencies"]

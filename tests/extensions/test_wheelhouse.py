@@ -1,9 +1,10 @@
 """`pip install --find-links dist/wheelhouse hive-ext-s3`, as the README says, really works.
 
 scripts/wheelhouse.sh builds every distribution of the repository; a plain new virtualenv with
-only hive-broker from that wheelhouse then takes the discovery extensions by name, and its
-`hive extensions` lists them. Installing reaches the package index for the dependencies
-(boto3, py-consul, pydantic, ...), as a user's install does.
+only hive-broker from that wheelhouse then takes each discovery extension by name (S3, Consul,
+Docker: the three README-documented installs), and its `hive extensions` lists them. Installing
+reaches the package index for the dependencies (boto3, py-consul, docker, pydantic, ...), as a
+user's install does.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SKIPPED_FOLDERS = {"build", "dist", "node_modules"}
 
 pytestmark = pytest.mark.timeout(600)
+
+DISCOVERY_PACKAGES = ("hive-ext-s3", "hive-ext-consul", "hive-ext-docker")
 
 
 def _projects() -> dict[str, Path]:
@@ -47,7 +51,7 @@ def test_every_distribution_is_built_and_an_extension_installs_by_name(tmp_path:
     _run(["bash", str(ROOT / "scripts" / "wheelhouse.sh"), str(wheelhouse)], env=env)
 
     projects = _projects()
-    assert {"hive_broker", "hive_ext_s3", "hive_ext_consul"} <= set(projects)
+    assert {"hive_broker", "hive_ext_s3", "hive_ext_consul", "hive_ext_docker"} <= set(projects)
     built = {wheel.name.split("-")[0].lower() for wheel in wheelhouse.glob("*.whl")}
     assert built == set(projects), f"projects {sorted(projects)}, wheels {sorted(built)}"
 
@@ -61,11 +65,20 @@ def test_every_distribution_is_built_and_an_extension_installs_by_name(tmp_path:
     listed = _run([str(hive), "extensions"], env=clean)
     assert "s3-discovery" not in listed
 
-    _run([*pip, "hive-ext-s3", "hive-ext-consul"], env=clean)  # the README's line
+    for package in DISCOVERY_PACKAGES:  # the README's line, once for each
+        _run([*pip, package], env=clean)
     listed = _run([str(hive), "extensions"], env=clean)
     rows = {line.split()[0]: line.split()[1:3] for line in listed.splitlines()[2:] if line}
-    assert rows["s3-discovery"] == ["1.0.0", "yes"], listed
-    assert rows["consul-discovery"] == ["1.0.0", "yes"], listed
-    where = _run([str(python), "-I", "-c", "import hive_core, hive_ext_s3; "
-                  "print(hive_core.__file__); print(hive_ext_s3.__file__)"], env=clean)
+    for name in ("s3-discovery", "consul-discovery", "docker-discovery"):
+        assert rows[name] == ["1.0.0", "yes"], listed
+    where = _run([str(python), "-I", "-c", "import hive_core, hive_ext_s3, hive_ext_consul, "
+                  "hive_ext_docker as d; print(hive_core.__file__); print(d.__file__)"], env=clean)
     assert all(str(venv) in line and "site-packages" in line for line in where.split())
+    # each wheel holds its sources only (nothing an earlier build left behind)
+    for wheel in wheelhouse.glob("hive_ext_*.whl"):
+        package = wheel.name.split("-")[0]
+        source = projects[package] / "src" / package
+        if source.is_dir():
+            with zipfile.ZipFile(wheel) as archive:
+                packed = {Path(n).name for n in archive.namelist() if n.startswith(package + "/")}
+            assert packed == {p.name for p in source.iterdir() if p.is_file()}, wheel.name

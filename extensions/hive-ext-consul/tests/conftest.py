@@ -4,8 +4,7 @@ test, so tests never see each other's instances."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from importlib.metadata import entry_points
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -21,12 +20,10 @@ def no_machine_consul_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
-def only_this_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+def only_this_extension(hive_only_installed: Callable[..., None]) -> None:
     """Other installed extensions (the tox matrix installs the discovery extensions side by
     side) stay out of the nodes these tests start, in-process or `hive run`."""
-    installed = {entry_point.name for entry_point in entry_points(group="hive.extensions")}
-    others = sorted(installed - {"consul-discovery"})
-    monkeypatch.setenv("HIVE_DISABLED_EXTENSIONS", ",".join(others))
+    hive_only_installed("consul-discovery")
 
 
 @pytest.fixture(scope="session")

@@ -7,15 +7,15 @@ import re
 from pathlib import Path
 
 import pytest
-from hive_ext_api import ExtensionContext, ExtensionRefused
+from hive_ext_api import ExtensionContext, ExtensionRefused, parse_properties
 
 import hive_ext_consul
 from hive_ext_consul import (
     CONFIG_ENV,
+    KEYS,
     ConfigError,
     ConsulSettings,
     load_settings,
-    parse_properties,
     settings_from,
 )
 from hive_ext_consul._agent import consul_client
@@ -24,7 +24,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def settings(text: str) -> ConsulSettings:
-    return settings_from(parse_properties(text, "consuldiscovery.properties"),
+    return settings_from(parse_properties(text, "consuldiscovery.properties", KEYS),
                          "consuldiscovery.properties")
 
 

@@ -3,59 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-import http.server
 import logging
-import socket
-import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hive_ext_api import ClusterNodeAddress
+from hive_ext_api import ClusterNodeAddress, parse_properties
 
 from consul_agent import ConsulAgent
-from hive_ext_consul import ConsulDiscovery, parse_properties, settings_from
+from hive_ext_consul import KEYS, ConsulDiscovery, settings_from
 from hive_ext_consul._agent import ServiceInstance, consul_client
 
 A = ClusterNodeAddress("127.0.0.1", 17801)
 B = ClusterNodeAddress("127.0.0.1", 17802)
 
 
-@dataclass
-class Count:
-    value: int = 0
-
-    def inc(self, amount: int = 1) -> None:
-        self.value += amount
-
-
-@dataclass
-class Metrics:
-    """The node's metrics registry, as far as the extension uses it."""
-
-    counters: dict[str, Count] = field(default_factory=dict)
-    gauges: dict[str, Callable[[], float]] = field(default_factory=dict)
-
-    def counter(self, name: str, description: str = "") -> Count:
-        return self.counters.setdefault(name, Count())
-
-    def gauge(self, name: str, read: Callable[[], float], description: str = "") -> None:
-        self.gauges[name] = read
-
-    def __getitem__(self, name: str) -> int:
-        return self.counters[name].value
-
-
-def discovery(properties: str, metrics: Metrics | None = None) -> ConsulDiscovery:
+def discovery(properties: str, metrics: Any = None) -> ConsulDiscovery:
+    """Started by hand, without a node; ``metrics``: hive-broker's ``hive_metrics``, or none."""
     source = "consuldiscovery.properties"
-    settings = settings_from(parse_properties(properties, source), source)
+    settings = settings_from(parse_properties(properties, source, KEYS), source)
     plugin = ConsulDiscovery()
     plugin.log = logging.getLogger(f"test.consul-discovery.{id(plugin)}")
     plugin.start(settings, ServiceInstance(consul_client(settings), settings),
-                 metrics if metrics is not None else Metrics())
+                 metrics)
     return plugin
 
 
@@ -113,12 +85,11 @@ def test_reload_answers_every_healthy_node(agent: ConsulAgent, service: str) -> 
 
 
 def test_the_check_is_kept_passing_and_a_silent_node_goes_critical(
-        agent: ConsulAgent, service: str) -> None:
-    metrics = Metrics()
+        agent: ConsulAgent, service: str, hive_metrics: Any) -> None:
 
     async def scenario() -> None:
         properties = agent.properties(service, consul_ttl="1.5", consul_update_interval="0.4")
-        a, b = discovery(properties, metrics), discovery(properties)
+        a, b = discovery(properties, hive_metrics), discovery(properties)
         await a.hive_discovery_init(A, "node-a")
         await b.hive_discovery_init(B, "node-b")
         await asyncio.sleep(2.5)  # longer than the TTL: only the passes keep them healthy
@@ -133,8 +104,8 @@ def test_the_check_is_kept_passing_and_a_silent_node_goes_critical(
         assert check_status(agent, service, "node-b") == "passing"  # ... passed at once
         await restarted.hive_discovery_destroy()
         await restarted.hive_extension_stop()
-        assert metrics.gauges["consul-discovery.resolved-addresses"]() == 1
-        assert metrics["consul-discovery.errors"] == 0
+        assert hive_metrics["consul-discovery.resolved-addresses"] == 1
+        assert hive_metrics["consul-discovery.errors"] == 0
         await a.hive_discovery_destroy()
         await a.hive_extension_stop()
 
@@ -161,18 +132,18 @@ def test_an_instance_the_agent_forgot_is_registered_again(agent: ConsulAgent,
 
 
 def test_foreign_instances_are_skipped_counted_and_logged_once(
-        agent: ConsulAgent, service: str, caplog: pytest.LogCaptureFixture) -> None:
-    metrics = Metrics()
+        agent: ConsulAgent, service: str, caplog: pytest.LogCaptureFixture,
+        hive_metrics: Any) -> None:
 
     async def scenario() -> None:
         agent.client().agent.service.register(service, service_id="web-1", address="10.1.1.1",
                                               port=80)
-        node = discovery(agent.properties(service), metrics)
+        node = discovery(agent.properties(service), hive_metrics)
         await node.hive_discovery_init(A, "node-a")
         with caplog.at_level(logging.WARNING):
             for _ in range(3):
                 assert await node.hive_discovery_reload() == [A]
-        assert metrics["consul-discovery.instances.malformed"] == 1
+        assert hive_metrics["consul-discovery.instances.malformed"] == 1
         assert caplog.text.count("not a Hive node") == 1
         assert f"skipping instance web-1 of service {service}: not a Hive node " \
                "(hive-record-version is None" in caplog.text
@@ -184,17 +155,17 @@ def test_foreign_instances_are_skipped_counted_and_logged_once(
 
 
 def test_an_unreachable_agent_is_no_news_counted_logged_once_and_retried(
-        tmp_path: Path, service: str, caplog: pytest.LogCaptureFixture) -> None:
-    metrics = Metrics()
+        tmp_path: Path, service: str, caplog: pytest.LogCaptureFixture,
+        hive_metrics: Any) -> None:
     later = ConsulAgent(tmp_path / "later")  # its ports are chosen; nothing listens yet
 
     async def scenario() -> None:
-        node = discovery(later.properties(service, consul_update_interval="5"), metrics)
+        node = discovery(later.properties(service, consul_update_interval="5"), hive_metrics)
         with caplog.at_level(logging.INFO):
             await node.hive_discovery_init(A, "node-a")
             for _ in range(3):
                 assert await node.hive_discovery_reload() is None
-            assert metrics["consul-discovery.errors"] == 4
+            assert hive_metrics["consul-discovery.errors"] == 4
             assert caplog.text.count("consul-discovery: cannot") == 1  # one per outage
             assert f"cannot register this node: cannot reach Consul at {later.url}" \
                 in caplog.text
@@ -211,42 +182,16 @@ def test_an_unreachable_agent_is_no_news_counted_logged_once_and_retried(
     run(scenario())
 
 
-class _Garbage(http.server.BaseHTTPRequestHandler):
-    def _answer(self) -> None:
-        body = b"<html><body>It works!</body></html>"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_PUT = _answer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def garbage_url() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
 def test_an_answer_that_is_not_consuls_is_no_news_and_counted(
-        garbage_url: str, caplog: pytest.LogCaptureFixture) -> None:
-    metrics = Metrics()
+        hive_impostor_url: str, caplog: pytest.LogCaptureFixture, hive_metrics: Any) -> None:
 
     async def scenario() -> None:
-        node = discovery(f"consul-url:{garbage_url}\n", metrics)
+        node = discovery(f"consul-url:{hive_impostor_url}\n", hive_metrics)
         await node.hive_discovery_init(A, "node-a")  # a 200 to the PUT: taken as accepted
         with caplog.at_level(logging.WARNING):
             assert await node.hive_discovery_reload() is None
-        assert metrics["consul-discovery.errors"] == 1
-        assert f"cannot read the healthy instances: the answer of {garbage_url} is not " \
+        assert hive_metrics["consul-discovery.errors"] == 1
+        assert f"cannot read the healthy instances: the answer of {hive_impostor_url} is not " \
                "Consul's" in caplog.text
         await node.hive_extension_stop()
 
@@ -254,39 +199,32 @@ def test_an_answer_that_is_not_consuls_is_no_news_and_counted(
 
 
 def test_an_agent_that_never_answers_is_given_up_within_the_hook_deadline(
-        service: str) -> None:
-    metrics = Metrics()
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(16)  # connections are accepted by the kernel, never answered
-    url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        service: str, hive_metrics: Any, hive_silent_port: int) -> None:
+    url = f"http://127.0.0.1:{hive_silent_port}"
 
     async def scenario() -> None:
-        node = discovery(f"consul-url:{url}\nconsul-service-name:{service}\n", metrics)
+        node = discovery(f"consul-url:{url}\nconsul-service-name:{service}\n", hive_metrics)
         begun = time.monotonic()
         assert await node.hive_discovery_reload() is None
         assert time.monotonic() - begun < 4.6  # the node waits 5 s for a hook at most
-        assert metrics["consul-discovery.errors"] == 1
+        assert hive_metrics["consul-discovery.errors"] == 1
         await node.hive_extension_stop()
 
-    try:
-        run(scenario())
-    finally:
-        silent.close()
+    run(scenario())
 
 
 def test_the_datacenter_is_the_one_read(agent: ConsulAgent, service: str,
-                                        caplog: pytest.LogCaptureFixture) -> None:
-    metrics = Metrics()
+                                        caplog: pytest.LogCaptureFixture,
+                                        hive_metrics: Any) -> None:
 
     async def scenario() -> None:
         home = discovery(agent.properties(service, consul_datacenter="dc1"))
         await home.hive_discovery_init(A, "node-a")
         assert await home.hive_discovery_reload() == [A]
-        elsewhere = discovery(agent.properties(service, consul_datacenter="nowhere"), metrics)
+        elsewhere = discovery(agent.properties(service, consul_datacenter="nowhere"), hive_metrics)
         with caplog.at_level(logging.WARNING):
             assert await elsewhere.hive_discovery_reload() is None
-        assert metrics["consul-discovery.errors"] == 1
+        assert hive_metrics["consul-discovery.errors"] == 1
         assert "No path to datacenter" in caplog.text
         await home.hive_discovery_destroy()
         for node in (home, elsewhere):

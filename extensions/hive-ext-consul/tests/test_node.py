@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,27 +35,13 @@ def instances(agent: ConsulAgent, service: str) -> dict[str, Any]:
             for entry in agent.client().health.service(service, passing=True)[1]}
 
 
-def wait_for(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout} s: {what}")
-
-
-def consul_record(node: Any) -> Any:
-    (record,) = [r for r in node.extensions.manager.records if r.name == "consul-discovery"]
-    return record
-
-
 def test_installed_it_is_active_registers_the_node_and_counts(
         hive_node_factory: Any, agent: ConsulAgent, service: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, wait_until: Callable[..., float]) -> None:
     configure(tmp_path, monkeypatch, agent.properties(service))
     port = free_port()
     node = hive_node_factory(config_xml=cluster_xml(port), load_installed=True)
-    record = consul_record(node)
+    record = node.extension("consul-discovery")
     assert (record.active, record.version, record.source) == (True, "1.0.0", "hive_ext_consul")
 
     node_id = node.services.node_id
@@ -63,7 +50,7 @@ def test_installed_it_is_active_registers_the_node_and_counts(
     assert (registered[f"{service}-{node_id}"]["Address"],
             registered[f"{service}-{node_id}"]["Port"]) == ("127.0.0.1", port)
     counters = node.services.metrics.counters
-    wait_for(lambda: counters["consul-discovery.queries"].value >= 2, 5, "two reloads")
+    wait_until(lambda: counters["consul-discovery.queries"].value >= 2, 5, "two reloads")
     assert counters["consul-discovery.errors"].value == 0
 
     node.stop()  # a clean stop deregisters
@@ -71,14 +58,14 @@ def test_installed_it_is_active_registers_the_node_and_counts(
 
 
 def test_an_outage_is_counted_in_the_node_metrics_and_the_node_runs_on(
-        hive_node_factory: Any, service: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        hive_node_factory: Any, service: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        wait_until: Callable[..., float]) -> None:
     down = ConsulAgent(tmp_path / "never-started")
     configure(tmp_path, monkeypatch, down.properties(service))
     node = hive_node_factory(extensions=[hive_ext_consul.create_plugin()],
                              config_xml=cluster_xml(free_port()))
     counters = node.services.metrics.counters
-    wait_for(lambda: counters["consul-discovery.errors"].value >= 3, 10, "three failed calls")
+    wait_until(lambda: counters["consul-discovery.errors"].value >= 3, 10, "three failed calls")
     with socket.create_connection((node.host, node.port), timeout=5):
         pass  # still serving MQTT
 
@@ -89,7 +76,7 @@ def test_a_bad_configuration_refuses_the_extension_not_the_node(
     configure(tmp_path, monkeypatch, agent.properties(service, consul_ttl="5",
                                                       consul_update_interval="5"))
     node = hive_node_factory(config_xml=cluster_xml(free_port()), load_installed=True)
-    record = consul_record(node)
+    record = node.extension("consul-discovery")
     assert not record.active
     assert "consul-update-interval (5 s) must be above 0 and shorter than consul-ttl (5 s)" \
         in record.reason
@@ -104,7 +91,7 @@ def test_idle_when_the_node_uses_another_discovery(
     with caplog.at_level("INFO"):
         node = hive_node_factory(config_xml=cluster_xml(free_port(), "<static/>"),
                                  load_installed=True)
-    assert consul_record(node).active
+    assert node.extension("consul-discovery").active
     assert "consul-discovery: idle" in caplog.text
     time.sleep(0.5)
     assert instances(agent, service) == {}
@@ -115,4 +102,4 @@ def test_installed_under_the_extensions_entry_point() -> None:
 
     (entry_point,) = entry_points(group="hive.extensions", name="consul-discovery")
     assert entry_point.load() is hive_ext_consul
-    assert hive_ext_consul.HIVE_API == ">=1.0,<2"
+    assert hive_ext_consul.HIVE_API == ">=1.2,<2"

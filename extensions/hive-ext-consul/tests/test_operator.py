@@ -1,20 +1,18 @@
 """As an operator runs it: three real `hive run` nodes, only Consul discovery, a real agent.
 
 Each node finds its settings where the README says (``data/extensions/consul-discovery/
-consuldiscovery.properties``); ``GET /api/v1/cluster/nodes`` on every node is the judge.
+consuldiscovery.properties``); ``GET /api/v1/cluster/nodes`` on every node is the judge, and
+``GET /api/v1/metrics`` shows what was counted. The nodes are hive-broker's ``hive_processes``.
 """
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 
 from consul_agent import ConsulAgent
-from consul_nodes import Nodes, agree, nodes_fixture, wait_for
 
 pytestmark = [pytest.mark.operator, pytest.mark.timeout(240)]
 
@@ -32,21 +30,22 @@ def check_status(agent: ConsulAgent, service: str, node_id: str) -> str | None:
 
 
 @pytest.fixture
-def nodes(tmp_path: Path, agent: ConsulAgent, service: str) -> Iterator[Nodes]:
-    """Nodes whose checks go critical 3 s after their last pass, passed every second."""
-    properties = agent.properties(service, consul_ttl="3", consul_update_interval="1")
-    yield from nodes_fixture(tmp_path, {PROPERTIES: properties})
+def extension_files(agent: ConsulAgent, service: str) -> dict[str, str]:
+    """Checks that go critical 3 s after their last pass, passed every second."""
+    return {PROPERTIES: agent.properties(service, consul_ttl="3", consul_update_interval="1")}
 
 
 def test_three_nodes_form_a_cluster_the_dead_go_critical_and_the_restarted_rejoin(
-        nodes: Nodes, agent: ConsulAgent, service: str) -> None:
-    a, b, c = trio = [nodes.add() for _ in range(3)]
+        hive_processes: Any, extension_files: dict[str, str], agent: ConsulAgent, service: str,
+        record_property: pytest.RecordProperty) -> None:
+    a, b, c = trio = [hive_processes.add(extension_files=extension_files) for _ in range(3)]
     begun = time.monotonic()
-    serving = nodes.start_together(trio)
-    agree(trio, 3)
+    serving = hive_processes.start_together(trio)
+    hive_processes.agree(trio, 3)
+    formed = time.monotonic() - begun
+    record_property("consul_3_node_cluster_formed_s", round(formed, 2))
     print(f"\nConsul discovery: 3 nodes launched together agreed on 3 members after "
-          f"{time.monotonic() - begun:.2f} s ({time.monotonic() - serving:.2f} s after the "
-          "last one served)")
+          f"{formed:.2f} s ({time.monotonic() - serving:.2f} s after the last one served)")
     ids = {node.node_id for node in trio}
     assert a.members() == ids
     assert healthy(agent, service) == {f"{service}-{node_id}" for node_id in ids}
@@ -54,9 +53,10 @@ def test_three_nodes_form_a_cluster_the_dead_go_critical_and_the_restarted_rejoi
     # kill -9: the others drop it (heartbeat), and its TTL check goes critical
     dead = f"{service}-{c.node_id}"
     c.kill()
-    agree([a, b], 2, timeout=10)
-    critical = wait_for(lambda: check_status(agent, service, c.node_id) == "critical", 10,
-                        "the dead node's check goes critical")
+    hive_processes.agree([a, b], 2, timeout=10)
+    critical = hive_processes.wait_until(
+        lambda: check_status(agent, service, c.node_id) == "critical", 10,
+        "the dead node's check goes critical")
     print(f"Consul discovery: a killed node's check went critical {critical:.2f} s after the "
           "kill")
     assert dead not in healthy(agent, service)
@@ -64,7 +64,7 @@ def test_three_nodes_form_a_cluster_the_dead_go_critical_and_the_restarted_rejoi
     # restarted, same data folder and node id: it rejoins, passing again
     begun = time.monotonic()
     c.start()
-    agree(trio, 3)
+    hive_processes.agree(trio, 3)
     print(f"Consul discovery: the restarted node rejoined in {time.monotonic() - begun:.2f} s")
     assert dead in healthy(agent, service)
 
@@ -73,14 +73,16 @@ def test_three_nodes_form_a_cluster_the_dead_go_critical_and_the_restarted_rejoi
     assert check_status(agent, service, c.node_id) is None
     assert dead not in healthy(agent, service)
     c.wait_for_log(r"consul-discovery: deregistered this node")
-    agree([a, b], 2, timeout=10)
+    hive_processes.agree([a, b], 2, timeout=10)
 
 
 def test_a_consul_outage_keeps_the_cluster_counts_the_errors_and_new_nodes_join_after_it(
-        nodes: Nodes, agent: ConsulAgent, service: str) -> None:
-    trio = [nodes.add() for _ in range(3)]
-    nodes.start_together(trio)
-    agree(trio, 3)
+        hive_processes: Any, extension_files: dict[str, str], agent: ConsulAgent,
+        service: str) -> None:
+    trio = [hive_processes.add(extension_files=extension_files) for _ in range(3)]
+    hive_processes.start_together(trio)
+    hive_processes.agree(trio, 3)
+    assert all(node.extension_metric("consul-discovery.errors") == 0 for node in trio)
 
     agent.stop()
     try:
@@ -90,6 +92,7 @@ def test_a_consul_outage_keeps_the_cluster_counts_the_errors_and_new_nodes_join_
         time.sleep(3)  # three more reloads fail on every node
         for node in trio:
             assert len(node.members()) == 3, node.log
+            assert node.extension_metric("consul-discovery.errors") >= 4, node.log
             assert "Traceback" not in node.log
     finally:
         agent.start()  # same ports, but a dev agent comes back with an empty catalog
@@ -97,14 +100,15 @@ def test_a_consul_outage_keeps_the_cluster_counts_the_errors_and_new_nodes_join_
         recovered = node.wait_for_log(
             r"consul-discovery: answering again after [\d.]+ s and (\d+) failed calls")
         assert int(recovered.group(1)) >= 4, node.log
-    wait_for(lambda: healthy(agent, service) == {f"{service}-{n.node_id}" for n in trio}, 10,
-             "every node registered again")
+    registered = {f"{service}-{node.node_id}" for node in trio}
+    hive_processes.wait_until(lambda: healthy(agent, service) == registered, 10,
+                              "every node registered again")
     for node in trio:  # at its next pass or its next reload, whichever came first
-        assert re.search(r"consul-discovery: .*: registered again", node.log), node.log
+        node.wait_for_log(r"consul-discovery: .*: registered again", timeout=5)
 
-    newcomer = nodes.add()
+    newcomer = hive_processes.add(extension_files=extension_files)
     begun = time.monotonic()
     newcomer.start()
-    agree([*trio, newcomer], 4)
+    hive_processes.agree([*trio, newcomer], 4)
     print(f"\nConsul discovery: after the outage a new node joined in "
           f"{time.monotonic() - begun:.2f} s")

@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hive_ext_api import ClusterNodeAddress
 
 from consul_agent import AgentTls, ConsulAgent
-from consul_nodes import hive_command
-from test_discovery import Metrics, discovery, passing, run
+from test_discovery import discovery, passing, run
 
 A = ClusterNodeAddress("127.0.0.1", 17801)
 MASTER_TOKEN = "5b0c3f0e-hive-test-master"
@@ -28,16 +29,16 @@ def acl_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsulAgent]
 
 
 def test_the_acl_token_is_sent_and_a_refusal_is_named(
-        acl_agent: ConsulAgent, service: str, caplog: pytest.LogCaptureFixture) -> None:
-    metrics = Metrics()
+        acl_agent: ConsulAgent, service: str, caplog: pytest.LogCaptureFixture,
+        hive_metrics: Any) -> None:
 
     async def scenario() -> None:
         refused = discovery(acl_agent.properties(service, consul_acl_token="not-a-token"),
-                            metrics)
+                            hive_metrics)
         with caplog.at_level(logging.WARNING):
             await refused.hive_discovery_init(A, "node-a")
             assert await refused.hive_discovery_reload() is None
-        assert metrics["consul-discovery.errors"] == 2
+        assert hive_metrics["consul-discovery.errors"] == 2
         assert "cannot register this node: permission denied" in caplog.text
         assert "check consul-acl-token" in caplog.text
         await refused.hive_extension_stop()
@@ -52,8 +53,8 @@ def test_the_acl_token_is_sent_and_a_refusal_is_named(
 
 
 def _hive_certs(*args: str) -> None:
-    subprocess.run([*hive_command(), "certs", *args], check=True, capture_output=True,
-                   timeout=60)
+    hive = Path(sys.executable).with_name("hive")  # this environment's, as an operator runs it
+    subprocess.run([str(hive), "certs", *args], check=True, capture_output=True, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -105,17 +106,17 @@ def test_https_with_a_client_certificate(tls_agent: ConsulAgent, certificates: P
 ])
 def test_https_without_what_the_agent_or_the_node_trusts_is_counted(
         tls_agent: ConsulAgent, certificates: Path, service: str, settings: dict[str, str],
-        reason: str, caplog: pytest.LogCaptureFixture) -> None:
-    metrics = Metrics()
+        reason: str, caplog: pytest.LogCaptureFixture,
+        hive_metrics: Any) -> None:
     files = {key: str(certificates / value) for key, value in settings.items()}
     files.setdefault("consul_tls_ca_file", str(certificates / "ca" / "ca.pem"))
     properties = tls_agent.properties(service, consul_url=tls_agent.https_url, **files)
 
     async def scenario() -> None:
-        node = discovery(properties, metrics)
+        node = discovery(properties, hive_metrics)
         with caplog.at_level(logging.WARNING):
             assert await node.hive_discovery_reload() is None
-        assert metrics["consul-discovery.errors"] == 1
+        assert hive_metrics["consul-discovery.errors"] == 1
         assert reason in caplog.text
         await node.hive_extension_stop()
 

@@ -23,9 +23,9 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import docker
 import docker.errors
@@ -35,6 +35,7 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 INSTALL_HINT = "install it with scripts/testbed/docker.sh (Debian docker.io and dnsmasq-base)"
 STARTED = re.compile(r"Started Hive in \d+ ms")
 HIVE = Path(sys.executable).with_name("hive")  # the console script of this environment
+DISABLED_ENV = "HIVE_DISABLED_EXTENSIONS"
 
 
 def binary(name: str) -> str:
@@ -498,70 +499,6 @@ def cluster_config(bind_host: str, cluster_port: int, rest_host: str, rest_port:
 """
 
 
-class HostNode:
-    """One ``hive run`` process on this machine; its log kept in a file; stopped by PID."""
-
-    def __init__(self, folder: Path, bind_host: str, cluster_port: int,
-                 environment: dict[str, str]) -> None:
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-        self.bind_host = bind_host
-        self.cluster_port = cluster_port
-        self.rest_port = 0
-        self.config = folder / "config.xml"
-        self.environment = environment
-        self.log_path = folder / "hive.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0  # "Started Hive" lines expected in the log so far
-
-    @property
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def start(self) -> HostNode:
-        # REST and MQTT on the node's own loopback address, on ports picked now: a port picked
-        # early, or on busy 127.0.0.1, may be taken by the time the node binds it
-        self.rest_port = free_port(self.bind_host)
-        self.config.write_text(cluster_config(self.bind_host, self.cluster_port, self.bind_host,
-                                              self.rest_port, self.bind_host,
-                                              free_port(self.bind_host)))
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [str(HIVE), "run", "--config", str(self.config), "--data-dir",
-                 str(self.folder / "data")],
-                stdout=log, stderr=subprocess.STDOUT, cwd=self.folder,
-                env={**os.environ, **self.environment})
-        return self
-
-    def wait_started(self, timeout: float = 30.0, attempts: int = 3) -> None:
-        """Until the log says it serves; started again (new ports) if a port was taken."""
-        def started() -> bool:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise AssertionError(f"hive exited:\n{self.log}")
-            return len(STARTED.findall(self.log)) >= self.starts
-        self.starts += 1
-        try:
-            wait_for(started, timeout, f"{self.folder.name} started")
-        except AssertionError:
-            if attempts <= 1 or not self.log.rstrip().endswith("address already in use"):
-                raise
-            self.starts -= 1
-            self.start().wait_started(timeout, attempts - 1)
-
-    def members(self) -> list[dict[str, Any]]:
-        return list(rest_get(self.bind_host, self.rest_port, "/api/v1/cluster/nodes")["items"])
-
-    def kill(self) -> None:
-        """kill -9, by PID."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_pid(self.proc)
-
-
 class ContainerNode:
     """``hive run`` as the only process (PID 1) of a labelled container on the test network."""
 
@@ -579,7 +516,9 @@ class ContainerNode:
             "0.0.0.0", self.CLUSTER_PORT, "0.0.0.0", self.REST_PORT, "0.0.0.0", 1883,
             rest_token=REST_TOKEN))
         self.labels = labels
-        self.environment = environment
+        # the extensions a test keeps out of its nodes (hive_only_installed) stay out here too
+        self.environment = {**environment,
+                            DISABLED_ENV: os.environ.get(DISABLED_ENV, "")}
         self.binds = {str(folder): "/hive", **binds}
         self.id = ""
         self.starts = 0  # "Started Hive" lines expected in the log so far
@@ -623,8 +562,18 @@ class ContainerNode:
         wait_for(started, timeout, f"container {self.id[:12]} started hive", every=0.1)
         self.address = self.containers.ip(self.id, self.network.name)
 
-    def members(self) -> list[dict[str, Any]]:
-        return list(rest_get(self.ip, self.REST_PORT, "/api/v1/cluster/nodes")["items"])
+    def members(self) -> set[str]:
+        """The ids of the members the node lists (itself included)."""
+        return {str(m["id"]) for m in rest_get(self.ip, self.REST_PORT,
+                                                "/api/v1/cluster/nodes")["items"]}
+
+    @property
+    def node_id(self) -> str:
+        items = rest_get(self.ip, self.REST_PORT, "/api/v1/cluster/nodes")["items"]
+        return next(str(m["id"]) for m in items if m["this_node"])
+
+    def extension_metric(self, name: str) -> float:
+        return float(rest_get(self.ip, self.REST_PORT, "/api/v1/metrics")["extensions"][name])
 
     def kill9(self) -> None:
         """kill -9 of hive (the container's PID 1, by its PID on this machine)."""
@@ -633,10 +582,58 @@ class ContainerNode:
         wait_for(lambda: not self.running(), 20, f"container {self.id[:12]} exited")
 
 
-@contextlib.contextmanager
-def nodes_stopped(nodes: list[HostNode]) -> Iterator[list[HostNode]]:
+# ---------------------------------------------------------------------------------- operator steps
+
+
+class Node(Protocol):
+    """A `hive run` node of an operator test: a host process or a container."""
+
+    @property
+    def log(self) -> str: ...
+
+    @property
+    def node_id(self) -> str: ...
+
+    def members(self) -> set[str]: ...
+
+    def extension_metric(self, name: str) -> float: ...
+
+
+def views(nodes: Sequence[Node]) -> list[set[str]]:
+    return [node.members() for node in nodes]
+
+
+def agree(nodes: Sequence[Node], count: int) -> bool:
+    """Every node lists the same ``count`` members."""
+    seen = views(nodes)
+    return all(len(view) == count and view == seen[0] for view in seen)
+
+
+BACK = re.compile(r"docker-discovery: answering again after [\d.]+ s and (\d+) failed calls")
+
+
+def ride_out_an_outage(nodes: Sequence[Node], stop: Callable[[], None],
+                       start: Callable[[], None], failed: re.Pattern[str], error_metric: str,
+                       min_failed: int) -> None:
+    """The discovery source goes away for a while, then comes back.
+
+    Meanwhile the cluster stays whole, every node logs the outage once (not once a reload) and
+    counts it in its metrics (REST); back, every node says so with the failed queries' count.
+    """
+    stop()
     try:
-        yield nodes
-    finally:
         for node in nodes:
-            node.stop()
+            wait_for(lambda n=node: bool(failed.search(n.log)), 20,  # type: ignore[misc]
+                     "the node logs that its discovery source is gone")
+        time.sleep(3)  # a few more reloads against nothing
+        assert agree(nodes, len(nodes)), views(nodes)
+        for node in nodes:
+            assert len(failed.findall(node.log)) == 1, node.log
+            assert node.extension_metric(error_metric) >= min_failed, node.log
+    finally:
+        start()
+    for node in nodes:
+        wait_for(lambda n=node: bool(BACK.search(n.log)), 20,  # type: ignore[misc]
+                 "the node logs that its discovery source answers again")
+        back = BACK.search(node.log)
+        assert back is not None and int(back.group(1)) >= min_failed, node.log

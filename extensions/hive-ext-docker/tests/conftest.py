@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
@@ -85,6 +85,13 @@ def extension_context(tmp_path: Path) -> ExtensionContext:
     return ExtensionContext(name="docker-discovery", data_dir=tmp_path / "ext-data",
                             services=None,  # type: ignore[arg-type]
                             log=logging.getLogger("hive.ext.docker-discovery"))
+
+
+@pytest.fixture(autouse=True)
+def only_this_extension(hive_only_installed: Callable[..., None]) -> None:
+    """Other installed extensions (the tox matrix installs the discovery extensions side by
+    side) stay out of the nodes these tests start: in-process, `hive run`, in containers."""
+    hive_only_installed("docker-discovery")
 
 
 @pytest.fixture(autouse=True)

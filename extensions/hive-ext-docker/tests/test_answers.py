@@ -20,7 +20,6 @@ from hive_ext_docker import (
     EngineSettings,
     Found,
     Label,
-    RateLimitedLog,
     SourceError,
     nodes_from_containers,
     nodes_from_response,
@@ -264,36 +263,30 @@ def test_failures_answer_no_news_are_counted_and_logged_once_a_minute(
     assert discovery.counts == {"query.success": 2, "query.failed": 5, "errors.unreachable": 4,
                                 "errors.timeout": 1}
     lines = [r.getMessage() for r in caplog.records]
-    assert lines[0].startswith("docker-discovery: the script failed (unreachable: no socket)")
-    assert "(2 more like this since the last report)" in lines[1]  # a minute later
-    assert "failed (timeout: slow)" in lines[2]
-    assert lines[3] == "docker-discovery: the script answers again (after 5 failed queries)"
-    assert len(lines) == 4
+    assert lines[0] == ("docker-discovery: cannot query the script: unreachable: no socket; "
+                        "retrying (while this lasts, one summary every 60 s)")
+    assert lines[1] == ("docker-discovery: still failing for 63 s (4 failed calls, 3 since the "
+                        "last report); last: cannot query the script: unreachable: no socket")
+    assert lines[2] == "docker-discovery: answering again after 65.0 s and 5 failed calls"
+    assert len(lines) == 3
     assert discovery.resolved == 1
 
 
-def test_skipped_entries_count_as_malformed_and_a_missing_self_is_said_once(
+def test_skipped_entries_are_counted_each_time_logged_once_and_a_missing_self_said_once(
         caplog: pytest.LogCaptureFixture) -> None:
-    source = ScriptedSource(Found([B], ["container x: no IPv4 address"]), Found([B]))
+    bad, worse = "container x: no IPv4 address", "container y: no hive.port label"
+    source = ScriptedSource(Found([B], [bad]), Found([B], [bad]), Found([B], [bad, worse]),
+                            Found([B]), Found([B], [bad]))
     discovery = DockerDiscovery(source, logging.getLogger("t"))
     discovery.own_address = A
     with caplog.at_level(logging.INFO):
-        assert asyncio.run(discovery.reload()) == [B]
-        assert asyncio.run(discovery.reload()) == [B]
-    assert discovery.counts["errors.malformed"] == 1
+        for _ in range(5):
+            assert asyncio.run(discovery.reload()) == [B]
+    assert discovery.counts["errors.malformed"] == 5
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert skipped == [f"docker-discovery: skipped {bad}", f"docker-discovery: skipped {worse}",
+                       f"docker-discovery: skipped {bad}"]  # again after it had gone away
     missing = [r for r in caplog.records if "is not among" in r.getMessage()]
     assert len(missing) == 1
     assert "this node (10.0.0.1:7800) is not among the 1 nodes the script lists" in (
         missing[0].getMessage())
-
-
-def test_the_rate_limited_log_reports_a_new_kind_at_once(caplog: pytest.LogCaptureFixture) -> None:
-    clock = Clock()
-    limited = RateLimitedLog(logging.getLogger("t"), 60, clock)
-    with caplog.at_level(logging.WARNING):
-        limited.warning("a", "first %s", "a")
-        limited.warning("a", "again %s", "a")
-        limited.warning("b", "first %s", "b")
-        limited.reset()
-        limited.warning("a", "after reset")
-    assert [r.getMessage() for r in caplog.records] == ["first a", "first b", "after reset"]

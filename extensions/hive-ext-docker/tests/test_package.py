@@ -8,11 +8,12 @@ import re
 import subprocess
 from importlib.metadata import entry_points, version
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import hive_ext_docker
-from _testbed import HIVE, HostNode, free_port, loopback_prefix
+from _testbed import HIVE, loopback_prefix
 
 SOURCE = Path(hive_ext_docker.__file__).parent
 
@@ -48,12 +49,8 @@ def test_imports_the_extension_api_only() -> None:
      "most 4"),
 ])
 def test_a_node_with_bad_settings_refuses_the_extension_and_runs_on(
-        tmp_path: Path, environment: dict[str, str], reason: str) -> None:
-    host = f"{loopback_prefix()}.10"
-    node = HostNode(tmp_path / "node", host, free_port(host), environment)
-    try:
-        node.start().wait_started()
-        assert node.members()[0]["this_node"]  # serving, alone
-    finally:
-        node.stop()
+        hive_processes: Any, environment: dict[str, str], reason: str) -> None:
+    node = hive_processes.add(host=f"{loopback_prefix()}.10", env=environment).start()
+    assert node.members() == {node.node_id}  # serving, alone
+    node.stop()
     assert re.search(f"Extension docker-discovery refused to start: {reason}", node.log), node.log

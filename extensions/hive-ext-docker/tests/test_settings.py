@@ -6,7 +6,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from hive_ext_api import ExtensionContext, ExtensionRefused
+from hive_ext_api import ExtensionContext, ExtensionRefused, SettingError
 
 import hive_ext_docker
 from hive_ext_docker import (
@@ -14,9 +14,7 @@ from hive_ext_docker import (
     DnsSettings,
     EngineSettings,
     Label,
-    SettingError,
     load_settings,
-    read_properties,
 )
 
 FULL_ENGINE = """\
@@ -92,8 +90,10 @@ def test_the_environment_overrides_the_file_and_names_the_file(tmp_path: Path) -
     ("mode=dns\ndns-name=tasks.hive\nnetwork=n\n", {},
      r"network \(.*line 3\) applies to mode=engine only, and mode is dns"),
     ("mode=engine\nlabel=a\nnetwork=n\ndns-name=x\n", {}, "dns-name .*applies to mode=dns only"),
-    ("mode=engine\nnetwrok=n\n", {}, "line 2: unknown setting 'netwrok' \\(known: mode, "),
-    ("mode=engine\njust some words\n", {}, "line 2: expected key=value"),
+    ("mode=engine\nnetwrok=n\n", {}, r"line 2: unknown setting netwrok \(did you mean network"),
+    ("mode=engine\ncolour=red\n", {}, r"line 2: unknown setting colour \(known: mode, "),
+    ("mode=engine\njust some words\n", {}, "line 2: 'just some words' is not 'key:value'"),
+    ("mode=engine\nmode=dns\n", {}, "line 2: mode is already set on line 1"),
     ("", {"HIVE_DOCKER_DISCOVERY_NETWROK": "n"},
      r"\$HIVE_DOCKER_DISCOVERY_NETWROK: unknown setting"),
     ("mode=engine\nlabel=a\n", {"HIVE_DOCKER_DISCOVERY_NETWORK": " "}, "network is required"),
@@ -117,9 +117,14 @@ def test_an_unreadable_config_file_is_named(tmp_path: Path) -> None:
         load_settings({}, tmp_path)
 
 
-def test_values_may_contain_separators() -> None:
-    values = read_properties("label = a=b:c\n", "f")
-    assert values["label"].text == "a=b:c" and values["label"].origin == "f line 1"
+def test_values_may_contain_separators_and_environment_references(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HIVE_TEST_CLUSTER", "prod")
+    _write(tmp_path, "mode=engine\nlabel = a=b:c,hive.cluster=${ENV:HIVE_TEST_CLUSTER}\n"
+                     "network=n\n")
+    settings = load_settings({}, tmp_path)
+    assert isinstance(settings, EngineSettings)
+    assert settings.labels == (Label("a", "b:c"), Label("hive.cluster", "prod"))
 
 
 def test_the_extension_refuses_to_start_naming_the_setting(

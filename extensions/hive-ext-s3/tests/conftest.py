@@ -4,8 +4,7 @@ settings of the machine kept out of the tests."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from importlib.metadata import entry_points
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +27,10 @@ def no_machine_aws_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
 
 
 @pytest.fixture(autouse=True)
-def only_this_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+def only_this_extension(hive_only_installed: Callable[..., None]) -> None:
     """Other installed extensions (the tox matrix installs the discovery extensions side by
     side) stay out of the nodes these tests start, in-process or `hive run`."""
-    installed = {entry_point.name for entry_point in entry_points(group="hive.extensions")}
-    others = sorted(installed - {"s3-discovery"})
-    monkeypatch.setenv("HIVE_DISABLED_EXTENSIONS", ",".join(others))
+    hive_only_installed("s3-discovery")
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ again on the same port is an outage that loses nothing, as with a real S3.
 
 from __future__ import annotations
 
+import socket
 import threading
 import urllib.request
 
@@ -22,11 +23,24 @@ SECRET_KEY = "hive-test-secret"
 REGION = "eu-central-1"
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 class S3Server:
     def __init__(self) -> None:
         self.port = 0
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
+
+    @classmethod
+    def never_started(cls) -> S3Server:
+        """A server that is down from the start: nothing listens on its (free) port."""
+        server = cls()
+        server.port = free_port()
+        return server
 
     @property
     def endpoint(self) -> str:

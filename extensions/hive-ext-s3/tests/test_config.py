@@ -7,15 +7,15 @@ import re
 from pathlib import Path
 
 import pytest
-from hive_ext_api import ExtensionContext, ExtensionRefused
+from hive_ext_api import ExtensionContext, ExtensionRefused, parse_properties
 
 import hive_ext_s3
 from hive_ext_s3 import (
     CONFIG_ENV,
+    KEYS,
     ConfigError,
     S3Settings,
     load_settings,
-    parse_properties,
     settings_from,
 )
 from hive_ext_s3._bucket import s3_client
@@ -24,7 +24,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def settings(text: str) -> S3Settings:
-    return settings_from(parse_properties(text, "s3discovery.properties"),
+    return settings_from(parse_properties(text, "s3discovery.properties", KEYS),
                          "s3discovery.properties")
 
 

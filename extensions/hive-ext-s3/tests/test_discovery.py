@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import http.server
 import json
 import logging
 import re
-import socket
-import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Coroutine
 from typing import Any
 
 import pytest
-from hive_ext_api import ClusterNodeAddress
+from hive_ext_api import ClusterNodeAddress, parse_properties
 
-from hive_ext_s3 import NodeRecord, S3Discovery, parse_properties, settings_from
+from hive_ext_s3 import KEYS, NodeRecord, S3Discovery, settings_from
 from hive_ext_s3._bucket import NodeBucket, s3_client
 from hive_ext_s3._record import now_ms
 from s3_server import S3Server
@@ -27,41 +23,17 @@ A = ClusterNodeAddress("127.0.0.1", 17801)
 B = ClusterNodeAddress("127.0.0.1", 17802)
 
 
-@dataclass
-class Count:
-    value: int = 0
-
-    def inc(self, amount: int = 1) -> None:
-        self.value += amount
-
-
-@dataclass
-class Metrics:
-    """The node's metrics registry, as far as the extension uses it."""
-
-    counters: dict[str, Count] = field(default_factory=dict)
-    gauges: dict[str, Callable[[], float]] = field(default_factory=dict)
-
-    def counter(self, name: str, description: str = "") -> Count:
-        return self.counters.setdefault(name, Count())
-
-    def gauge(self, name: str, read: Callable[[], float], description: str = "") -> None:
-        self.gauges[name] = read
-
-    def __getitem__(self, name: str) -> int:
-        return self.counters[name].value
-
-
-def discovery(endpoint_server: S3Server, bucket: str, metrics: Metrics | None = None,
+def discovery(endpoint_server: S3Server, bucket: str, metrics: Any = None,
               **overrides: str | None) -> S3Discovery:
+    """Started by hand, without a node; ``metrics``: hive-broker's ``hive_metrics``, or none."""
     overrides.setdefault("file_prefix", PREFIX)
     source = "s3discovery.properties"
     settings = settings_from(parse_properties(endpoint_server.properties(bucket, **overrides),
-                                              source), source)
+                                              source, KEYS), source)
     plugin = S3Discovery()
     plugin.log = logging.getLogger(f"test.s3-discovery.{id(plugin)}")
     plugin.start(settings, NodeBucket(s3_client(settings), bucket, settings.file_prefix),
-                 metrics if metrics is not None else Metrics())
+                 metrics)
     return plugin
 
 
@@ -134,11 +106,11 @@ def test_the_own_record_is_rewritten_every_update_interval(s3: S3Server, bucket:
 
 
 def test_expired_records_are_deleted_counted_and_logged(
-        s3: S3Server, bucket: str, caplog: pytest.LogCaptureFixture) -> None:
-    metrics = Metrics()
+        s3: S3Server, bucket: str, caplog: pytest.LogCaptureFixture,
+        hive_metrics: Any) -> None:
 
     async def scenario() -> None:
-        node = discovery(s3, bucket, metrics, file_expiration="60", update_interval="30")
+        node = discovery(s3, bucket, hive_metrics, file_expiration="60", update_interval="30")
         dead = NodeRecord("node-dead", "127.0.0.1", 17809, now_ms() - 90_000,
                           now_ms() - 61_000)
         alive = NodeRecord("node-alive", "127.0.0.1", 17808, now_ms() - 90_000,
@@ -150,9 +122,9 @@ def test_expired_records_are_deleted_counted_and_logged(
             assert sorted(await node.hive_discovery_reload() or [], key=str) == [
                 A, ClusterNodeAddress("127.0.0.1", 17808)]
         assert sorted(objects(s3, bucket)) == [f"{PREFIX}node-a", f"{PREFIX}node-alive"]
-        assert metrics["s3-discovery.records.expired"] == 1
-        assert metrics["s3-discovery.queries"] == 1
-        assert metrics.gauges["s3-discovery.resolved-addresses"]() == 2
+        assert hive_metrics["s3-discovery.records.expired"] == 1
+        assert hive_metrics["s3-discovery.queries"] == 1
+        assert hive_metrics["s3-discovery.resolved-addresses"] == 2
         assert re.search(r"node node-dead \(127.0.0.1:17809\) has not updated its record for "
                          r"6\d s: expired, deleted", caplog.text)
         await node.hive_extension_stop()
@@ -175,11 +147,11 @@ def test_a_missing_own_record_is_written_again_at_the_next_reload(s3: S3Server,
 
 
 def test_objects_that_are_not_records_are_skipped_counted_and_logged_once(
-        s3: S3Server, bucket: str, caplog: pytest.LogCaptureFixture) -> None:
-    metrics = Metrics()
+        s3: S3Server, bucket: str, caplog: pytest.LogCaptureFixture,
+        hive_metrics: Any) -> None:
 
     async def scenario() -> None:
-        node = discovery(s3, bucket, metrics)
+        node = discovery(s3, bucket, hive_metrics)
         put(s3, bucket, f"{PREFIX}notes.txt", b"hello")
         put(s3, bucket, f"{PREFIX}node-future", json.dumps(
             {"version": 2, "node_id": "node-future"}).encode())
@@ -187,7 +159,7 @@ def test_objects_that_are_not_records_are_skipped_counted_and_logged_once(
         with caplog.at_level(logging.WARNING):
             for _ in range(3):
                 assert await node.hive_discovery_reload() == [A]
-        assert metrics["s3-discovery.records.malformed"] == 2
+        assert hive_metrics["s3-discovery.records.malformed"] == 2
         assert caplog.text.count("not a node record") == 2
         assert f"skipping {PREFIX}node-future: not a node record (format version 2" \
             in caplog.text
@@ -203,16 +175,15 @@ def objects_keys(s3: S3Server, bucket: str) -> list[str]:
             client.list_objects_v2(Bucket=bucket, Prefix=PREFIX).get("Contents", [])]
 
 
-def test_a_missing_bucket_is_named_and_counted(s3: S3Server,
-                                               caplog: pytest.LogCaptureFixture) -> None:
-    metrics = Metrics()
+def test_a_missing_bucket_is_named_and_counted(s3: S3Server, caplog: pytest.LogCaptureFixture,
+                                               hive_metrics: Any) -> None:
 
     async def scenario() -> None:
-        node = discovery(s3, "no-such-bucket", metrics)
+        node = discovery(s3, "no-such-bucket", hive_metrics)
         with caplog.at_level(logging.WARNING):
             await node.hive_discovery_init(A, "node-a")
             assert await node.hive_discovery_reload() is None
-        assert metrics["s3-discovery.errors"] == 2
+        assert hive_metrics["s3-discovery.errors"] == 2
         assert "cannot register this node in the bucket: bucket 'no-such-bucket' does not " \
                "exist" in caplog.text
         await node.hive_extension_stop()
@@ -220,25 +191,18 @@ def test_a_missing_bucket_is_named_and_counted(s3: S3Server,
     run(scenario())
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_an_unreachable_endpoint_is_no_news_counted_logged_once_and_retried(
-        s3: S3Server, bucket: str, caplog: pytest.LogCaptureFixture) -> None:
-    metrics = Metrics()
-    down = S3Server()
-    down.port = _free_port()  # nothing listens there yet
+        s3: S3Server, bucket: str, caplog: pytest.LogCaptureFixture,
+        hive_metrics: Any) -> None:
+    down = S3Server.never_started()
 
     async def scenario() -> None:
-        node = discovery(down, bucket, metrics)
+        node = discovery(down, bucket, hive_metrics)
         with caplog.at_level(logging.INFO):
             await node.hive_discovery_init(A, "node-a")
             for _ in range(3):
                 assert await node.hive_discovery_reload() is None
-            assert metrics["s3-discovery.errors"] == 4
+            assert hive_metrics["s3-discovery.errors"] == 4
             assert caplog.text.count("s3-discovery: cannot") == 1  # one warning per outage
             assert "cannot register this node in the bucket: cannot reach S3" in caplog.text
             assert "Traceback" not in caplog.text
@@ -254,43 +218,17 @@ def test_an_unreachable_endpoint_is_no_news_counted_logged_once_and_retried(
     run(scenario())
 
 
-class _Garbage(http.server.BaseHTTPRequestHandler):
-    def _answer(self) -> None:
-        body = b"<html><body>It works!</body></html>"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_PUT = do_HEAD = do_DELETE = _answer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def garbage_server() -> Iterator[S3Server]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    endpoint = S3Server()
-    endpoint.port = server.server_address[1]
-    yield endpoint
-    server.shutdown()
-    server.server_close()
-
-
 def test_an_endpoint_answering_garbage_is_no_news_and_counted(
-        garbage_server: S3Server, caplog: pytest.LogCaptureFixture) -> None:
-    metrics = Metrics()
+        hive_impostor_url: str, caplog: pytest.LogCaptureFixture, hive_metrics: Any) -> None:
+    impostor = S3Server()  # never started: its endpoint is the impostor's
+    impostor.port = int(hive_impostor_url.rsplit(":", 1)[1])
 
     async def scenario() -> None:
-        node = discovery(garbage_server, "hive-cluster", metrics)
+        node = discovery(impostor, "hive-cluster", hive_metrics)
         await node.hive_discovery_init(A, "node-a")
         with caplog.at_level(logging.WARNING):
             assert await node.hive_discovery_reload() is None
-        assert metrics["s3-discovery.errors"] == 1  # the PUT "succeeded" (a 200)
+        assert hive_metrics["s3-discovery.errors"] == 1  # the PUT "succeeded" (a 200)
         assert "cannot read the node records" in caplog.text
         await node.hive_extension_stop()
 
@@ -298,26 +236,20 @@ def test_an_endpoint_answering_garbage_is_no_news_and_counted(
 
 
 def test_an_endpoint_that_never_answers_is_given_up_within_the_hook_deadline(
-        bucket: str, caplog: pytest.LogCaptureFixture) -> None:
-    metrics = Metrics()
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(16)  # connections are accepted by the kernel, never answered
-    endpoint = S3Server()
-    endpoint.port = silent.getsockname()[1]
+        bucket: str, caplog: pytest.LogCaptureFixture, hive_metrics: Any,
+        hive_silent_port: int) -> None:
+    endpoint = S3Server()  # never started: its endpoint is the silent port
+    endpoint.port = hive_silent_port
 
     async def scenario() -> None:
-        node = discovery(endpoint, bucket, metrics)
+        node = discovery(endpoint, bucket, hive_metrics)
         node.own = NodeRecord.new("node-a", A.host, A.port)
         begun = time.monotonic()
         with caplog.at_level(logging.WARNING):
             assert await node.hive_discovery_reload() is None
         assert time.monotonic() - begun < 4.6  # the node waits 5 s for a hook at most
-        assert metrics["s3-discovery.errors"] == 1
+        assert hive_metrics["s3-discovery.errors"] == 1
         assert "cannot read the node records" in caplog.text
         await node.hive_extension_stop()
 
-    try:
-        run(scenario())
-    finally:
-        silent.close()
+    run(scenario())

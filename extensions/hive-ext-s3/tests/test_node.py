@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +13,9 @@ import pytest
 
 import hive_ext_s3
 from hive_ext_s3 import CONFIG_ENV
-from s3_server import S3Server
+from s3_server import S3Server, free_port
 
 PREFIX = "node-test/"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def cluster_xml(cluster_port: int, discovery: str = "<extension><reload-interval>1"
@@ -45,27 +40,13 @@ def records(s3: S3Server, bucket: str) -> dict[str, dict[str, Any]]:
                                     .read()) for item in listing}
 
 
-def wait_for(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout} s: {what}")
-
-
-def s3_record(node: Any) -> Any:
-    (record,) = [r for r in node.extensions.manager.records if r.name == "s3-discovery"]
-    return record
-
-
 def test_installed_it_is_active_registers_the_node_and_counts(
         hive_node_factory: Any, s3: S3Server, bucket: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, wait_until: Callable[..., float]) -> None:
     configure(tmp_path, monkeypatch, s3.properties(bucket, file_prefix=PREFIX))
-    port = _free_port()
+    port = free_port()
     node = hive_node_factory(config_xml=cluster_xml(port), load_installed=True)
-    record = s3_record(node)
+    record = node.extension("s3-discovery")
     assert (record.active, record.version, record.source) == (True, "1.0.0", "hive_ext_s3")
 
     node_id = node.services.node_id
@@ -74,7 +55,7 @@ def test_installed_it_is_active_registers_the_node_and_counts(
     assert (stored[f"{PREFIX}{node_id}"]["host"], stored[f"{PREFIX}{node_id}"]["port"]) == (
         "127.0.0.1", port)
     counters = node.services.metrics.counters
-    wait_for(lambda: counters["s3-discovery.queries"].value >= 2, 5, "two reloads")
+    wait_until(lambda: counters["s3-discovery.queries"].value >= 2, 5, "two reloads")
     assert counters["s3-discovery.errors"].value == 0
 
     node.stop()  # a clean stop deregisters
@@ -82,15 +63,14 @@ def test_installed_it_is_active_registers_the_node_and_counts(
 
 
 def test_an_outage_is_counted_in_the_node_metrics_and_the_node_runs_on(
-        hive_node_factory: Any, s3: S3Server, bucket: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    down = S3Server()
-    down.port = _free_port()  # nothing listens there
+        hive_node_factory: Any, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        wait_until: Callable[..., float]) -> None:
+    down = S3Server.never_started()
     configure(tmp_path, monkeypatch, down.properties(bucket, file_prefix=PREFIX))
     node = hive_node_factory(extensions=[hive_ext_s3.create_plugin()],
-                             config_xml=cluster_xml(_free_port()))
+                             config_xml=cluster_xml(free_port()))
     counters = node.services.metrics.counters
-    wait_for(lambda: counters["s3-discovery.errors"].value >= 3, 10, "three failed calls")
+    wait_until(lambda: counters["s3-discovery.errors"].value >= 3, 10, "three failed calls")
     with socket.create_connection((node.host, node.port), timeout=5):
         pass  # still serving MQTT
 
@@ -100,8 +80,8 @@ def test_a_bad_configuration_refuses_the_extension_not_the_node(
         monkeypatch: pytest.MonkeyPatch) -> None:
     configure(tmp_path, monkeypatch, s3.properties(bucket, file_expiration="10",
                                                    update_interval="10"))
-    node = hive_node_factory(config_xml=cluster_xml(_free_port()), load_installed=True)
-    record = s3_record(node)
+    node = hive_node_factory(config_xml=cluster_xml(free_port()), load_installed=True)
+    record = node.extension("s3-discovery")
     assert not record.active
     assert "update-interval (10 s) must be above 0 and shorter than file-expiration (10 s)" \
         in record.reason
@@ -114,9 +94,9 @@ def test_idle_when_the_node_uses_another_discovery(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     configure(tmp_path, monkeypatch, s3.properties(bucket, file_prefix=PREFIX))
     with caplog.at_level("INFO"):
-        node = hive_node_factory(config_xml=cluster_xml(_free_port(), "<static/>"),
+        node = hive_node_factory(config_xml=cluster_xml(free_port(), "<static/>"),
                                  load_installed=True)
-    assert s3_record(node).active
+    assert node.extension("s3-discovery").active
     assert "s3-discovery: idle" in caplog.text
     time.sleep(0.5)
     assert records(s3, bucket) == {}
@@ -127,4 +107,4 @@ def test_installed_under_the_extensions_entry_point() -> None:
 
     (entry_point,) = entry_points(group="hive.extensions", name="s3-discovery")
     assert entry_point.load() is hive_ext_s3
-    assert hive_ext_s3.HIVE_API == ">=1.0,<2"
+    assert hive_ext_s3.HIVE_API == ">=1.2,<2"

@@ -14,22 +14,23 @@ from hive_ext_consul._agent import RECORD_VERSION, MalformedInstance, instance_f
 from hive_ext_consul._config import (
     CONFIG_ENV,
     CONFIG_FILE_NAME,
+    KEYS,
     ConfigError,
     ConsulSettings,
     load_settings,
     settings_from,
 )
 from hive_ext_consul._discovery import NAME, ConsulDiscovery
-from hive_ext_consul._properties import parse_properties
 
 __version__ = "1.0.0"
 
-HIVE_API = ">=1.0,<2"
+HIVE_API = ">=1.2,<2"  # 1.2: the settings reader, OutageLog and ServiceCalls
 
 __all__ = [
     "CONFIG_ENV",
     "CONFIG_FILE_NAME",
     "HIVE_API",
+    "KEYS",
     "NAME",
     "RECORD_VERSION",
     "ConfigError",
@@ -39,7 +40,6 @@ __all__ = [
     "create_plugin",
     "instance_from",
     "load_settings",
-    "parse_properties",
     "settings_from",
 ]
 

@@ -7,14 +7,15 @@ tools read them (``CONSUL_HTTP_ADDR``, ``CONSUL_HTTP_TOKEN``).
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from hive_ext_consul._properties import ConfigError, Setting, read_properties
+from hive_ext_api import Setting, SettingError, read_properties
+
+ConfigError = SettingError  # this package's name for it: a setting missing or wrong
 
 CONFIG_ENV = "HIVE_CONSUL_DISCOVERY_CONFIG"
 CONFIG_FILE_NAME = "consuldiscovery.properties"
@@ -71,7 +72,7 @@ def config_path(data_dir: Path) -> Path:
 def load_settings(path: Path) -> ConsulSettings:
     """The settings of the file at ``path``. A missing file is no error: every key has a
     default (the local agent on port 8500, service ``hive``)."""
-    properties = read_properties(path) if path.exists() else {}
+    properties = read_properties(path, KEYS) if path.exists() else {}
     return settings_from(properties, str(path))
 
 
@@ -116,17 +117,9 @@ def _file(settings: dict[str, Setting], key: str, source: str) -> Path | None:
     return path
 
 
-def _check_keys(settings: dict[str, Setting], source: str) -> None:
-    for key in settings:
-        if key not in KEYS:
-            close = difflib.get_close_matches(key, KEYS, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(f"{source} line {settings[key].line}: unknown setting {key}{hint}")
-
-
 def settings_from(settings: dict[str, Setting], source: str) -> ConsulSettings:
-    """Checked settings; :class:`ConfigError` names the first key that is missing or wrong."""
-    _check_keys(settings, source)
+    """Checked settings (of known keys: ``parse_properties(text, source, KEYS)``);
+    :class:`ConfigError` names the first key that is missing or wrong."""
     configured_url = _text(settings, "consul-url")
     if configured_url is not None:
         url = _url(configured_url, "consul-url", source)
@@ -178,5 +171,5 @@ def settings_from(settings: dict[str, Setting], source: str) -> ConsulSettings:
         tls_key_file=key, tls_verify=verify_text == "true", source=source)
 
 
-__all__ = ["CONFIG_ENV", "CONFIG_FILE_NAME", "ConfigError", "ConsulSettings", "config_path",
+__all__ = ["CONFIG_ENV", "CONFIG_FILE_NAME", "KEYS", "ConfigError", "ConsulSettings", "config_path",
            "load_settings", "settings_from"]

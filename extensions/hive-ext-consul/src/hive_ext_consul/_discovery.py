@@ -16,14 +16,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, TypeVar
 
-from hive_ext_api import ClusterNodeAddress, Counter, ExtensionContext, ExtensionRefused, hookimpl
+from hive_ext_api import (
+    CallFailed,
+    ClusterNodeAddress,
+    Counter,
+    ExtensionContext,
+    OutageLog,
+    ServiceCalls,
+    hookimpl,
+)
 
 from hive_ext_consul._agent import (
     AgentRefused,
@@ -33,29 +40,10 @@ from hive_ext_consul._agent import (
     consul_client,
     instance_from,
 )
-from hive_ext_consul._config import ConfigError, ConsulSettings, config_path, load_settings
-from hive_ext_consul._outage import Outage
-from hive_ext_consul._worker import Worker
+from hive_ext_consul._config import ConsulSettings, config_path, load_settings
 
 NAME = "consul-discovery"
 T = TypeVar("T")
-
-
-class _Outcome(enum.Enum):
-    FAILED = "failed"
-
-
-FAILED: Final = _Outcome.FAILED
-"""What an attempt answers when the call failed (its own answer may well be None)."""
-
-
-def discovery_selected(node_config: Any) -> bool:
-    """Whether the node's ``<cluster>`` is enabled with ``<discovery><extension/>``."""
-    if node_config is None:  # started by hand (a unit test): the caller decides
-        return True
-    cluster = getattr(node_config, "cluster", None)
-    return bool(getattr(cluster, "enabled", False)) and \
-        getattr(cluster, "discovery_kind", None) == "extension"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +55,7 @@ class Registration:
 
 @dataclass(slots=True)
 class Survey:
-    """What one look at the catalog found (made on the worker thread, reported on the loop)."""
+    """What one look at the catalog found (made on the Consul thread, reported on the loop)."""
 
     addresses: list[ClusterNodeAddress] = field(default_factory=list)
     malformed: dict[str, str] = field(default_factory=dict)  # instance: why it was skipped
@@ -93,8 +81,7 @@ class ConsulDiscovery:
         self.log = logging.getLogger(f"hive.ext.{NAME}")
         self.settings: ConsulSettings | None = None
         self.service: ServiceInstance | None = None
-        self.worker: Worker | None = None
-        self.outage = Outage(self.log, None, NAME)
+        self.calls: ServiceCalls | None = None
         self.counters = Counters()
         self.own: Registration | None = None
         self.resolved = 0  # addresses the last successful reload answered
@@ -106,15 +93,12 @@ class ConsulDiscovery:
     @hookimpl
     def hive_extension_start(self, context: ExtensionContext) -> None:
         self.log = context.log
-        if not discovery_selected(context.node_config):
+        if not context.extension_discovery:
             self.log.info("%s: idle: this node's <cluster> does not use <discovery><extension/>",
                           NAME)
             return
         path = config_path(context.data_dir)
-        try:
-            settings = load_settings(path)
-        except ConfigError as exc:
-            raise ExtensionRefused(str(exc)) from None
+        settings = load_settings(path)  # ConfigError refuses
         if not path.exists():
             self.log.info("%s: no %s: every setting has its default", NAME, path)
         self.start(settings, ServiceInstance(consul_client(settings), settings),
@@ -124,7 +108,6 @@ class ConsulDiscovery:
               metrics: Any = None) -> None:
         """Use ``service`` as ``settings`` say; ``metrics`` is the node's registry, if any."""
         self.settings, self.service = settings, service
-        self.worker = Worker(NAME)
         if metrics is not None:
             self.counters = Counters(
                 metrics.counter(f"{NAME}.errors", "calls to Consul that failed or timed out"),
@@ -133,7 +116,8 @@ class ConsulDiscovery:
                 metrics.counter(f"{NAME}.queries", "reloads that read the catalog"))
             metrics.gauge(f"{NAME}.resolved-addresses", lambda: float(self.resolved),
                           "node addresses the last reload found")
-        self.outage = Outage(self.log, self.counters.errors, NAME)
+        self.calls = ServiceCalls(OutageLog(self.log, NAME, self.counters.errors),
+                                  expected=(ConsulUnavailable,))
         self.log.info("%s: service %s at %s%s; check TTL %g s, passed every %g s "
                       "(configuration: %s)", NAME, settings.service_name, settings.url,
                       f", datacenter {settings.datacenter}" if settings.datacenter else "",
@@ -142,8 +126,8 @@ class ConsulDiscovery:
     @hookimpl
     async def hive_extension_stop(self) -> None:
         await self._stop_refreshing()
-        if self.worker is not None:
-            self.worker.close()
+        if self.calls is not None:
+            self.calls.close()
 
     # ---------------------------------------------------------------- discovery hooks
 
@@ -154,8 +138,9 @@ class ConsulDiscovery:
         if service is None or settings is None:
             return
         own = self.own = Registration(cluster_id, own_address.host, own_address.port)
-        if await self._attempt("register this node", partial(
-                service.register, own.node_id, own.host, own.port)) is not FAILED:
+        with contextlib.suppress(CallFailed):
+            await self._call("register this node",
+                             partial(service.register, own.node_id, own.host, own.port))
             self.log.info("%s: registered this node as %s (%s:%d)", NAME,
                           service.instance_id(own.node_id, settings.service_name), own.host,
                           own.port)
@@ -165,9 +150,10 @@ class ConsulDiscovery:
     async def hive_discovery_reload(self) -> list[ClusterNodeAddress] | None:
         if self.service is None:
             return None
-        survey = await self._attempt("read the healthy instances",
-                                     partial(self._survey, self.own))
-        if survey is FAILED:
+        try:
+            survey = await self._call("read the healthy instances",
+                                      partial(self._survey, self.own))
+        except CallFailed:
             return None  # no news: the node keeps the members it has
         self._report(survey)
         return survey.addresses
@@ -179,33 +165,19 @@ class ConsulDiscovery:
         if own is None or service is None:
             return
         self.own = None
-        if await self._attempt("deregister this node",
-                               partial(service.deregister, own.node_id)) is not FAILED:
+        with contextlib.suppress(CallFailed):
+            await self._call("deregister this node", partial(service.deregister, own.node_id))
             self.log.info("%s: deregistered this node", NAME)
 
     # ---------------------------------------------------------------- the work
 
-    async def _attempt(self, doing: str,
-                       call: Callable[[], T]) -> T | Literal[_Outcome.FAILED]:
-        """``call()`` on the worker; FAILED when it failed (counted, and logged if need be)."""
-        assert self.worker is not None
-        try:
-            result = await self.worker.run(call)
-        except ConsulUnavailable as exc:
-            self.outage.failed(doing, str(exc))
-            return FAILED
-        except TimeoutError:
-            self.outage.failed(doing, f"Consul did not answer within {self.worker.budget_s:g} s")
-            return FAILED
-        except Exception as exc:  # a bug or a library surprise: still never the node's problem
-            self.log.debug("%s: %s failed", NAME, doing, exc_info=True)
-            self.outage.failed(doing, f"{type(exc).__name__}: {exc}")
-            return FAILED
-        self.outage.answered()
-        return result
+    async def _call(self, doing: str, call: Callable[[], T]) -> T:
+        """``call()`` on the Consul thread; CallFailed (counted and logged) when it failed."""
+        assert self.calls is not None
+        return await self.calls.run(doing, call)
 
     def _pass_or_register(self, own: Registration) -> bool:
-        """Runs on the worker: pass the check; register again (True) when the agent forgot it."""
+        """On the Consul thread: pass the check; register again (True) when the agent forgot it."""
         assert self.service is not None
         try:
             self.service.keep_passing(own.node_id)
@@ -219,8 +191,14 @@ class ConsulDiscovery:
         while True:
             await asyncio.sleep(self.settings.update_interval_s)
             own = self.own
-            if own is not None and await self._attempt(
-                    "pass this node's TTL check", partial(self._pass_or_register, own)) is True:
+            if own is None:
+                continue
+            try:
+                registered_again = await self._call("pass this node's TTL check",
+                                                    partial(self._pass_or_register, own))
+            except CallFailed:
+                continue
+            if registered_again:
                 self.log.info("%s: the agent did not know this node's check: registered again",
                               NAME)
 
@@ -234,7 +212,7 @@ class ConsulDiscovery:
     def _survey(self, own: Registration | None) -> Survey:
         """The healthy instances' addresses; registers this node again when it is missing.
 
-        Runs on the worker thread: it touches only the agent and its arguments.
+        Runs on the Consul thread: it touches only the agent and its arguments.
         """
         assert self.service is not None
         survey = Survey()

@@ -10,43 +10,43 @@ Two modes (the ``mode`` setting):
 
 Settings come from ``docker-discovery.properties`` (``$HIVE_DOCKER_DISCOVERY_CONFIG``, else in the
 extension's data folder) and ``HIVE_DOCKER_DISCOVERY_*`` variables; the README lists them all.
-A failed query is logged (once a minute per kind of failure), counted in the node's metrics
-(``docker-discovery.*``) and answers "no news", so the node keeps its cluster members and asks
-again at the next reload (``<discovery><extension><reload-interval>``).
+A failed query is logged (when an outage begins, once a minute while it lasts, and when it
+ends), counted in the node's metrics (``docker-discovery.*``) and answers "no news", so the node
+keeps its cluster members and asks again at the next reload
+(``<discovery><extension><reload-interval>``).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
 
-from hive_ext_api import ClusterNodeAddress, ExtensionContext, hookimpl
+from hive_ext_api import ClusterNodeAddress, ExtensionContext, SettingError, hookimpl
 
-from hive_ext_docker._discovery import METRIC_PREFIX, DockerDiscovery, RateLimitedLog
+from hive_ext_docker._discovery import METRIC_PREFIX, DockerDiscovery
 from hive_ext_docker._dns import DnsSource, nodes_from_response
 from hive_ext_docker._engine import EngineSource, nodes_from_containers
 from hive_ext_docker._settings import (
     CONFIG_ENV,
     FILE_NAME,
+    KEYS,
     DnsSettings,
     EngineSettings,
     Label,
-    SettingError,
     load_settings,
     parse_settings,
-    read_properties,
 )
 from hive_ext_docker._source import ERROR_KINDS, Found, NodeSource, SourceError
 
 __version__ = "1.0.0"
 
-HIVE_API = ">=1.0,<2"
+HIVE_API = ">=1.2,<2"  # 1.2: read_properties, OutageLog, ExtensionContext.extension_discovery
 
 __all__ = [
     "CONFIG_ENV",
     "ERROR_KINDS",
     "FILE_NAME",
     "HIVE_API",
+    "KEYS",
     "METRIC_PREFIX",
     "DnsSettings",
     "DnsSource",
@@ -57,7 +57,6 @@ __all__ = [
     "Found",
     "Label",
     "NodeSource",
-    "RateLimitedLog",
     "SettingError",
     "SourceError",
     "create_plugin",
@@ -65,17 +64,7 @@ __all__ = [
     "nodes_from_containers",
     "nodes_from_response",
     "parse_settings",
-    "read_properties",
 ]
-
-
-def uses_extension_discovery(node_config: Any) -> bool:
-    """Whether the node's cluster asks extensions for nodes (True when nothing says otherwise)."""
-    cluster = getattr(node_config, "cluster", None)
-    if cluster is None:
-        return True  # started by hand, without a node configuration
-    return bool(getattr(cluster, "enabled", True)) and (
-        getattr(cluster, "discovery_kind", "extension") == "extension")
 
 
 class DockerDiscoveryPlugin:
@@ -86,7 +75,7 @@ class DockerDiscoveryPlugin:
 
     @hookimpl
     def hive_extension_start(self, context: ExtensionContext) -> None:
-        if not uses_extension_discovery(context.node_config):
+        if not context.extension_discovery:
             context.log.info("docker-discovery: idle, this node's cluster does not use "
                              "<discovery><extension/>")
             return

@@ -1,7 +1,8 @@
 """One node's discovery: ask the source at each reload, count and log what goes wrong.
 
 A failed query answers ``None`` ("no news"), so the node keeps the members it has; the failure is
-counted in the node's metrics by kind and logged at most once a minute per kind, and the next
+counted in the node's metrics by kind and logged through hive_ext_api's ``OutageLog`` (when the
+outage begins, once a minute while it lasts, and when the source answers again), and the next
 reload simply asks again.
 """
 
@@ -12,11 +13,12 @@ import time
 from collections import Counter as Tally
 from collections.abc import Callable
 
-from hive_ext_api import ClusterNodeAddress, Counter, MetricsRegistry
+from hive_ext_api import ClusterNodeAddress, Counter, MetricsRegistry, OutageLog
 
 from hive_ext_docker._source import ERROR_KINDS, Found, NodeSource, SourceError
 
-METRIC_PREFIX = "docker-discovery."
+NAME = "docker-discovery"
+METRIC_PREFIX = f"{NAME}."
 LOG_INTERVAL_S = 60.0
 
 _METRICS = {
@@ -24,35 +26,6 @@ _METRICS = {
     "query.failed": "queries that brought none (the node kept its members)",
     **{f"errors.{kind}": f"failed queries or skipped entries: {kind}" for kind in ERROR_KINDS},
 }
-
-
-class RateLimitedLog:
-    """At most one warning per kind and interval; the next one says how many were held back."""
-
-    def __init__(self, log: logging.Logger, interval_s: float = LOG_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.log = log
-        self.interval_s = interval_s
-        self.clock = clock
-        self._last: dict[str, float] = {}
-        self._held: Tally[str] = Tally()
-
-    def warning(self, kind: str, message: str, *args: object) -> None:
-        now = self.clock()
-        last = self._last.get(kind)
-        if last is not None and now - last < self.interval_s:
-            self._held[kind] += 1
-            return
-        self._last[kind] = now
-        held = self._held.pop(kind, 0)
-        if held:
-            message += f" ({held} more like this since the last report)"
-        self.log.warning(message, *args)
-
-    def reset(self) -> None:
-        """Forget the history: the next problem is reported at once."""
-        self._last.clear()
-        self._held.clear()
 
 
 class DockerDiscovery:
@@ -63,12 +36,12 @@ class DockerDiscovery:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.source = source
         self.log = log
-        self.errors = RateLimitedLog(log, log_interval_s, clock)
+        self.outage = OutageLog(log, NAME, None, log_interval_s, clock)  # counted by kind here
         self.counts: Tally[str] = Tally()  # the same numbers as the node's metrics
         self.own_address: ClusterNodeAddress | None = None
         self.resolved = 0  # addresses in the last answer
-        self._failed_in_a_row = 0
         self._told_own_missing = False
+        self._skipped: set[str] = set()  # reasons of the last answer: each is logged once
         self._counters: dict[str, Counter] = {}
         if metrics is not None:
             for name, description in _METRICS.items():
@@ -96,21 +69,16 @@ class DockerDiscovery:
     def _failed(self, exc: SourceError) -> None:
         self._count("query.failed")
         self._count(f"errors.{exc.kind}")
-        self._failed_in_a_row += 1
-        self.errors.warning(exc.kind, "docker-discovery: %s failed (%s: %s); the node keeps its "
-                            "cluster members and asks again at the next reload",
-                            self.source.describe(), exc.kind, exc.detail)
+        self.outage.failed(f"query {self.source.describe()}", f"{exc.kind}: {exc.detail}")
 
     def _succeeded(self, found: Found) -> None:
         self._count("query.success")
+        self.outage.answered()
         for reason in found.skipped:
             self._count("errors.malformed")
-            self.errors.warning("skipped", "docker-discovery: skipped %s", reason)
-        if self._failed_in_a_row:
-            self.log.info("docker-discovery: %s answers again (after %d failed queries)",
-                          self.source.describe(), self._failed_in_a_row)
-            self._failed_in_a_row = 0
-            self.errors.reset()
+            if reason not in self._skipped:
+                self.log.warning("%s: skipped %s", NAME, reason)
+        self._skipped = set(found.skipped)
         self.resolved = len(found.addresses)
         own = self.own_address
         if own is not None and not self._told_own_missing and own not in found.addresses:

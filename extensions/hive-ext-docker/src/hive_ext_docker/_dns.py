@@ -18,9 +18,9 @@ import dns.name
 import dns.rcode
 import dns.rdatatype
 import dns.resolver
-from hive_ext_api import ClusterNodeAddress
+from hive_ext_api import ClusterNodeAddress, SettingError
 
-from hive_ext_docker._settings import DnsSettings, SettingError
+from hive_ext_docker._settings import DnsSettings
 from hive_ext_docker._source import Found, SourceError
 
 

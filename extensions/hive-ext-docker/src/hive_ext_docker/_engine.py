@@ -22,9 +22,9 @@ from typing import Any
 import docker
 import docker.errors
 import requests.exceptions
-from hive_ext_api import ClusterNodeAddress
+from hive_ext_api import ClusterNodeAddress, SettingError
 
-from hive_ext_docker._settings import EngineSettings, SettingError
+from hive_ext_docker._settings import EngineSettings
 from hive_ext_docker._source import Found, SourceError
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"

@@ -3,8 +3,9 @@
 The file is ``$HIVE_DOCKER_DISCOVERY_CONFIG`` when that is set, else ``docker-discovery.properties``
 in the extension's data folder. Each key may be overridden by an environment variable named
 after it (``cluster-port`` -> ``HIVE_DOCKER_DISCOVERY_CLUSTER_PORT``), which is handy in a
-container. Every value is checked at start: a missing or wrong one raises :class:`SettingError`
-naming the key and where its value came from.
+container. The file is read by hive_ext_api's ``read_properties`` (``key=value`` or ``key:value``,
+``${ENV:NAME}`` replaced). Every value is checked at start: a missing or wrong one raises
+:class:`SettingError` naming the key and where its value came from.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from hive_ext_api import ExtensionRefused
+from hive_ext_api import Setting, SettingError, read_properties
 
 CONFIG_ENV = "HIVE_DOCKER_DISCOVERY_CONFIG"
 FILE_NAME = "docker-discovery.properties"
@@ -44,16 +45,6 @@ KEYS: dict[str, str] = {
 
 _LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 _DNS_LABEL = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")
-
-
-class SettingError(ExtensionRefused):
-    """A setting is missing or wrong; the message names it and where its value came from."""
-
-
-@dataclass(frozen=True, slots=True)
-class Value:
-    text: str
-    origin: str  # "<file> line N" or "$HIVE_DOCKER_DISCOVERY_X"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,28 +91,10 @@ def env_name(key: str) -> str:
     return ENV_PREFIX + key.upper().replace("-", "_")
 
 
-def read_properties(text: str, origin: str) -> dict[str, Value]:
-    """``key=value`` (or ``key: value``) lines; ``#`` and ``!`` start comments."""
-    values: dict[str, Value] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        match = re.match(r"^([^=:\s]+)\s*[=:]\s*(.*)$", line)
-        where = f"{origin} line {number}"
-        if match is None:
-            raise SettingError(f"{where}: expected key=value, got {line!r}")
-        key, value = match.group(1), match.group(2).strip()
-        if key not in KEYS:
-            raise SettingError(f"{where}: unknown setting {key!r} (known: {', '.join(KEYS)})")
-        values[key] = Value(value, where)
-    return values
-
-
-def environment_overrides(environ: Mapping[str, str]) -> dict[str, Value]:
+def environment_overrides(environ: Mapping[str, str]) -> dict[str, Setting]:
     """The ``HIVE_DOCKER_DISCOVERY_*`` variables, by setting key; an unknown one is an error."""
     by_env = {env_name(key): key for key in KEYS}
-    values: dict[str, Value] = {}
+    values: dict[str, Setting] = {}
     for name, text in environ.items():
         if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV:
             continue
@@ -129,7 +102,7 @@ def environment_overrides(environ: Mapping[str, str]) -> dict[str, Value]:
         if key is None:
             known = ", ".join(sorted([CONFIG_ENV, *by_env]))
             raise SettingError(f"${name}: unknown setting (known: {known})")
-        values[key] = Value(text.strip(), f"${name}")
+        values[key] = Setting(text.strip(), f"${name}")
     return values
 
 
@@ -142,14 +115,11 @@ def config_path(environ: Mapping[str, str], data_dir: Path) -> tuple[Path, bool]
 def load_settings(environ: Mapping[str, str], data_dir: Path) -> Settings:
     """Read the file (if any), apply the environment, check everything."""
     path, named = config_path(environ, data_dir)
-    values: dict[str, Value] = {}
-    try:
-        values = read_properties(path.read_text(encoding="utf-8"), str(path))
-    except FileNotFoundError:
-        if named:
-            raise SettingError(f"${CONFIG_ENV}={path}: no such file") from None
-    except OSError as exc:
-        raise SettingError(f"cannot read {path}: {exc}") from None
+    values: dict[str, Setting] = {}
+    if path.exists() or path.is_symlink():
+        values = read_properties(path, KEYS)
+    elif named:
+        raise SettingError(f"${CONFIG_ENV}={path}: no such file")
     values.update(environment_overrides(environ))
     if not values:
         raise SettingError(
@@ -158,21 +128,21 @@ def load_settings(environ: Mapping[str, str], data_dir: Path) -> Settings:
     return parse_settings(values)
 
 
-def parse_settings(values: Mapping[str, Value]) -> Settings:
+def parse_settings(values: Mapping[str, Setting]) -> Settings:
     """Settings from raw values (empty values count as not set)."""
-    given = {key: value for key, value in values.items() if value.text}
+    given = {key: setting for key, setting in values.items() if setting.value}
     mode = _required(given, "mode")
-    if mode.text not in ("engine", "dns"):
-        raise SettingError(f"mode={mode.text!r} ({mode.origin}): must be engine or dns")
-    for key, value in given.items():
-        if KEYS[key] not in ("", mode.text):
-            raise SettingError(f"{key} ({value.origin}) applies to mode={KEYS[key]} only, "
-                               f"and mode is {mode.text}")
+    if mode.value not in ("engine", "dns"):
+        raise SettingError(f"mode={mode.value!r} ({mode.origin}): must be engine or dns")
+    for key, setting in given.items():
+        if KEYS[key] not in ("", mode.value):
+            raise SettingError(f"{key} ({setting.origin}) applies to mode={KEYS[key]} only, "
+                               f"and mode is {mode.value}")
     cluster_port = _port(given, "cluster-port")
-    if mode.text == "engine":
+    if mode.value == "engine":
         return EngineSettings(
             labels=_labels(_required(given, "label")),
-            network=_required(given, "network").text,
+            network=_required(given, "network").value,
             docker_host=_docker_host(given.get("docker-host")),
             cluster_port=cluster_port,
             cluster_port_label=_label_key(given.get("cluster-port-label")),
@@ -187,77 +157,78 @@ def parse_settings(values: Mapping[str, Value]) -> Settings:
     )
 
 
-def _required(given: Mapping[str, Value], key: str) -> Value:
-    value = given.get(key)
-    if value is None:
+def _required(given: Mapping[str, Setting], key: str) -> Setting:
+    setting = given.get(key)
+    if setting is None:
         raise SettingError(f"{key} is required (in the properties file, or ${env_name(key)})")
-    return value
+    return setting
 
 
-def _port(given: Mapping[str, Value], key: str) -> int | None:
-    value = given.get(key)
-    if value is None:
+def _port(given: Mapping[str, Setting], key: str) -> int | None:
+    setting = given.get(key)
+    if setting is None:
         return None
-    if not value.text.isdigit() or not 0 < int(value.text) < 65536:
-        raise SettingError(f"{key}={value.text!r} ({value.origin}): not a port (1 to 65535)")
-    return int(value.text)
+    if not setting.value.isdigit() or not 0 < int(setting.value) < 65536:
+        raise SettingError(f"{key}={setting.value!r} ({setting.origin}): not a port (1 to 65535)")
+    return int(setting.value)
 
 
-def _timeout(given: Mapping[str, Value], key: str) -> float:
-    value = given.get(key)
-    if value is None:
+def _timeout(given: Mapping[str, Setting], key: str) -> float:
+    setting = given.get(key)
+    if setting is None:
         return DEFAULT_TIMEOUT_S
     try:
-        seconds = float(value.text)
+        seconds = float(setting.value)
     except ValueError:
         seconds = -1.0
     if not 0 < seconds <= MAX_TIMEOUT_S:
-        raise SettingError(f"{key}={value.text!r} ({value.origin}): seconds, more than 0 and "
-                           f"at most {MAX_TIMEOUT_S:g} (the node waits 5 s for a discovery answer)")
+        raise SettingError(f"{key}={setting.value!r} ({setting.origin}): seconds, more than 0 "
+                           f"and at most {MAX_TIMEOUT_S:g} (the node waits 5 s for a discovery "
+                           "answer)")
     return seconds
 
 
-def _label_key(value: Value | None, setting: str = "cluster-port-label") -> str | None:
-    if value is None:
+def _label_key(setting: Setting | None, key: str = "cluster-port-label") -> str | None:
+    if setting is None:
         return None
-    if not _LABEL_KEY.match(value.text):
-        raise SettingError(f"{setting}={value.text!r} ({value.origin}): not a label key")
-    return value.text
+    if not _LABEL_KEY.match(setting.value):
+        raise SettingError(f"{key}={setting.value!r} ({setting.origin}): not a label key")
+    return setting.value
 
 
-def _labels(value: Value) -> tuple[Label, ...]:
+def _labels(setting: Setting) -> tuple[Label, ...]:
     labels = []
-    for item in value.text.split(","):
+    for item in setting.value.split(","):
         key, sep, label_value = item.strip().partition("=")
         if not _LABEL_KEY.match(key) or (sep and not label_value):
-            raise SettingError(f"label={value.text!r} ({value.origin}): expected key=value or "
-                               f"key, comma-separated; {item.strip()!r} is neither")
+            raise SettingError(f"label={setting.value!r} ({setting.origin}): expected key=value "
+                               f"or key, comma-separated; {item.strip()!r} is neither")
         labels.append(Label(key, label_value if sep else None))
     return tuple(labels)
 
 
-def _docker_host(value: Value | None) -> str | None:
-    if value is None:
+def _docker_host(setting: Setting | None) -> str | None:
+    if setting is None:
         return None
-    scheme, sep, rest = value.text.partition("://")
+    scheme, sep, rest = setting.value.partition("://")
     if not sep or scheme not in DOCKER_HOST_SCHEMES or not rest:
-        raise SettingError(f"docker-host={value.text!r} ({value.origin}): expected "
+        raise SettingError(f"docker-host={setting.value!r} ({setting.origin}): expected "
                            f"unix:///path/docker.sock or tcp://host:port")
-    return value.text
+    return setting.value
 
 
-def _dns_name(value: Value) -> str:
-    name = value.text.rstrip(".")
+def _dns_name(setting: Setting) -> str:
+    name = setting.value.rstrip(".")
     if len(name) > 253 or not all(_DNS_LABEL.match(part) for part in name.split(".")):
-        raise SettingError(f"dns-name={value.text!r} ({value.origin}): not a DNS name")
+        raise SettingError(f"dns-name={setting.value!r} ({setting.origin}): not a DNS name")
     return name
 
 
-def _ip_address(value: Value | None) -> str | None:
-    if value is None:
+def _ip_address(setting: Setting | None) -> str | None:
+    if setting is None:
         return None
     try:
-        return str(ipaddress.ip_address(value.text))
+        return str(ipaddress.ip_address(setting.value))
     except ValueError:
-        raise SettingError(f"resolver-address={value.text!r} ({value.origin}): not an IP "
+        raise SettingError(f"resolver-address={setting.value!r} ({setting.origin}): not an IP "
                            f"address (the resolver is asked directly, not looked up)") from None

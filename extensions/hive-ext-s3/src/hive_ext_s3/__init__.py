@@ -12,6 +12,7 @@ from __future__ import annotations
 from hive_ext_s3._config import (
     CONFIG_ENV,
     CONFIG_FILE_NAME,
+    KEYS,
     ConfigError,
     Credentials,
     S3Settings,
@@ -19,18 +20,18 @@ from hive_ext_s3._config import (
     settings_from,
 )
 from hive_ext_s3._discovery import NAME, S3Discovery
-from hive_ext_s3._properties import parse_properties
 from hive_ext_s3._record import FORMAT_VERSION, MalformedRecord, NodeRecord, parse_record
 
 __version__ = "1.0.0"
 
-HIVE_API = ">=1.0,<2"
+HIVE_API = ">=1.2,<2"  # 1.2: the settings reader, OutageLog and ServiceCalls
 
 __all__ = [
     "CONFIG_ENV",
     "CONFIG_FILE_NAME",
     "FORMAT_VERSION",
     "HIVE_API",
+    "KEYS",
     "NAME",
     "ConfigError",
     "Credentials",
@@ -40,7 +41,6 @@ __all__ = [
     "S3Settings",
     "create_plugin",
     "load_settings",
-    "parse_properties",
     "parse_record",
     "settings_from",
 ]

@@ -6,14 +6,15 @@ that names the key (and the file); the extension turns it into a refusal to star
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from hive_ext_s3._properties import ConfigError, Setting, read_properties
+from hive_ext_api import Setting, SettingError, read_properties
+
+ConfigError = SettingError  # this package's name for it: a setting missing or wrong
 
 CONFIG_ENV = "HIVE_S3_DISCOVERY_CONFIG"
 CONFIG_FILE_NAME = "s3discovery.properties"
@@ -88,7 +89,7 @@ def load_settings(path: Path) -> S3Settings:
     if not path.is_file():
         raise ConfigError(f"no configuration at {path}: write {CONFIG_FILE_NAME} there, or "
                           f"point {CONFIG_ENV} at one (at least s3-bucket-name)")
-    return settings_from(read_properties(path), str(path))
+    return settings_from(read_properties(path, KEYS), str(path))
 
 
 def _seconds(settings: dict[str, Setting], key: str, default: float, source: str) -> float:
@@ -127,14 +128,6 @@ def _endpoint_url(text: str, source: str) -> str | None:
     return url.rstrip("/")
 
 
-def _check_keys(settings: dict[str, Setting], source: str) -> None:
-    for key in settings:
-        if key not in KEYS:
-            close = difflib.get_close_matches(key, KEYS, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(f"{source} line {settings[key].line}: unknown setting {key}{hint}")
-
-
 def _credentials(settings: dict[str, Setting], source: str) -> Credentials:
     kind = settings["credentials-type"].value if "credentials-type" in settings else "default"
     if kind in _NOT_HERE:
@@ -160,8 +153,8 @@ def _credentials(settings: dict[str, Setting], source: str) -> Credentials:
 
 
 def settings_from(settings: dict[str, Setting], source: str) -> S3Settings:
-    """Checked settings; :class:`ConfigError` names the first key that is missing or wrong."""
-    _check_keys(settings, source)
+    """Checked settings (of known keys: ``parse_properties(text, source, KEYS)``);
+    :class:`ConfigError` names the first key that is missing or wrong."""
     bucket = settings["s3-bucket-name"].value if "s3-bucket-name" in settings else ""
     if not bucket:
         raise ConfigError(f"{source}: s3-bucket-name is required (the bucket the nodes share)")
@@ -195,5 +188,5 @@ def settings_from(settings: dict[str, Setting], source: str) -> S3Settings:
         credentials=_credentials(settings, source), source=source)
 
 
-__all__ = ["CONFIG_ENV", "CONFIG_FILE_NAME", "ConfigError", "Credentials", "S3Settings",
+__all__ = ["CONFIG_ENV", "CONFIG_FILE_NAME", "KEYS", "ConfigError", "Credentials", "S3Settings",
            "config_path", "load_settings", "settings_from"]

@@ -13,45 +13,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, TypeVar
 
-from hive_ext_api import ClusterNodeAddress, Counter, ExtensionContext, ExtensionRefused, hookimpl
+from hive_ext_api import (
+    CallFailed,
+    ClusterNodeAddress,
+    Counter,
+    ExtensionContext,
+    OutageLog,
+    ServiceCalls,
+    hookimpl,
+)
 
 from hive_ext_s3._bucket import BucketUnavailable, NodeBucket, s3_client
-from hive_ext_s3._config import ConfigError, S3Settings, config_path, load_settings
-from hive_ext_s3._outage import Outage
+from hive_ext_s3._config import S3Settings, config_path, load_settings
 from hive_ext_s3._record import MalformedRecord, NodeRecord, now_ms, parse_record
-from hive_ext_s3._worker import Worker
 
 NAME = "s3-discovery"
 T = TypeVar("T")
 
 
-class _Outcome(enum.Enum):
-    FAILED = "failed"
-
-
-FAILED: Final = _Outcome.FAILED
-"""What an attempt answers when the call failed (its own answer may well be None)."""
-
-
-def discovery_selected(node_config: Any) -> bool:
-    """Whether the node's ``<cluster>`` is enabled with ``<discovery><extension/>``."""
-    if node_config is None:  # started by hand (a unit test): the caller decides
-        return True
-    cluster = getattr(node_config, "cluster", None)
-    return bool(getattr(cluster, "enabled", False)) and \
-        getattr(cluster, "discovery_kind", None) == "extension"
-
-
 @dataclass(slots=True)
 class Survey:
-    """What one look at the bucket found (made on the worker thread, reported on the loop)."""
+    """What one look at the bucket found (made on the S3 thread, reported on the loop)."""
 
     addresses: list[ClusterNodeAddress] = field(default_factory=list)
     expired: list[NodeRecord] = field(default_factory=list)
@@ -79,8 +67,7 @@ class S3Discovery:
         self.log = logging.getLogger(f"hive.ext.{NAME}")
         self.settings: S3Settings | None = None
         self.bucket: NodeBucket | None = None
-        self.worker: Worker | None = None
-        self.outage = Outage(self.log, None, NAME)
+        self.calls: ServiceCalls | None = None
         self.counters = Counters()
         self.own: NodeRecord | None = None
         self.resolved = 0  # addresses the last successful reload answered
@@ -92,23 +79,18 @@ class S3Discovery:
     @hookimpl
     def hive_extension_start(self, context: ExtensionContext) -> None:
         self.log = context.log
-        if not discovery_selected(context.node_config):
+        if not context.extension_discovery:
             self.log.info("%s: idle: this node's <cluster> does not use <discovery><extension/>",
                           NAME)
             return
-        path = config_path(context.data_dir)
-        try:
-            settings = load_settings(path)
-            client = s3_client(settings)
-        except ConfigError as exc:
-            raise ExtensionRefused(str(exc)) from None
+        settings = load_settings(config_path(context.data_dir))  # ConfigError refuses
+        client = s3_client(settings)
         self.start(settings, NodeBucket(client, settings.bucket_name, settings.file_prefix),
                    context.services.metrics if context.services is not None else None)
 
     def start(self, settings: S3Settings, bucket: NodeBucket, metrics: Any = None) -> None:
         """Use ``bucket`` as ``settings`` say; ``metrics`` is the node's registry, if any."""
         self.settings, self.bucket = settings, bucket
-        self.worker = Worker(NAME)
         if metrics is not None:
             self.counters = Counters(
                 metrics.counter(f"{NAME}.errors", "calls to S3 that failed or timed out"),
@@ -118,7 +100,8 @@ class S3Discovery:
                 metrics.counter(f"{NAME}.queries", "reloads that read the bucket"))
             metrics.gauge(f"{NAME}.resolved-addresses", lambda: float(self.resolved),
                           "node addresses the last reload found")
-        self.outage = Outage(self.log, self.counters.errors, NAME)
+        self.calls = ServiceCalls(OutageLog(self.log, NAME, self.counters.errors),
+                                  expected=(BucketUnavailable,))
         where = settings.endpoint_url or f"AWS {settings.bucket_region}"
         self.log.info("%s: bucket %s at %s, prefix %r; records expire after %g s and are "
                       "rewritten every %g s (configuration: %s)", NAME, settings.bucket_name,
@@ -128,8 +111,8 @@ class S3Discovery:
     @hookimpl
     async def hive_extension_stop(self) -> None:
         await self._stop_refreshing()
-        if self.worker is not None:
-            self.worker.close()
+        if self.calls is not None:
+            self.calls.close()
 
     # ---------------------------------------------------------------- discovery hooks
 
@@ -150,9 +133,9 @@ class S3Discovery:
     async def hive_discovery_reload(self) -> list[ClusterNodeAddress] | None:
         if self.bucket is None:
             return None
-        own = self.own
-        survey = await self._attempt("read the node records", partial(self._survey, own))
-        if survey is FAILED:
+        try:
+            survey = await self._call("read the node records", partial(self._survey, self.own))
+        except CallFailed:
             return None  # no news: the node keeps the members it has
         self._report(survey)
         return survey.addresses
@@ -165,38 +148,25 @@ class S3Discovery:
             return
         self.own = None
         key = bucket.key_of(own.node_id)
-        if await self._attempt("remove this node's record", partial(bucket.delete, key)) \
-                is not FAILED:
+        with contextlib.suppress(CallFailed):
+            await self._call("remove this node's record", partial(bucket.delete, key))
             self.log.info("%s: removed this node's record %s", NAME, key)
 
     # ---------------------------------------------------------------- the work
 
-    async def _attempt(self, doing: str,
-                       call: Callable[[], T]) -> T | Literal[_Outcome.FAILED]:
-        """``call()`` on the worker; FAILED when it failed (counted, and logged if need be)."""
-        assert self.worker is not None
-        try:
-            result = await self.worker.run(call)
-        except BucketUnavailable as exc:
-            self.outage.failed(doing, str(exc))
-            return FAILED
-        except TimeoutError:
-            self.outage.failed(doing, f"S3 did not answer within {self.worker.budget_s:g} s")
-            return FAILED
-        except Exception as exc:  # a bug or a library surprise: still never the node's problem
-            self.log.debug("%s: %s failed", NAME, doing, exc_info=True)
-            self.outage.failed(doing, f"{type(exc).__name__}: {exc}")
-            return FAILED
-        self.outage.answered()
-        return result
+    async def _call(self, doing: str, call: Callable[[], T]) -> T:
+        """``call()`` on the S3 thread; :class:`CallFailed` (counted and logged) when it failed."""
+        assert self.calls is not None
+        return await self.calls.run(doing, call)
 
     async def _write_own(self, doing: str) -> bool:
         own, bucket = self.own, self.bucket
         if own is None or bucket is None:
             return False
         record = own.refreshed()
-        written = await self._attempt(doing, partial(bucket.put, record.node_id, record.encode()))
-        if written is FAILED:
+        try:
+            await self._call(doing, partial(bucket.put, record.node_id, record.encode()))
+        except CallFailed:
             return False
         if self.own is not None:  # not destroyed meanwhile
             self.own = record
@@ -218,7 +188,7 @@ class S3Discovery:
     def _survey(self, own: NodeRecord | None) -> Survey:
         """Read every record; delete expired ones; rewrite this node's when it is missing.
 
-        Runs on the worker thread: it touches only the bucket and its arguments.
+        Runs on the S3 thread: it touches only the bucket and its arguments.
         """
         assert self.bucket is not None and self.settings is not None
         bucket, expiration = self.bucket, self.settings.file_expiration_s
