@@ -78,6 +78,11 @@ def test_close_kills_what_runs_inside_and_removes_everything() -> None:
         host = bed.host(lan)
         sleeper = host.popen(["sleep", "300"])
         stray = subprocess.Popen(host.command(["sleep", "301"]))  # not started through popen
+        deadline = time.monotonic() + 5  # ``ip netns exec`` enters the namespace, then execs
+        while str(stray.pid) not in subprocess.run(
+                ["ip", "netns", "pids", host.name], capture_output=True, text=True).stdout.split():
+            assert time.monotonic() < deadline, "the stray never entered the namespace"
+            time.sleep(0.02)
         raise RuntimeError("the test failed")
     assert sleeper.poll() == -signal.SIGKILL
     assert stray.wait(5) == -signal.SIGKILL
