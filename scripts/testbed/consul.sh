@@ -29,4 +29,4 @@ apt-get "${O[@]}" -qq update
 (cd "$W" && apt-get "${O[@]}" -qq download consul)
 dpkg-deb -x "$W"/consul_*.deb "$W/x"
 install -m 0755 "$W/x/usr/bin/consul" "$DEST/consul"
-"$DEST/consul" version | head -n 1
+version=$("$DEST/consul" version) && echo "${version%%$'\n'*}"  # no pipe: head would SIGPIPE consul under pipefail
