@@ -78,6 +78,7 @@ class FileSessionStore:
         self._high_seq: dict[str, int] = {}  # per client, the highest seq that may be on disk
         self._close_error: BaseException | None = None
         self._stopped: asyncio.Future[None] | None = None
+        self._version = 0  # the last batch's version stamp (writer thread only)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -272,8 +273,9 @@ class FileSessionStore:
                 stopping = self._stopping
             error: BaseException | None = None
             if not batch.is_empty():
+                self._version = max(time.time_ns(), self._version + 1)
                 try:
-                    rows = schema.write(db, batch)
+                    rows = schema.write(db, batch, self._version)
                 except Exception as exc:
                     error = exc
                     self.stats.failures += 1

@@ -18,7 +18,7 @@ from ._model import (
     StoredSubscription,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _MESSAGE_COLUMNS = "topic, payload, qos, retain, properties, expiry_at, publisher_id"
 
@@ -28,7 +28,8 @@ _CREATE = (
     "CREATE TABLE schema_version (version INTEGER NOT NULL)",
     """CREATE TABLE session (
         client_id TEXT PRIMARY KEY, protocol_version INTEGER NOT NULL,
-        expiry_interval INTEGER NOT NULL, disconnected_at REAL)""",
+        expiry_interval INTEGER NOT NULL, disconnected_at REAL,
+        version INTEGER NOT NULL DEFAULT 0)""",
     # One row per subscription: a SUBSCRIBE writes one row, whatever the session holds.
     """CREATE TABLE subscription (
         client_id TEXT NOT NULL, topic_filter TEXT NOT NULL, qos INTEGER NOT NULL,
@@ -50,7 +51,7 @@ _CREATE = (
     """CREATE TABLE retained_message (
         topic TEXT PRIMARY KEY, payload BLOB NOT NULL, qos INTEGER NOT NULL,
         retain INTEGER NOT NULL, properties BLOB NOT NULL, expiry_at REAL,
-        publisher_id TEXT NOT NULL)""",
+        publisher_id TEXT NOT NULL, version INTEGER NOT NULL DEFAULT 0)""",
 )
 
 
@@ -109,7 +110,14 @@ def _subscriptions_to_rows(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE session DROP COLUMN subscriptions")
 
 
-_MIGRATIONS = {1: _subscriptions_to_rows}
+def _versions(db: sqlite3.Connection) -> None:
+    """Version 3 stamps sessions and retained messages with the time they last changed (ns),
+    so that the recovery tool can tell the newest of several copies."""
+    for table in ("session", "retained_message"):
+        db.execute(f"ALTER TABLE {table} ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
+
+
+_MIGRATIONS = {1: _subscriptions_to_rows, 2: _versions}
 """From a schema version to the next one, run inside the opening transaction."""
 
 
@@ -161,8 +169,12 @@ def load(db: sqlite3.Connection, now: float) -> Snapshot:
     return snapshot
 
 
-def write(db: sqlite3.Connection, batch: PendingBatch) -> int:
-    """Write one batch in one transaction; return the number of rows written or deleted."""
+def write(db: sqlite3.Connection, batch: PendingBatch, version: int) -> int:
+    """Write one batch in one transaction; return the number of rows written or deleted.
+
+    ``version`` (ns since the epoch, above every earlier one) stamps the retained messages
+    written and the session of every client the batch touches, whatever part of it changed.
+    """
     rows = 0
 
     def run(sql: str, params: Iterable[tuple[Any, ...]]) -> None:
@@ -181,8 +193,8 @@ def write(db: sqlite3.Connection, batch: PendingBatch) -> int:
         # a whole session replaces every subscription it had
         run("DELETE FROM subscription WHERE client_id = ?", ((c,) for c in batch.sessions))
         run(
-            "INSERT OR REPLACE INTO session VALUES (?, ?, ?, ?)",
-            (_session_row(s) for s in batch.sessions.values() if s is not None),
+            "INSERT OR REPLACE INTO session VALUES (?, ?, ?, ?, ?)",
+            ((*_session_row(s), version) for s in batch.sessions.values() if s is not None),
         )
         run(
             "INSERT OR REPLACE INTO subscription VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -239,9 +251,13 @@ def write(db: sqlite3.Connection, batch: PendingBatch) -> int:
             ((t,) for t, m in batch.retained.items() if m is None),
         )
         run(
-            "INSERT OR REPLACE INTO retained_message VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (_message_row(m) for m in batch.retained.values() if m is not None),
+            "INSERT OR REPLACE INTO retained_message VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            ((*_message_row(m), version) for m in batch.retained.values() if m is not None),
         )
+        touched = (batch.subscriptions.keys() | batch.queues.keys() | batch.inflight.keys()
+                   | batch.purged) - batch.sessions.keys()
+        db.executemany("UPDATE session SET version = ? WHERE client_id = ?",
+                       ((version, c) for c in touched))
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:

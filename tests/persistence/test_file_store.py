@@ -250,10 +250,10 @@ async def test_a_failed_commit_raises_is_logged_and_is_retried(
     real_write = _sqlite_schema.write
     failures = [sqlite3.OperationalError("disk I/O error")]
 
-    def flaky_write(db: sqlite3.Connection, batch: object) -> int:
+    def flaky_write(db: sqlite3.Connection, batch: object, version: int) -> int:
         if failures:
             raise failures.pop()
-        return real_write(db, batch)  # type: ignore[arg-type]
+        return real_write(db, batch, version)  # type: ignore[arg-type]
 
     monkeypatch.setattr(_sqlite_schema, "write", flaky_write)
     store = FileSessionStore(tmp_path, commit_interval=30)
@@ -276,7 +276,7 @@ async def test_a_failed_commit_raises_is_logged_and_is_retried(
 async def test_close_reports_a_batch_it_could_not_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken_write(db: sqlite3.Connection, batch: object) -> int:
+    def broken_write(db: sqlite3.Connection, batch: object, version: int) -> int:
         raise sqlite3.OperationalError("database or disk is full")
 
     store = FileSessionStore(tmp_path)
@@ -332,6 +332,8 @@ async def test_a_version_1_database_is_migrated_with_its_subscriptions(tmp_path:
     await store.close()
     with sqlite3.connect(store.path) as db:  # the version 1 layout, as Hive 1.0 wrote it
         db.execute("DROP TABLE subscription")
+        for table in ("session", "retained_message"):  # added by version 3
+            db.execute(f"ALTER TABLE {table} DROP COLUMN version")
         db.execute("ALTER TABLE session ADD COLUMN subscriptions TEXT NOT NULL DEFAULT ''")
         db.execute("UPDATE schema_version SET version = 1")
         db.execute(
@@ -349,7 +351,8 @@ async def test_a_version_1_database_is_migrated_with_its_subscriptions(tmp_path:
     await reopened.close()
     assert list(again.sessions["c1"].subscriptions) == ["$share/g/b"]
     with sqlite3.connect(store.path) as db:
-        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (2,)
+        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (3,)
+        assert db.execute("SELECT version FROM session").fetchone()[0] > 0  # stamped by the write
 
 
 async def test_the_database_lives_in_the_data_folder_in_wal_mode(tmp_path: Path) -> None:
@@ -368,12 +371,12 @@ async def test_writes_made_while_a_batch_fails_are_retried_with_it(
     entered, resume = threading.Event(), threading.Event()
     armed: list[bool] = []
 
-    def failing_write(db: sqlite3.Connection, batch: object) -> int:
+    def failing_write(db: sqlite3.Connection, batch: object, version: int) -> int:
         if armed and armed.pop():
             entered.set()
             resume.wait(5)
             raise sqlite3.OperationalError("disk I/O error")
-        return real_write(db, batch)  # type: ignore[arg-type]
+        return real_write(db, batch, version)  # type: ignore[arg-type]
 
     monkeypatch.setattr(_sqlite_schema, "write", failing_write)
     file, memory = FileSessionStore(tmp_path, commit_interval=30), MemorySessionStore()

@@ -108,9 +108,9 @@ class FailNextWrite:
         self.resume = threading.Event()
         self.real = _sqlite_schema.write
 
-    def __call__(self, db: sqlite3.Connection, batch: Any) -> int:
+    def __call__(self, db: sqlite3.Connection, batch: Any, version: int) -> int:
         if not self.armed:
-            return self.real(db, batch)
+            return self.real(db, batch, version)
         self.armed = False
         self.writing.set()
         self.resume.wait(10)

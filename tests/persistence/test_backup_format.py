@@ -1,0 +1,131 @@
+"""The backup file format and the data-folder reader of ``hive_ext_api.backup``, against the
+stores the embedded store really writes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hive_core.persistence import FileSessionStore
+from hive_ext_api import StoredInflight, StoredMessage, StoredSession, StoredSubscription
+from hive_ext_api.backup import (
+    BackupError,
+    BackupReader,
+    BackupWriter,
+    ClientState,
+    RetainedState,
+    backup_file_name,
+    data_folder_stores,
+    new_backup_id,
+    read_store,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(20)]
+
+
+def message(topic: str = "a/b", payload: bytes = b"\x00\xffpayload") -> StoredMessage:
+    return StoredMessage(topic, payload, 1, False, b"\x26\x00\x01k\x00\x01v", None, "pub")
+
+
+async def write_store(data: Path) -> FileSessionStore:
+    store = FileSessionStore(data, sync=False)
+    await store.open()
+    session = StoredSession("c1", 5, 3600, 1700000000.0)
+    session.subscriptions["a/#"] = StoredSubscription("a/#", 1, subscription_id=7)
+    session.subscriptions["$share/g/x"] = StoredSubscription("$share/g/x", 2)
+    store.save_session(session)
+    store.enqueue("c1", 4, message())
+    store.enqueue("c1", 5, message("a/c"))
+    store.save_inflight(StoredInflight("c1", 9, "out", "publish", message("a/d")))
+    store.save_inflight(StoredInflight("c1", 3, "in", "pubrec"))
+    store.save_retained(message("r/1", b"retained"))
+    await store.commit()
+    return store
+
+
+async def test_a_store_reads_back_whole_with_versions(tmp_path: Path) -> None:
+    store = await write_store(tmp_path)
+    records = list(read_store(store.path))  # while the node runs: the WAL is read too
+    clients = [r for r in records if isinstance(r, ClientState)]
+    retained = [r for r in records if isinstance(r, RetainedState)]
+    assert [c.session.client_id for c in clients] == ["c1"]
+    client = clients[0]
+    assert client.version > 0 and retained[0].version > 0
+    assert list(client.session.subscriptions) == ["a/#", "$share/g/x"]
+    assert client.queue == [(4, message()), (5, message("a/c"))]
+    assert [(i.packet_id, i.direction, i.state) for i in client.inflight] == [
+        (9, "out", "publish"), (3, "in", "pubrec")]
+    assert retained[0].message == message("r/1", b"retained")
+
+    before = client.version
+    store.dequeue("c1", 4)  # any change to a client's state is a newer version of it
+    await store.commit()
+    await store.close()
+    (after,) = [r for r in read_store(store.path) if isinstance(r, ClientState)]
+    assert after.version > before and [seq for seq, _ in after.queue] == [5]
+
+
+async def test_a_backup_file_round_trips_and_sessions_only_leaves_messages_out(
+        tmp_path: Path) -> None:
+    store = await write_store(tmp_path / "data")
+    await store.close()
+    records = list(read_store(store.path))
+    path = tmp_path / "out" / backup_file_name(new_backup_id(), "1.0")
+    with BackupWriter(path, source="test", hive_version="1.0") as out:
+        for r in records:
+            out.add_client(r) if isinstance(r, ClientState) else out.add_retained(r)
+    reader = BackupReader(path)
+    assert reader.header.source == "test" and not reader.header.sessions_only
+    assert list(reader.records()) == records
+    assert (reader.counts.clients, reader.counts.retained, reader.counts.queued) == (1, 1, 2)
+
+    only = tmp_path / "out" / "so.backup"
+    with BackupWriter(only, source="test", sessions_only=True) as out:
+        for r in records:
+            out.add_client(r) if isinstance(r, ClientState) else out.add_retained(r)
+    (client,) = BackupReader(only).records()
+    assert isinstance(client, ClientState)
+    assert list(client.session.subscriptions) == ["a/#"]  # no shared subscriptions
+    assert client.queue == [] and client.inflight == []
+
+
+def test_a_damaged_or_cut_backup_is_refused_with_its_name(tmp_path: Path) -> None:
+    path = tmp_path / "b.backup"
+    with BackupWriter(path, source="t") as out:
+        out.add_retained(RetainedState(message(), 5))
+    data = path.read_bytes()
+    path.write_bytes(data[:-20])
+    with pytest.raises(BackupError, match=r"b\.backup: the backup is cut short"):
+        list(BackupReader(path).records())
+    flipped = bytearray(data)
+    flipped[-40] ^= 0xFF
+    path.write_bytes(bytes(flipped))
+    with pytest.raises(BackupError, match="CRC mismatch"):
+        list(BackupReader(path).records())
+    path.write_bytes(b"PK\x03\x04 a zip file")
+    with pytest.raises(BackupError, match="not a Hive backup file"):
+        BackupReader(path)
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+async def test_a_data_folder_lists_its_own_store_replicas_and_previous_copy(
+        tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    store = await write_store(data)
+    await store.close()
+    for place in ("replicas/node-b", "cluster-backup"):
+        (data / place / "persistence").mkdir(parents=True)
+        shutil.copyfile(store.path, data / place / "persistence" / "sessions.db")
+    assert data_folder_stores(data) == [
+        data / "persistence/sessions.db", data / "replicas/node-b/persistence/sessions.db",
+        data / "cluster-backup/persistence/sessions.db"]
+    (tmp_path / "other").mkdir()
+    with pytest.raises(BackupError, match="other: not a Hive data folder"):
+        data_folder_stores(tmp_path / "other")
+    bad = tmp_path / "bad" / "persistence"
+    bad.mkdir(parents=True)
+    (bad / "sessions.db").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(BackupError, match="not a readable Hive store"):
+        list(read_store(bad / "sessions.db"))
