@@ -318,3 +318,9 @@ class HiveNode:
             except Exception:  # an extension's gauge must not break the REST API
                 log.exception("the gauge %s of an extension failed", name)
         return values
+
+    def extension_counter_names(self) -> set[str]:
+        return set(self.services.metrics.counters)
+
+    def extension_failures(self) -> dict[str, int]:
+        return dict(self.extensions.failures)

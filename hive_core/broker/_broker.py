@@ -141,8 +141,13 @@ class Broker:
         await event
 
     def stats(self) -> BrokerStats:
-        metrics = replace(self.metrics, dropped=dict(self.metrics.dropped))
-        return BrokerStats(metrics, self.connected_count, len(self.sessions), len(self.retained))
+        m = self.metrics
+        metrics = replace(m, dropped=dict(m.dropped), messages_in_by_qos=list(m.messages_in_by_qos),
+                          messages_out_by_qos=list(m.messages_out_by_qos))
+        sessions = self.sessions.values()
+        return BrokerStats(metrics, self.connected_count, len(self.sessions), len(self.retained),
+                           sum(len(s.subscriptions) for s in sessions),
+                           sum(len(s.queue) for s in sessions))
 
     # ------------------------------------------------------------------ output batching
 
@@ -332,7 +337,9 @@ class Broker:
         from another node (``from_cluster``) reaches only this node's plain subscribers: the
         node it was published on chose who in each shared group gets it.
         """
-        self.metrics.messages_in += 1
+        metrics = self.metrics
+        metrics.messages_in += 1
+        metrics.messages_in_by_qos[message.qos] += 1
         durable = False
         cluster = self.cluster
         if message.retain and not from_cluster:
@@ -370,7 +377,9 @@ class Broker:
                 continue
             if deliver(session, Pending(message, granted, delivery.subscription_ids, retain)):
                 durable = True
-        self.metrics.messages_out += sent
+        if sent:
+            metrics.messages_out += sent
+            metrics.messages_out_by_qos[0] += sent
         matched = bool(deliveries)
         if from_cluster:
             return matched, durable
@@ -736,6 +745,7 @@ class Broker:
         """A message from another node for the plain subscribers here whose client id is
         (``among``) or is not in ``client_ids``: the slow path of a takeover."""
         self.metrics.messages_in += 1
+        self.metrics.messages_in_by_qos[message.qos] += 1
         deliveries, _groups = self.subscriptions.match(message.topic)
         publisher = message.publisher_id
         for delivery in deliveries:

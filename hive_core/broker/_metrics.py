@@ -11,6 +11,8 @@ class BrokerMetrics:
     protocol_errors: int = 0
     messages_in: int = 0
     messages_out: int = 0
+    messages_in_by_qos: list[int] = field(default_factory=lambda: [0, 0, 0])  # index: QoS
+    messages_out_by_qos: list[int] = field(default_factory=lambda: [0, 0, 0])
     messages_dropped: int = 0  # all reasons together
     dropped: dict[str, int] = field(default_factory=dict)  # by reason (see DROP_REASONS)
     messages_queued: int = 0
@@ -43,3 +45,5 @@ class BrokerStats:
     connections_current: int
     sessions: int
     retained_messages: int
+    subscriptions: int = 0  # of every session here, shared ones included
+    queued_messages: int = 0  # waiting in the sessions' queues

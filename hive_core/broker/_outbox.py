@@ -111,7 +111,9 @@ class Outbox:
                 aliases.pop(message.topic, None)
             self._drop(session, pending, "too-large")  # the client cannot take it
             return
-        self.metrics.messages_out += 1
+        metrics = self.metrics
+        metrics.messages_out += 1
+        metrics.messages_out_by_qos[pending.qos] += 1
         if pending.qos == 0:
             data = head
         else:

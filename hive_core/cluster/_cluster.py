@@ -161,6 +161,8 @@ class ClusterStats:
     sessions_taken_over: int = 0
     messages_rescued: int = 0  # kept for a failed node, delivered to its sessions here
     merges: int = 0  # copies of a session dropped here for another node's (a split healed)
+    # by peer node: (bytes sent, bytes received) on the current link, since it opened
+    peer_traffic: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 PART_BYTES = 1024 * 1024
@@ -1415,7 +1417,9 @@ class Cluster:
             replicas_held=sorted(self.replicas.held) if self.replicas is not None else [],
             replication_lag=self.replicator.lag() if self.replicator is not None else {},
             takeovers=self.takeovers, sessions_taken_over=self.sessions_taken_over,
-            messages_rescued=self.messages_rescued, merges=self.merges)
+            messages_rescued=self.messages_rescued, merges=self.merges,
+            peer_traffic={peer: (m.link.bytes_out, m.link.bytes_in)
+                          for peer, m in sorted(self.members.items())})
 
     def view(self) -> list[ClusterMember]:
         own = ClusterMember(self.node_id, self.address, "RUNNING", __version__)

@@ -51,6 +51,8 @@ class PeerLink(asyncio.Protocol):
         self.frames_in = 0
         self.last_read = time.monotonic()  # any frame counts as a sign of life
         self.frames_out = 0
+        self.bytes_in = 0  # on the wire, since the link opened
+        self.bytes_out = 0
         self._authentication = authentication
         self._handshake: Handshake | None = None  # while the peer has not proven itself
         self._held: list[bytes] = []  # frames the cluster sent meanwhile
@@ -79,6 +81,7 @@ class PeerLink(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
+        self.bytes_in += len(data)
         if self._handshake is not None:
             data = self._authenticate(data)
             if not data:
@@ -187,7 +190,9 @@ class PeerLink(asyncio.Protocol):
 
     def _write(self, data: bytes) -> None:
         assert self.transport is not None
-        self.transport.write(data if self._sealer is None else self._sealer.seal(data))
+        data = data if self._sealer is None else self._sealer.seal(data)
+        self.bytes_out += len(data)
+        self.transport.write(data)
 
     def close(self) -> None:
         if self._deadline is not None:
