@@ -11,6 +11,7 @@ from typing import Any
 from hive_core import __version__
 from hive_core.admin import (
     TOKEN_VARIABLE,
+    add_backups_command,
     add_credential_options,
     add_rest_api_command,
     rest_request,
@@ -185,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="how long to wait for the answer (default: 5)")
     add_credential_options(status)
     status.set_defaults(handler=_cluster_status)
+    add_backups_command(commands, DEFAULT_REST)
     add_certs_command(commands)
     add_rest_api_command(commands)
     config = commands.add_parser("config", help="about config.xml")

@@ -2,6 +2,7 @@
 call it."""
 
 from hive_core.admin._auth import Access, AuthStats, Gatekeeper
+from hive_core.admin._backup_commands import add_backups_command
 from hive_core.admin._backups import Backups, BackupState
 from hive_core.admin._commands import (
     TOKEN_VARIABLE,
@@ -15,5 +16,6 @@ from hive_core.admin._rest import API_PREFIX, RestApi, cluster_nodes, health, me
 
 __all__ = ["API_PREFIX", "TOKEN_VARIABLE", "Access", "Action", "AuthStats", "BackupState",
            "Backups", "Gatekeeper", "HttpConnection", "Reply", "Request", "RestApi", "Routes",
-           "add_credential_options", "add_rest_api_command", "cluster_nodes", "hash_password",
-           "health", "metrics", "new_token", "rest_request", "serve_http", "verify_password"]
+           "add_backups_command", "add_credential_options", "add_rest_api_command",
+           "cluster_nodes", "hash_password", "health", "metrics", "new_token", "rest_request",
+           "serve_http", "verify_password"]
