@@ -110,3 +110,18 @@ def test_a_clustered_node_copies_its_previous_data_into_cluster_backup(hive_fact
     plain.restart()
     assert not (plain.data_dir / "cluster-backup").exists()
     assert "Copied the node's persistent data" not in plain.log
+
+
+def test_an_imported_session_is_replicated_and_survives_its_node(hive_factory):
+    first, second = file_backed_cluster(hive_factory, 2)
+    write_backup(backup_folder(first), "20260101-000000", [
+        client("restored", {"jobs/#": 1}, [message("jobs/0", b"queued")])])
+    assert rest(first, f"{BACKUPS}/20260101-000000", "POST")[0] == 202
+    assert wait_backup(first, "20260101-000000")["state"] == "RESTORE_COMPLETED"
+    # A completed import is committed, and so on the node's backup (replica-count 2).
+    first.kill()
+    second.wait_for_log(r"Took over the 1 persistent sessions of failed node")
+    restored = PahoClient(second.port, "restored", clean=False, expiry=3600).connect()
+    assert restored.session_present is True
+    assert restored.next_message().payload == b"queued"
+    restored.close()

@@ -236,3 +236,26 @@ def test_backups_need_credentials_when_rest_auth_is_on(hive_factory):
                            env={**os.environ, "HIVE_REST_PASSWORD": password})
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["state"] in ("RUNNING", "COMPLETED")
+
+
+
+def test_a_node_without_an_embedded_store_backs_up_its_live_state(hive_factory):
+    port = free_port()
+    node = hive_factory(body=rest_on(port) + "<persistence><mode>in-memory</mode></persistence>",
+                        rest=port)
+    keeper = PahoClient(node.port, "keeper", expiry=3600).connect()
+    keeper.subscribe("jobs/#", qos=1)
+    keeper.disconnect()
+    publisher = PahoClient(node.port, "publisher").connect()
+    publisher.publish("jobs/1", b"queued", qos=1)
+    publisher.publish("state/a", b"A", qos=1, retain=True)
+    publisher.close()
+    status, body = rest(node, BACKUPS, "POST")
+    assert status == 202
+    backup = wait_backup(node, body["backup"]["id"])
+    assert backup["state"] == "COMPLETED", backup
+    assert backup["counts"] == {"clients": 1, "retained": 1, "queued": 1}
+    records = list(BackupReader(backup_folder(node) / backup["id"] / backup["file"]).records())
+    assert [m.payload for r in records if isinstance(r, ClientState) for _s, m in r.queue] == \
+        [b"queued"]
+    assert not (node.data_dir / "persistence").exists()
