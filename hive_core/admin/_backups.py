@@ -8,8 +8,8 @@ connection, in a thread: a consistent snapshot that never blocks the event loop.
 
 ``POST /api/v1/management/backups/<id>`` imports the ``.backup`` file found in
 ``<backup folder>/<id>/`` into the running node, beside its live state. The file is checked
-whole first (a damaged file imports nothing), then applied in batches, between which the node
-serves its clients. What exists wins over the backup's copy:
+whole first (a damaged file imports nothing), then applied in slices of 50 records, between
+which the node serves its clients. What exists wins over the backup's copy:
 
 * a session the cluster holds (on this node, connected or not, or owned by another node as
   the cluster's owners directory says) is kept and the backup's copy skipped;
@@ -59,7 +59,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("hive.backup")
 
 BATCH = 500
-"""Records applied on the event loop between two pauses of an import (and one commit)."""
+"""Records read from the file in one go (in a thread), and committed together."""
+SLICE = 50
+"""Records applied on the event loop in one turn: clients wait at most that long."""
 _VALID_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
@@ -318,7 +320,9 @@ class Backups:
             records = reader.records()
             try:
                 while batch := await asyncio.to_thread(_take, records, BATCH):
-                    self._apply(batch, counts)
+                    for at in range(0, len(batch), SLICE):
+                        self._apply(batch[at:at + SLICE], counts)
+                        await asyncio.sleep(0)  # the clients' turn
                     broker = self.node.broker
                     assert broker is not None
                     await broker.commit()
