@@ -214,6 +214,16 @@ def test_a_damaged_missing_or_too_new_backup_fails_with_its_reason(hive_factory)
                       "newer": "RESTORE_FAILED"}
     assert hive_cli("backups", "status", "nope", "--rest", url).returncode == 1
 
+    # One backup or import at a time: a second one asked for meanwhile is refused (409).
+    write_backup(folder, "large", [client(f"c{n}", {f"dev/{n}/#": 1}, [message(f"dev/{n}", b"x")])
+                                   for n in range(3000)])
+    assert rest(node, f"{BACKUPS}/large", "POST")[0] == 202
+    status, body = rest(node, BACKUPS, "POST")
+    assert status == 409 and "large is RESTORE_IN_PROGRESS" in body["detail"]
+    backup = wait_backup(node, "large", timeout=60)
+    assert backup["state"] == "RESTORE_COMPLETED"
+    assert backup["restore"]["sessions_imported"] == 3000
+
 
 def test_backups_need_credentials_when_rest_auth_is_on(hive_factory):
     password = "backup operator"
