@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,7 @@ def message(topic: str, payload: bytes, qos: int = 1, expiry_at: float | None = 
     return StoredMessage(topic, payload, qos, retain, b"", expiry_at, "backup-test")
 
 
-def client(client_id: str, filters: dict[str, int], queue: list[StoredMessage] = (),  # type: ignore[assignment]
+def client(client_id: str, filters: dict[str, int], queue: Sequence[StoredMessage] = (),
            expiry: int = 3600, disconnected_at: float | None = None,
            first_seq: int = 1000) -> ClientState:
     session = StoredSession(client_id, 5, expiry,
