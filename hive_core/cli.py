@@ -12,6 +12,7 @@ from typing import Any
 from hive_core import __version__
 from hive_core.admin import (
     TOKEN_VARIABLE,
+    add_backups_command,
     add_credential_options,
     add_rest_api_command,
     rest_request,
@@ -75,7 +76,8 @@ def _run(args: argparse.Namespace) -> int:
     except LocalExtensionError as exc:
         print(f"hive: --extension: {exc}", file=sys.stderr)
         return 2
-    node = HiveNode(config, args.data_dir.resolve(), extra_extensions=local)
+    node = HiveNode(config, args.data_dir.resolve(), extra_extensions=local,
+                    backup_dir=args.backup_dir.resolve() if args.backup_dir else None)
     try:
         run_node(node)
     except KeyboardInterrupt:  # SIGINT before the node's own handler was in place
@@ -180,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
                           "else one node on TCP 1883)")
     run.add_argument("--data-dir", type=Path, default=Path("data"),
                      help="folder for the node's persistent data (default: ./data)")
+    run.add_argument("--backup-dir", type=Path, default=None,
+                     help="folder of the node's backups, one folder per backup id (default: "
+                          "backup beside the data folder)")
     run.add_argument("--log-level", default="info",
                      choices=["debug", "info", "warning", "error"])
     run.add_argument("--extension", action="append", default=[], metavar="MODULE_OR_PATH",
@@ -200,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="how long to wait for the answer (default: 5)")
     add_credential_options(status)
     status.set_defaults(handler=_cluster_status)
+    add_backups_command(commands, DEFAULT_REST)
     add_certs_command(commands)
     add_rest_api_command(commands)
     config = commands.add_parser("config", help="about config.xml")

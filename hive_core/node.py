@@ -20,7 +20,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from hive_core import __version__
-from hive_core.admin import RestApi
+from hive_core.admin import Backups, RestApi
 from hive_core.broker import Broker, BrokerSettings, BrokerStats, NodeServices
 from hive_core.cluster import (
     MIN_PROTOCOL_VERSION,
@@ -39,7 +39,7 @@ from hive_core.net import (
     cluster_contexts,
     open_mqtt_listeners,
 )
-from hive_core.persistence import DataFolderLock, MemorySessionStore
+from hive_core.persistence import DataFolderLock, MemorySessionStore, keep_previous_data
 from hive_core.plugins import ExtensionManager, Extensions
 from hive_ext_api import ClusterMember, ExtensionContext
 
@@ -163,9 +163,14 @@ class HiveNode:
     """One node: what it runs, and its state as the REST API shows it (``NodeStatus``)."""
 
     def __init__(self, config: HiveConfig, data_dir: Path, extra_extensions: Iterable[Any] = (),
-                 load_installed: bool = True) -> None:
+                 load_installed: bool = True, backup_dir: Path | None = None) -> None:
         self.config = config
         self.data_dir = data_dir
+        # Backups go beside the data folder, as HiveMQ's <home>/backup beside <home>/data.
+        self.backup_dir = backup_dir if backup_dir is not None else data_dir.parent / "backup"
+        in_memory = config.persistence.mode == "in-memory"
+        self.backups = Backups(self, self.backup_dir,
+                               None if in_memory else data_dir / "persistence" / "sessions.db")
         self.listeners: list[BoundListener] = []
         self.broker: Broker | None = None
         self.cluster: Cluster | None = None
@@ -234,6 +239,8 @@ class HiveNode:
         for record in self.extensions.manager.records:
             if not record.active:
                 log.warning("Extension %s is not active: %s", record.name, record.reason)
+        if self.config.cluster.enabled:  # before the store opens: what it holds now
+            await anyio.to_thread.run_sync(keep_previous_data, self.data_dir)
         store = await self.extensions.session_store(self._context("persistence"))
         if store is None:  # every store plugin disabled: nothing may be kept
             log.warning("No session store: persistent sessions live in memory only")
@@ -252,7 +259,7 @@ class HiveNode:
             await self.extensions.start(self._context)
             extensions_started = True
             if self.config.rest_api.enabled:  # before the join, so health answers during it
-                self.rest_api = RestApi(self, self.config.rest_api.auth)
+                self.rest_api = RestApi(self, self.config.rest_api.auth, self.backups)
                 await self.rest_api.start(self.config.rest_api.effective_listeners())
             if self.config.cluster.enabled:
                 settings = cluster_settings(self.config)
@@ -275,6 +282,7 @@ class HiveNode:
                 close_listeners(self.listeners)
                 if self.rest_api is not None:
                     self.rest_api.close()
+                await self.backups.close()
                 # The clients go first (their wills, their sessions written and replicated),
                 # then the node leaves the cluster: its backups have everything by then.
                 if cluster is not None:

@@ -1,6 +1,7 @@
 """A small HTTP/1.1 server for the REST API: h11 parses and frames, asyncio carries the bytes.
 
-Only what a JSON API needs: GET routes, keep-alive, pipelining (answers in order), an idle
+Only what a JSON API needs: GET documents, actions by method on path patterns (a POST with
+a small body or none), keep-alive, pipelining (answers in order), an idle
 deadline per connection, a cap on what a request may send, and authentication by a
 :class:`~hive_core.admin.Gatekeeper` when one is given.
 """
@@ -26,6 +27,28 @@ log = logging.getLogger("hive.admin")
 Document = Callable[[], Any]
 """Builds the JSON value of one GET route when it is asked for."""
 
+
+@dataclass(frozen=True)
+class Request:
+    """What an :data:`Action` is given: the method, the path, the values of the pattern's
+    ``{name}`` segments, and the body (at most ``MAX_REQUEST_BODY`` bytes)."""
+
+    method: str
+    path: str
+    params: dict[str, str]
+    body: bytes = b""
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    value: Any
+
+
+Action = Callable[[Request], Reply]
+"""Answers one method on a path pattern (``/api/v1/x/{id}``), on the event loop: it must not
+block (long work goes to a task it starts and a later GET reports on)."""
+
 IDLE_TIMEOUT = 30.0
 MAX_REQUEST_BODY = 64 * 1024
 _SERVER = b"Hive"
@@ -33,12 +56,31 @@ _SERVER = b"Hive"
 
 @dataclass(frozen=True)
 class Routes:
-    """What a connection answers: ``documents`` by path, and with a gatekeeper, the
-    ``public`` documents a request without credentials gets instead (for a load balancer)."""
+    """What a connection answers: ``documents`` by path (GET), ``actions`` by path pattern
+    and method, and with a gatekeeper, the ``public`` documents a request without
+    credentials gets instead (for a load balancer)."""
 
     documents: dict[str, Document]
     gatekeeper: Gatekeeper | None = None
     public: dict[str, Document] = field(default_factory=dict)
+    actions: dict[str, dict[str, Action]] = field(default_factory=dict)
+
+    def action(self, path: str) -> tuple[dict[str, Action], dict[str, str]] | None:
+        """The actions of the first pattern ``path`` matches, and its segments' values."""
+        parts = path.split("/")
+        for pattern, methods in self.actions.items():
+            wanted = pattern.split("/")
+            if len(wanted) != len(parts):
+                continue
+            params: dict[str, str] = {}
+            for want, part in zip(wanted, parts, strict=True):
+                if want.startswith("{") and want.endswith("}") and part:
+                    params[want[1:-1]] = part
+                elif want != part:
+                    break
+            else:
+                return methods, params
+        return None
 
 
 class HttpConnection(asyncio.Protocol):
@@ -50,7 +92,7 @@ class HttpConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._peer = "?"
         self._request: h11.Request | None = None
-        self._body_size = 0
+        self._body = bytearray()
         self._idle: asyncio.TimerHandle | None = None
         self._checking: asyncio.Future[Access] | None = None  # a password being checked
         self._tls = False
@@ -103,24 +145,25 @@ class HttpConnection(asyncio.Protocol):
                 return
             if isinstance(event, h11.Request):
                 self._request = event
-                self._body_size = 0
+                self._body = bytearray()
             elif isinstance(event, h11.Data):
-                self._body_size += len(event.data)  # GET routes only: a body is read and dropped
-                if self._body_size > MAX_REQUEST_BODY:
+                self._body += event.data  # kept for an action; a GET's is dropped
+                if len(self._body) > MAX_REQUEST_BODY:
                     self._refuse(413, "request body too large")
                     return
             elif isinstance(event, h11.EndOfMessage):
                 request, self._request = self._request, None
                 assert request is not None
-                self._admit(request)
+                self._admit(request, bytes(self._body))
+                self._body = bytearray()
             elif isinstance(event, h11.ConnectionClosed):
                 self._close()
                 return
 
-    def _admit(self, request: h11.Request) -> None:
+    def _admit(self, request: h11.Request, body: bytes) -> None:
         gatekeeper = self._routes.gatekeeper
         if gatekeeper is None:
-            self._finish(request, Access.GRANTED)
+            self._finish(request, body, Access.GRANTED)
             return
         values = [value for name, value in request.headers if name == b"authorization"]
         if len(values) > 1:
@@ -128,46 +171,48 @@ class HttpConnection(asyncio.Protocol):
         else:
             access = gatekeeper.admit(values[0] if values else None, self._peer)
         if isinstance(access, Access):
-            self._finish(request, access)
+            self._finish(request, body, access)
             return
         self._checking = access
         assert self._transport is not None
         self._transport.pause_reading()
-        access.add_done_callback(lambda done: self._checked(request, done))
+        access.add_done_callback(lambda done: self._checked(request, body, done))
 
-    def _checked(self, request: h11.Request, done: asyncio.Future[Access]) -> None:
+    def _checked(self, request: h11.Request, body: bytes,
+                 done: asyncio.Future[Access]) -> None:
         self._checking = None
         if self._transport is None or done.cancelled():
             return
         if done.exception() is not None:
             log.error("REST API: checking a password failed", exc_info=done.exception())
-            self._finish(request, Access.DENIED)
+            self._finish(request, body, Access.DENIED)
         else:
-            self._finish(request, done.result())
+            self._finish(request, body, done.result())
         if self._transport is not None:
             self._transport.resume_reading()
             self._next_events()
 
-    def _finish(self, request: h11.Request, access: Access) -> None:
+    def _finish(self, request: h11.Request, body: bytes, access: Access) -> None:
         """Answer ``request`` and make ready for the next one on this connection."""
-        self._answer(request, access)
+        self._answer(request, body, access)
         if self._http.our_state is h11.MUST_CLOSE:
             self._close()
         elif self._transport is not None:
             self._http.start_next_cycle()
 
-    def _answer(self, request: h11.Request, access: Access) -> None:
+    def _answer(self, request: h11.Request, body: bytes, access: Access) -> None:
         path = request.target.decode("ascii", "replace").split("?", 1)[0].rstrip("/") or "/"
+        method = request.method.decode("ascii", "replace")
         documents = self._routes.documents
-        if access is Access.ANONYMOUS and path in self._routes.public:
+        if access is Access.ANONYMOUS and path in self._routes.public and method == "GET":
             documents = self._routes.public
         elif access is not Access.GRANTED:
             self._unauthorized(path, access)
             return
         document = documents.get(path)
         if document is None:
-            self._respond(404, {"title": "Not found", "detail": f"no resource at {path}"})
-        elif request.method != b"GET":
+            self._act(path, method, body)
+        elif method != "GET":
             self._respond(405, {"title": "Method not allowed",
                                 "detail": f"{path} answers GET only"}, [(b"allow", b"GET")])
         else:
@@ -178,6 +223,27 @@ class HttpConnection(asyncio.Protocol):
                 self._respond(500, {"title": "Internal error", "detail": path})
             else:
                 self._respond(200, value)
+
+    def _act(self, path: str, method: str, body: bytes) -> None:
+        found = self._routes.action(path)
+        if found is None:
+            self._respond(404, {"title": "Not found", "detail": f"no resource at {path}"})
+            return
+        methods, params = found
+        action = methods.get(method)
+        if action is None:
+            allowed = ", ".join(sorted(methods))
+            self._respond(405, {"title": "Method not allowed",
+                                "detail": f"{path} answers {allowed}"},
+                          [(b"allow", allowed.encode())])
+            return
+        try:
+            reply = action(Request(method, path, params, body))
+        except Exception:
+            log.exception("REST API: %s %s failed", method, path)
+            self._respond(500, {"title": "Internal error", "detail": f"{method} {path}"})
+        else:
+            self._respond(reply.status, reply.value)
 
     def _unauthorized(self, path: str, access: Access) -> None:
         gatekeeper = self._routes.gatekeeper

@@ -1,4 +1,4 @@
-"""The REST API's resources: health, cluster members and metrics of the node, as JSON.
+"""The REST API's resources: health, cluster members, metrics and backups of the node, as JSON.
 
 Paths follow HiveMQ's REST API (``/api/v1/...``); each document is built when asked for,
 from the live broker and cluster, so it is never stale. With ``<auth>`` enabled every path
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core import __version__
 from hive_core.admin._auth import AuthStats, Gatekeeper
+from hive_core.admin._backups import Backups
 from hive_core.admin._http import Document, Routes, serve_http
 from hive_core.config import HttpsListener, is_loopback
 from hive_core.net import bound_address, listen_error, server_context
@@ -111,10 +112,12 @@ class RestApi:
     """The node's REST API listeners; ``bound`` holds (host, port) of each once started.
 
     ``auth`` (``<rest-api><auth>``) when enabled puts a :class:`Gatekeeper` before every path.
+    ``backups``, when given, answers ``/api/v1/management/backups`` (admin/_backups.py).
     """
 
     node: NodeStatus
     auth: RestApiAuth | None = None
+    backups: Backups | None = None
     bound: list[tuple[str, int]] = field(default_factory=list)
     _servers: list[asyncio.Server] = field(default_factory=list)
     _gatekeeper: Gatekeeper | None = None
@@ -134,7 +137,9 @@ class RestApi:
             f"{API_PREFIX}/health": lambda: health(node),
             f"{API_PREFIX}/cluster/nodes": lambda: cluster_nodes(node),
             f"{API_PREFIX}/metrics": lambda: metrics(node, self.auth_stats())}
-        return Routes(documents, self._gatekeeper, {f"{API_PREFIX}/health": public_health})
+        actions = self.backups.actions(API_PREFIX) if self.backups is not None else {}
+        return Routes(documents, self._gatekeeper, {f"{API_PREFIX}/health": public_health},
+                      actions)
 
     async def start(self, listeners: tuple[HttpListener, ...]) -> None:
         routes = self.routes()

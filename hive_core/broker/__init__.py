@@ -20,7 +20,7 @@ from hive_core.broker._ports import (
     SessionUnavailable,
     SharedKey,
 )
-from hive_core.broker._records import SessionRecords
+from hive_core.broker._records import SessionRecords, stored_retained
 from hive_core.broker._services import ExtensionMetrics, NodeServices
 from hive_core.broker._session import Session
 from hive_core.broker._settings import BrokerSettings
@@ -46,4 +46,5 @@ __all__ = [
            "SessionUnavailable",
            "SharedKey",
            "Transport",
+           "stored_retained",
 ]

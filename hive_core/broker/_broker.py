@@ -25,6 +25,7 @@ from hive_core.broker._records import (
     Records,
     SessionRecords,
     pending_from,
+    retained_from,
     session_from,
     stored_message,
     will_fields,
@@ -676,6 +677,22 @@ class Broker:
             self.import_session(record, keep_positions=True)
             adopted.append(client_id)
         return adopted
+
+    def has_session(self, client_id: str) -> bool:
+        """Whether this node holds a session of ``client_id`` (connected or not)."""
+        return client_id in self.sessions
+
+    def import_retained(self, stored: StoredMessage) -> bool:
+        """A retained message from a backup: set unless its topic has one here (that one
+        wins). It reaches the other nodes as a local publisher's would, and no subscriber:
+        an import restores state, it publishes nothing. Whether it was set."""
+        message = retained_from(stored)
+        if not message.payload or message.topic in self.retained:
+            return False
+        if self.cluster is not None:
+            self.cluster.retained_changed(message)
+        self.retained.apply(message)
+        return True
 
     def is_connected(self, client_id: str) -> bool:
         session = self.sessions.get(client_id)

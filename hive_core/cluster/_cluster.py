@@ -1137,6 +1137,21 @@ class Cluster:
         entry = self.owners.get(client_id)
         return entry[0] if entry is not None else None
 
+    def adopt_imported(self, records: list[SessionRecords]) -> list[str]:
+        """Sessions imported from a backup: this node's own from now on. The peers learn that
+        it holds them (OWNED: a CONNECT elsewhere fetches them from here) and route their
+        subscriptions here (FILTER_ADD, sent as each enters the topic tree). Returns the client
+        ids taken (a client connected here meanwhile keeps its session)."""
+        adopted = self.broker.adopt_sessions(records)
+        since = time.time_ns()
+        for client_id in adopted:
+            self.owned_since[client_id] = since
+            self.owners.pop(client_id, None)
+        if adopted:
+            for member in self.members.values():
+                self._send_owned(member, adopted)
+        return adopted
+
     def _on_owned(self, node_id: str, body: list[Any]) -> None:
         """OWNED from ``node_id``. Of two nodes holding a session (after a failure or a
         split), one keeps it: the one with the client connected, else the newer holder (then

@@ -14,9 +14,11 @@ from ._model import (
     StoredSession,
     StoredSubscription,
 )
+from ._previous import PREVIOUS, keep_previous_data
 
 __all__ = [
     "NEVER_EXPIRES",
+    "PREVIOUS",
     "DataFolderInUse",
     "DataFolderLock",
     "Direction",
@@ -30,4 +32,5 @@ __all__ = [
     "StoredMessage",
     "StoredSession",
     "StoredSubscription",
+    "keep_previous_data",
 ]
