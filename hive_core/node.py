@@ -188,6 +188,7 @@ class HiveNode:
                                      version=__version__)
         self._stop_requested = False
         self._stopping: anyio.Event | None = None  # made in run(): it belongs to the event loop
+        self._not_ready: str | None = "starting"  # why it does not serve clients; None: it does
 
     def _context(self, name: str) -> ExtensionContext:
         folder = self.data_dir / "extensions" / name
@@ -262,6 +263,7 @@ class HiveNode:
                 self.rest_api = RestApi(self, self.config.rest_api.auth, self.backups)
                 await self.rest_api.start(self.config.rest_api.effective_listeners())
             if self.config.cluster.enabled:
+                self._not_ready = "joining the cluster"
                 settings = cluster_settings(self.config)
                 settings.replicas_folder = self.data_dir / "replicas"
                 cluster = self.cluster = Cluster(self.services.node_id, settings, broker,
@@ -273,11 +275,13 @@ class HiveNode:
                     self.config.listeners, broker,
                     self.config.restrictions.incoming_bandwidth_throttling)
                 log.info("Started Hive in %d ms", (time.monotonic() - begun) * 1000)
+                self._not_ready = None
                 if started is not None:
                     started()
             await self._stopping.wait()
             log.info("Shutting down Hive")
         finally:
+            self._not_ready = "stopping"
             with anyio.CancelScope(shield=True):
                 close_listeners(self.listeners)
                 if self.rest_api is not None:
@@ -326,6 +330,9 @@ class HiveNode:
             except Exception:  # an extension's gauge must not break the REST API
                 log.exception("the gauge %s of an extension failed", name)
         return values
+
+    def readiness(self) -> str | None:
+        return self._not_ready
 
     def extension_counter_names(self) -> set[str]:
         return set(self.services.metrics.counters)

@@ -45,6 +45,14 @@ class Reply:
     value: Any
 
 
+@dataclass(frozen=True)
+class Raw:
+    """A body that is not JSON (a document or a reply may be one)."""
+
+    content_type: bytes
+    body: bytes
+
+
 Action = Callable[[Request], Reply]
 """Answers one method on a path pattern (``/api/v1/x/{id}``), on the event loop: it must not
 block (long work goes to a task it starts and a later GET reports on)."""
@@ -222,7 +230,10 @@ class HttpConnection(asyncio.Protocol):
                 log.exception("REST API: building %s failed", path)
                 self._respond(500, {"title": "Internal error", "detail": path})
             else:
-                self._respond(200, value)
+                if isinstance(value, Reply):  # a document that says how it is (readiness)
+                    self._respond(value.status, value.value)
+                else:
+                    self._respond(200, value)
 
     def _act(self, path: str, method: str, body: bytes) -> None:
         found = self._routes.action(path)
@@ -258,8 +269,11 @@ class HttpConnection(asyncio.Protocol):
 
     def _respond(self, status: int, value: Any,
                  extra: list[tuple[bytes, bytes]] | None = None) -> None:
-        body = json.dumps(value, indent=2).encode() + b"\n"
-        headers = [(b"content-type", b"application/json"),
+        if isinstance(value, Raw):
+            body, content_type = value.body, value.content_type
+        else:
+            body, content_type = json.dumps(value, indent=2).encode() + b"\n", b"application/json"
+        headers = [(b"content-type", content_type),
                    (b"content-length", str(len(body)).encode()), (b"server", _SERVER),
                    *(extra or ())]
         out = self._http.send(h11.Response(status_code=status, headers=headers,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from hive_core import __version__
 
 if TYPE_CHECKING:
+    from hive_core.admin._status import NodeStatus
     from hive_core.broker import BrokerStats
     from hive_core.cluster import ClusterStats
 
@@ -28,32 +29,13 @@ DROP_REASONS = ("queue-full", "expired", "too-large", "extension", "invalid-topi
                 "session-gone")
 
 
-class MetricsSource(Protocol):
-    @property
-    def node_id(self) -> str: ...
-
-    def broker_stats(self) -> BrokerStats | None: ...
-
-    def cluster_stats(self) -> ClusterStats | None: ...
-
-    def extension_metrics(self) -> dict[str, float]: ...
-
-    def extension_counter_names(self) -> set[str]:
-        """Which of ``extension_metrics`` are counters (the rest are gauges)."""
-        ...
-
-    def extension_failures(self) -> dict[str, int]:
-        """Failed hook calls (raised, or past the deadline), by extension."""
-        ...
-
-
 def _name(text: str) -> str:
     """An extension's metric name (``discovery-s3.errors``) as a Prometheus name part."""
     return re.sub(r"[^a-zA-Z0-9_]", "_", text).strip("_").lower()
 
 
 class NodeCollector(Collector):
-    def __init__(self, node: MetricsSource) -> None:
+    def __init__(self, node: NodeStatus) -> None:
         self.node = node
 
     def collect(self) -> Iterator[Metric]:
@@ -176,7 +158,7 @@ def _cluster(c: ClusterStats) -> Iterator[Metric]:
                    c.merges)
 
 
-def _extensions(node: MetricsSource) -> Iterator[Metric]:
+def _extensions(node: NodeStatus) -> Iterator[Metric]:
     failures = CounterMetricFamily(
         "hive_extension_hook_failures",
         "Hook calls of an extension that raised or passed the deadline.", labels=["extension"])
@@ -190,7 +172,7 @@ def _extensions(node: MetricsSource) -> Iterator[Metric]:
         yield _counter(metric, doc, value) if name in counters else _gauge(metric, doc, value)
 
 
-def exposition(node: MetricsSource) -> bytes:
+def exposition(node: NodeStatus) -> bytes:
     """One scrape: every metric of the node, in the text format."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeCollector(node))

@@ -13,47 +13,23 @@ import asyncio
 import logging
 import ssl
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from hive_core import __version__
 from hive_core.admin._auth import AuthStats, Gatekeeper
 from hive_core.admin._backups import Backups
-from hive_core.admin._http import Document, Routes, serve_http
+from hive_core.admin._http import Document, Raw, Reply, Routes, serve_http
+from hive_core.admin._prometheus import CONTENT_TYPE, exposition
+from hive_core.admin._status import NodeStatus
 from hive_core.config import HttpsListener, is_loopback
 from hive_core.net import bound_address, listen_error, server_context
 
 if TYPE_CHECKING:
-    from hive_core.broker import BrokerStats
-    from hive_core.cluster import ClusterStats
     from hive_core.config import HttpListener, RestApiAuth
-    from hive_ext_api import ClusterMember
 
 log = logging.getLogger("hive.admin")
 
 API_PREFIX = "/api/v1"
-
-
-class NodeStatus(Protocol):
-    """What the REST API shows of a node (the node answers; the API only formats)."""
-
-    @property
-    def node_id(self) -> str: ...
-
-    def cluster_members(self) -> list[ClusterMember] | None:
-        """Every member this node sees, itself first; None when it is not clustered."""
-        ...
-
-    def broker_stats(self) -> BrokerStats | None:
-        """None before the broker runs."""
-        ...
-
-    def cluster_stats(self) -> ClusterStats | None:
-        """None when the node is not clustered."""
-        ...
-
-    def extension_metrics(self) -> dict[str, float]:
-        """The counters and gauges extensions registered, by name."""
-        ...
 
 
 def health(node: NodeStatus) -> dict[str, Any]:
@@ -74,6 +50,24 @@ def cluster_nodes(node: NodeStatus) -> dict[str, Any]:
                        "address": member.address.host, "port": member.address.port,
                        "version": member.version, "this_node": member.node_id == own_id}
                       for member in members]}
+
+
+def liveness() -> dict[str, Any]:
+    """Answered by the node's event loop: if it answers, the node is alive."""
+    return {"status": "UP"}
+
+
+def readiness(node: NodeStatus) -> Reply:
+    """200 once the node serves clients (listeners open, cluster joined and synced); 503
+    before that and while it stops, so that a load balancer sends clients elsewhere."""
+    state = node.readiness()
+    if state is None:
+        return Reply(200, {"status": "UP"})
+    return Reply(503, {"status": "DOWN", "detail": state})
+
+
+def prometheus(node: NodeStatus) -> Raw:
+    return Raw(CONTENT_TYPE.encode(), exposition(node))
 
 
 def public_health() -> dict[str, Any]:
@@ -136,10 +130,18 @@ class RestApi:
         documents: dict[str, Document] = {
             f"{API_PREFIX}/health": lambda: health(node),
             f"{API_PREFIX}/cluster/nodes": lambda: cluster_nodes(node),
-            f"{API_PREFIX}/metrics": lambda: metrics(node, self.auth_stats())}
+            f"{API_PREFIX}/health/liveness": liveness,
+            f"{API_PREFIX}/health/readiness": lambda: readiness(node),
+            f"{API_PREFIX}/metrics": lambda: metrics(node, self.auth_stats()),
+            f"{API_PREFIX}/metrics/prometheus": lambda: prometheus(node),
+            "/metrics": lambda: prometheus(node)}
+        # Probes (load balancers, Kubernetes) carry no credentials: with <auth> on, they get
+        # these without; liveness and readiness tell nothing but the state.
+        public: dict[str, Document] = {f"{API_PREFIX}/health": public_health,
+                                       f"{API_PREFIX}/health/liveness": liveness,
+                                       f"{API_PREFIX}/health/readiness": lambda: readiness(node)}
         actions = self.backups.actions(API_PREFIX) if self.backups is not None else {}
-        return Routes(documents, self._gatekeeper, {f"{API_PREFIX}/health": public_health},
-                      actions)
+        return Routes(documents, self._gatekeeper, public, actions)
 
     async def start(self, listeners: tuple[HttpListener, ...]) -> None:
         routes = self.routes()

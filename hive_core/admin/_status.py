@@ -1,0 +1,46 @@
+"""What the REST API shows of a node: the node implements it, the API only formats."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from hive_core.broker import BrokerStats
+    from hive_core.cluster import ClusterStats
+    from hive_ext_api import ClusterMember
+
+
+class NodeStatus(Protocol):
+    """What the REST API shows of a node (the node answers; the API only formats)."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    def cluster_members(self) -> list[ClusterMember] | None:
+        """Every member this node sees, itself first; None when it is not clustered."""
+        ...
+
+    def broker_stats(self) -> BrokerStats | None:
+        """None before the broker runs."""
+        ...
+
+    def cluster_stats(self) -> ClusterStats | None:
+        """None when the node is not clustered."""
+        ...
+
+    def extension_metrics(self) -> dict[str, float]:
+        """The counters and gauges extensions registered, by name."""
+        ...
+
+    def extension_counter_names(self) -> set[str]:
+        """Which of ``extension_metrics`` are counters (the rest are gauges)."""
+        ...
+
+    def extension_failures(self) -> dict[str, int]:
+        """Failed hook calls (raised, or past the deadline), by extension."""
+        ...
+
+    def readiness(self) -> str | None:
+        """None when the node serves clients (listeners open, cluster joined and synced);
+        else what it is doing instead ("starting", "joining the cluster", "stopping")."""
+        ...

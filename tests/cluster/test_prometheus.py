@@ -1,0 +1,190 @@
+"""Prometheus scrapes and health probes of a real 3-node cluster under load.
+
+Each node's REST listener exposes ``/api/v1/metrics/prometheus`` (and ``/metrics``) in the text
+format, parsed here with the official client's parser; liveness and readiness answer apart,
+and readiness is 503 until the node has joined and synced.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from conftest import free_port
+from prometheus_client.parser import text_string_to_metric_families
+
+from cluster._nodes import cluster_body, get, start_cluster, wait_for_members, wait_for_route
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def scrape(node: Any, path: str = "/api/v1/metrics/prometheus") -> dict[str, Any]:
+    """Every sample of one scrape: {(name, (label, value) pairs): value}, and the types."""
+    url = f"http://127.0.0.1:{node.ports['rest']}{path}"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = response.read().decode()
+    samples: dict[Any, float] = {}
+    types: dict[str, str] = {}
+    for family in text_string_to_metric_families(text):
+        types[family.name] = family.type
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return {"samples": samples, "types": types}
+
+
+def value(scraped: dict[str, Any], name: str, **labels: str) -> float:
+    return scraped["samples"][(name, tuple(sorted(labels.items())))]
+
+
+def probe(node: Any, which: str) -> tuple[int, bytes]:
+    url = f"http://127.0.0.1:{node.ports['rest']}/api/v1/health/{which}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def client(port: int, client_id: str, clean: bool = True) -> mqtt.Client:
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                    protocol=mqtt.MQTTv311, clean_session=clean)
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    return c
+
+
+def test_a_scrape_of_a_cluster_under_load_shows_every_metric(hive_factory: Any) -> None:
+    nodes = start_cluster(hive_factory, 3)
+    wait_for_members(nodes, 3)
+    received: list[int] = []
+    subscriber = client(nodes[1].port, "prom-sub")
+    subscriber.on_message = lambda _c, _u, m: received.append(m.qos)
+    subscriber.subscribe([("load/#", 1)])
+    offline = client(nodes[1].port, "prom-offline", clean=False)  # a queue on node 1
+    offline.subscribe("load/#", qos=1)
+    time.sleep(0.3)
+    offline.disconnect()
+    offline.loop_stop()
+    wait_for_route(nodes[0], nodes[1], "load/#")
+    publisher = client(nodes[0].port, "prom-pub")
+    stop = threading.Event()
+
+    def load() -> None:
+        n = 0
+        while not stop.is_set() and n < 3000:
+            publisher.publish(f"load/{n % 7}", b"x" * 20, qos=n % 2)
+            n += 1
+            if n % 100 == 0:
+                time.sleep(0.01)
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    try:
+        time.sleep(1.0)
+        during = [scrape(n) for n in nodes]  # while messages flow
+        thread.join(30)
+        deadline = time.monotonic() + 20
+        while len(received) < 3000 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        after = [scrape(n) for n in nodes]
+        alias = scrape(nodes[0], "/metrics")
+    finally:
+        stop.set()
+        thread.join(10)
+        for c in (publisher, subscriber):
+            c.disconnect()
+            c.loop_stop()
+    assert len(received) == 3000
+    publishing, subscribing = after[0], after[1]
+    # messages in, by QoS, on the publisher's node; out, by QoS, on the subscriber's
+    assert value(publishing, "hive_messages_received_total", qos="0") == 1500
+    assert value(publishing, "hive_messages_received_total", qos="1") == 1500
+    assert value(subscribing, "hive_messages_sent_total", qos="0") == 1500
+    assert value(subscribing, "hive_messages_sent_total", qos="1") == 1500
+    # the offline session queues its 1,500 QoS 1 messages up to the default max-queue-size
+    # (1,000) and drops the rest (QoS 0 is not queued for an offline client)
+    assert value(subscribing, "hive_queued_messages") == 1000
+    assert value(subscribing, "hive_messages_dropped_total", reason="queue-full") == 500
+    assert value(subscribing, "hive_subscriptions") == 2
+    assert value(subscribing, "hive_sessions") == 2
+    assert value(subscribing, "hive_connections") == 1
+    assert value(publishing, "hive_connections_accepted_total") >= 1
+    for reason in ("queue-full", "expired", "too-large", "extension"):
+        assert value(publishing, "hive_messages_dropped_total", reason=reason) == 0
+    for reason in ("expired", "too-large", "extension"):
+        assert value(subscribing, "hive_messages_dropped_total", reason=reason) == 0
+    # the cluster: members, per-peer traffic, forwards
+    ids = [get(n, "/api/v1/health")["node_id"] for n in nodes]
+    for scraped, node_id in zip(after, ids, strict=True):
+        assert value(scraped, "hive_cluster_members") == 3
+        others = set(ids) - {node_id}
+        for peer in others:
+            assert value(scraped, "hive_cluster_peer_sent_bytes_total", peer=peer) > 0
+            assert value(scraped, "hive_cluster_peer_received_bytes_total", peer=peer) > 0
+        assert value(scraped, "hive_cluster_replica_count") == 2
+        assert value(scraped, "hive_node_info", node_id=node_id,
+                     version=scraped_version(scraped)) == 1
+    assert value(publishing, "hive_cluster_publishes_forwarded_total") >= 3000
+    assert value(subscribing, "hive_cluster_publishes_received_total") >= 3000
+    assert value(publishing, "hive_cluster_forwards_unacknowledged") == 0
+    # counters only grow from one scrape to the next
+    name = ("hive_messages_received_total", (("qos", "1"),))
+    assert 0 < during[0]["samples"][name] <= publishing["samples"][name]
+    assert publishing["types"]["hive_messages_received"] == "counter"
+    assert publishing["types"]["hive_connections"] == "gauge"
+    assert value(alias, "hive_cluster_members") == 3
+
+
+def scraped_version(scraped: dict[str, Any]) -> str:
+    (labels,) = [dict(k[1]) for k in scraped["samples"] if k[0] == "hive_node_info"]
+    return labels["version"]
+
+
+def test_readiness_waits_for_the_join_and_liveness_does_not(hive_factory: Any) -> None:
+    """A node whose static peer is frozen (SIGSTOP: its kernel accepts the connection, nobody
+    answers the handshake) serves REST from the start: alive at once, 503 "joining the
+    cluster" until its join gives up waiting, then ready."""
+    ports = [free_port(), free_port()]
+    rests = [free_port(), free_port()]
+    frozen = hive_factory(body=cluster_body(ports[0], ports, rests[0]), cluster=ports[0],
+                          rest=rests[0])
+    joining = hive_factory(body=cluster_body(ports[1], ports, rests[1]), cluster=ports[1],
+                           rest=rests[1], start=False)
+    answers: list[tuple[str, int, bytes]] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            for which in ("liveness", "readiness"):
+                try:
+                    status, body = probe(joining, which)
+                except OSError:
+                    continue  # not listening yet
+                answers.append((which, status, body))
+            time.sleep(0.01)
+
+    os.kill(frozen.pid, signal.SIGSTOP)
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        joining.start()
+        time.sleep(0.2)
+    finally:
+        done.set()
+        poller.join(10)
+        os.kill(frozen.pid, signal.SIGCONT)
+    readiness = [(status, body) for which, status, body in answers if which == "readiness"]
+    assert (503, True) in {(s, b"joining the cluster" in b) for s, b in readiness}, readiness
+    assert readiness[-1][0] == 200
+    assert {status for which, status, _ in answers if which == "liveness"} == {200}
+    with urllib.request.urlopen(f"http://127.0.0.1:{joining.ports['rest']}/api/v1/health",
+                                timeout=5) as response:
+        assert response.status == 200
