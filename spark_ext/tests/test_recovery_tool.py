@@ -20,11 +20,11 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
+from hive_ext_api.backup import BackupReader, ClientState, RetainedState
 
 import hive_ext_spark.recovery as tool
 from _procs import HiveNode, cluster_body, free_port, kill_tree
 from conftest import spark_conf_args
-from hive_ext_api.backup import BackupReader, ClientState, RetainedState
 from test_standalone import spark_home, standalone  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.timeout(240)

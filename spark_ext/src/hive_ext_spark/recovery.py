@@ -59,7 +59,8 @@ TOOL_OPTIONS = {
     "source": "the backup header's source field (default hive-recovery-tool)",
 }
 
-Row = tuple[tuple[int, str], tuple[int, bytes, int, int]]  # (kind, key), (version, body, queued, copies)
+# (kind, key), (version, body, queued messages, copies seen)
+Row = tuple[tuple[int, str], tuple[int, bytes, int, int]]
 
 
 class ToolError(Exception):
@@ -89,8 +90,8 @@ def read_one(store: tuple[str, str], sessions_only: bool) -> list[Row]:
                              (state.version, encode_retained(state), 0, 1)))
                 retained += 1
     except (BackupError, OSError) as exc:
-        report = {"folder": folder, "store": path, "error": str(exc)}
-        return [((KIND_REPORT, path), (0, json.dumps(report).encode(), 0, 1))]
+        failed = {"folder": folder, "store": path, "error": str(exc)}
+        return [((KIND_REPORT, path), (0, json.dumps(failed).encode(), 0, 1))]
     report = {"folder": folder, "store": path, "error": None, "clients": clients,
               "retained": retained, "queued": queued}
     rows.append(((KIND_REPORT, path), (0, json.dumps(report).encode(), 0, 1)))
@@ -184,7 +185,10 @@ def _progress_of_jobs(spark: Any, group: str, stop: threading.Event) -> None:
     tracker = spark.sparkContext.statusTracker()
     with tqdm(desc="reading stores (Spark tasks)", unit="task", disable=None,
               file=sys.stderr) as bar:
-        while not stop.wait(0.5):
+        if bar.disable:
+            return
+        while True:
+            last = stop.wait(0.5)
             done = total = 0
             for job_id in tracker.getJobIdsForGroup(group):
                 job = tracker.getJobInfo(job_id)
@@ -196,6 +200,8 @@ def _progress_of_jobs(spark: Any, group: str, stop: threading.Event) -> None:
             bar.total = total
             bar.n = done
             bar.refresh()
+            if last:
+                return
 
 
 def export(spark: Any, folders: Sequence[str], out: str, *, partitions: int,
