@@ -198,7 +198,9 @@ def _progress_of_jobs(spark: Any, group: str, stop: threading.Event) -> None:
                         done += stage.numCompletedTasks
                         total += stage.numTasks
             bar.total = total
-            bar.n = done
+            # when count() returned, every task ran (those of stages Spark skipped had run in
+            # the job that sampled the keys for sortByKey)
+            bar.n = total if last else done
             bar.refresh()
             if last:
                 return
