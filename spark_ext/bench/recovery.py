@@ -24,7 +24,7 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
-from _procs import HiveNode, cluster_body, free_port  # noqa: E402
+from _procs import HiveNode, cluster_body, free_port
 
 TOOL = str(Path(sys.executable).with_name("hive-recovery-tool"))
 QUEUE = "<mqtt><queued-messages><max-queue-size>100000</max-queue-size></queued-messages></mqtt>"

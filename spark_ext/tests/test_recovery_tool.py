@@ -258,8 +258,8 @@ def test_options_are_validated() -> None:
     assert args.spark_conf == {"spark.executor.memory": "2g"}
 
 
-def test_spark_submit_to_a_standalone_cluster(cluster_data: Published, tmp_path: Path,
-                                              standalone: str) -> None:  # noqa: F811
+def test_the_tool_by_spark_submit_on_a_standalone_cluster(
+        cluster_data: Published, tmp_path: Path, standalone: str) -> None:  # noqa: F811
     shared = tmp_path / "shared"
     inputs = []
     for folder in cluster_data.folders:
