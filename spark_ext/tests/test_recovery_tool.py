@@ -208,6 +208,11 @@ def test_a_corrupt_and_a_foreign_folder(cluster_data: Published, tmp_path: Path,
     assert {s["folder"] for s in summary["skipped"]} == {str(corrupt), str(foreign)}
     check_full(Path(summary["path"]), cluster_data)
     assert [p.name for p in out.iterdir()] == [Path(summary["path"]).name]
+    # nothing readable at all is a failure, also with --skip-bad
+    code, _, err = run_tool(capsys, "-i", str(corrupt), "-e", str(tmp_path / "none"),
+                            "--skip-bad")
+    assert code == 1 and "no store could be read" in err
+    assert not list((tmp_path / "none").glob("*"))
 
 
 def test_the_newest_copy_of_a_session_wins(tmp_path: Path, spark: Any,

@@ -211,6 +211,7 @@ def export(spark: Any, folders: Sequence[str], out: str, *, partitions: int,
            source: str = PROG, warn: Any = None) -> Summary:
     """The transform: read, dedupe, write. Returns what was written (``path`` None when a
     store failed and ``skip_bad`` is off: then nothing is written and ToolError is raised)."""
+    from pyspark import StorageLevel
     from tqdm import tqdm
 
     began = time.monotonic()
@@ -224,7 +225,7 @@ def export(spark: Any, folders: Sequence[str], out: str, *, partitions: int,
                .flatMap(lambda store: read_one(store, so))
                .reduceByKey(newer, partitions)
                .sortByKey(True, partitions)
-               .persist())
+               .persist(StorageLevel.MEMORY_AND_DISK))  # counted, then streamed: read once
     stop = threading.Event()
     watcher = threading.Thread(target=_progress_of_jobs, args=(spark, group, stop), daemon=True)
     watcher.start()
@@ -258,6 +259,8 @@ def export(spark: Any, folders: Sequence[str], out: str, *, partitions: int,
                 writer.add_raw(kind, body)
                 writer.count_queued(queued)
                 summary.duplicates_dropped += copies - 1
+        if summary.stores_read == 0:
+            raise ToolError("no store could be read: nothing to export")
         summary.path = str(writer.close())
     except BaseException:
         writer.abort()
