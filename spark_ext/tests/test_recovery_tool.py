@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,10 +55,9 @@ def bye(c: mqtt.Client) -> None:
     c.loop_stop()
 
 
-@pytest.fixture(scope="module")
-def cluster_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
-    """Three nodes' data folders, after the nodes were killed, and what was published into them."""
-    tmp = tmp_path_factory.mktemp("recovery-cluster")
+def make_cluster_data(tmp: Path, killed: bool) -> Published:
+    """Three nodes' data folders, after the nodes were killed (``killed``) or stopped one
+    after the other, and what was published into them."""
     ports = [free_port() for _ in range(NODES)]
     nodes = [HiveNode(tmp / f"node{i}", "", cluster_body(port, ports).replace(
         "</cluster>", "<replication><replica-count>2</replica-count></replication></cluster>"))
@@ -98,17 +96,23 @@ def cluster_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published
             bye(pub)
         time.sleep(1.0)
     finally:
-        # The disaster: every node killed -9. (A node stopped gracefully hands its sessions to
-        # the others and keeps none; stopped all at once, sessions then survive in replicas
-        # only.) Killed, each session is in its node's store and in the replica on the next.
-        for node in nodes:  # all at once, so no survivor re-replicates in between
-            if node.proc is not None and node.proc.poll() is None:
+        # Killed (the disaster): each session is in its node's store and in the replica on the
+        # next node; all at once, so no survivor re-replicates in between. Stopped one after
+        # the other: a node stopping hands its sessions to the others (new versions) and keeps
+        # none; the stale replicas stay behind.
+        for node in nodes:
+            if killed and node.proc is not None and node.proc.poll() is None:
                 os.kill(node.proc.pid, 9)
         for node in nodes:
-            node.kill()
+            node.kill() if killed else node.stop()
     print(f"\ncluster formed in {formed:.1f} s; data written in "
           f"{time.monotonic() - began - formed:.1f} s")
-    yield published
+    return published
+
+
+@pytest.fixture(scope="module")
+def cluster_data(tmp_path_factory: pytest.TempPathFactory) -> Published:
+    return make_cluster_data(tmp_path_factory.mktemp("recovery-killed"), killed=True)
 
 
 def contents(path: Path) -> tuple[Any, dict[str, ClientState], dict[str, RetainedState]]:
@@ -164,6 +168,19 @@ def test_three_folders_into_one_backup_without_duplicates(
     assert summary["records_read"] >= 2 * NODES + NODES * NODES
     assert summary["duplicates_dropped"] == summary["records_read"] - 2 * NODES, summary
     print(f"\nthe tool over {NODES} folders: {summary}")
+
+
+def test_a_cluster_stopped_one_node_after_the_other(
+        tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Graceful stops move sessions around (each hand-over a newer version), and leave the
+    older copies in replicas: the newest copy of each session is exported, once."""
+    data = make_cluster_data(tmp_path / "cluster", killed=False)
+    code, summary, err = run_tool(capsys, "-i", *map(str, data.folders),
+                                  "-e", str(tmp_path / "out"))
+    assert code == 0, err
+    check_full(Path(summary["path"]), data)
+    assert summary["duplicates_dropped"] == summary["records_read"] - 2 * NODES, summary
+    print(f"\nthe tool over {NODES} folders of a stopped cluster: {summary}")
 
 
 def test_sessions_only(cluster_data: Published, tmp_path: Path, spark: Any,
