@@ -6,7 +6,7 @@ import importlib
 from types import ModuleType
 
 DISTRIBUTION = "hive-ext-spark"
-EXTRAS = {"boto3": "s3", "botocore": "s3", "pyspark": "spark", "pyarrow": "spark"}
+EXTRAS = {"boto3": "s3", "botocore": "s3", "pyspark": "spark", "pyarrow": "spark", "tqdm": "spark"}
 
 
 class MissingDependency(ImportError):
