@@ -9,8 +9,8 @@ labels for what varies (QoS, drop reason, frame kind, peer node, extension).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -53,123 +53,127 @@ class NodeCollector(Collector):
         yield from _extensions(node)
 
 
-def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, value=value)
+Scalar = tuple[str, str, str, Callable[[Any], float]]  # type, name, help, value of the stats
 
 
-def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-    return CounterMetricFamily(name, doc, value=value)
+def _family(kind: str, name: str, doc: str, labels: list[str] | None = None,
+            value: float | None = None) -> GaugeMetricFamily | CounterMetricFamily:
+    family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
+    return family(name, doc, value=value, labels=labels)
+
+
+def _labelled(kind: str, name: str, doc: str, label: str,
+              values: Iterable[tuple[str, float]]) -> Metric:
+    family = _family(kind, name, doc, [label])
+    for key, value in values:
+        family.add_metric([key], value)
+    return family
+
+
+def _scalars(table: tuple[Scalar, ...], stats: Any) -> Iterator[Metric]:
+    for kind, name, doc, read in table:
+        yield _family(kind, name, doc, value=read(stats))
+
+
+_BROKER: tuple[Scalar, ...] = (
+    ("gauge", "hive_connections", "Client connections open now.",
+     lambda s: s.connections_current),
+    ("counter", "hive_connections_accepted", "Client connections accepted.",
+     lambda s: s.metrics.connections_accepted),
+    ("gauge", "hive_sessions", "Sessions held by this node (connected and persistent).",
+     lambda s: s.sessions),
+    ("gauge", "hive_subscriptions", "Subscriptions of the sessions held by this node.",
+     lambda s: s.subscriptions),
+    ("gauge", "hive_queued_messages", "Messages waiting in the sessions' queues.",
+     lambda s: s.queued_messages),
+    ("gauge", "hive_retained_messages", "Retained messages.", lambda s: s.retained_messages),
+    ("counter", "hive_protocol_errors", "Connections closed for a protocol error.",
+     lambda s: s.metrics.protocol_errors),
+    ("counter", "hive_receive_maximum_throttled",
+     "Times a client sent beyond the receive maximum and reading paused.",
+     lambda s: s.metrics.receive_maximum_throttled),
+    ("counter", "hive_proxy_protocol_refused",
+     "Connections closed for a missing or bad PROXY protocol header.",
+     lambda s: s.metrics.proxy_protocol_refused),
+)
+
+_CLUSTER: tuple[Scalar, ...] = (
+    ("gauge", "hive_cluster_members", "Cluster members this node sees, itself included.",
+     lambda c: c.members),
+    ("gauge", "hive_cluster_links", "Links to other members.", lambda c: c.connections),
+    ("counter", "hive_cluster_publishes_forwarded", "Messages forwarded to other nodes.",
+     lambda c: c.publishes_forwarded),
+    ("counter", "hive_cluster_publishes_received", "Messages received from other nodes.",
+     lambda c: c.publishes_received),
+    ("counter", "hive_cluster_frames_sent", "Node-to-node frames sent.", lambda c: c.frames_out),
+    ("gauge", "hive_cluster_forwards_unacknowledged",
+     "Messages sent to other nodes and kept until they confirm them.",
+     lambda c: c.forwards_unacknowledged),
+    ("counter", "hive_cluster_forwards_replayed", "Forwards sent again after a reconnect.",
+     lambda c: c.forwards_replayed),
+    ("counter", "hive_cluster_forwards_duplicates",
+     "Forwards received again after a reconnect, and skipped.",
+     lambda c: c.forwards_duplicates),
+    ("counter", "hive_cluster_forwards_dropped",
+     "Forwards given up on (kept too long or too many).", lambda c: c.forwards_dropped),
+    ("counter", "hive_cluster_authentication_failures",
+     "Node links refused: the peer did not prove the shared secret.",
+     lambda c: c.authentication_failures),
+    ("gauge", "hive_cluster_replica_count", "Copies kept of each persistent session.",
+     lambda c: c.replica_count),
+    ("gauge", "hive_cluster_replicas_held", "Nodes whose replica this node keeps.",
+     lambda c: len(c.replicas_held)),
+    ("counter", "hive_cluster_takeovers", "Failed nodes whose sessions this node took over.",
+     lambda c: c.takeovers),
+    ("counter", "hive_cluster_sessions_taken_over", "Sessions taken over from failed nodes.",
+     lambda c: c.sessions_taken_over),
+    ("counter", "hive_cluster_messages_rescued",
+     "Messages kept for a failed node and delivered to its sessions here.",
+     lambda c: c.messages_rescued),
+    ("counter", "hive_cluster_merges",
+     "Copies of a session dropped here for another node's (a healed split).",
+     lambda c: c.merges),
+)
 
 
 def _broker(stats: BrokerStats) -> Iterator[Metric]:
     m = stats.metrics
-    yield _gauge("hive_connections", "Client connections open now.", stats.connections_current)
-    yield _counter("hive_connections_accepted", "Client connections accepted.",
-                   m.connections_accepted)
-    yield _gauge("hive_sessions", "Sessions held by this node (connected and persistent).",
-                 stats.sessions)
-    yield _gauge("hive_subscriptions", "Subscriptions of the sessions held by this node.",
-                 stats.subscriptions)
-    yield _gauge("hive_queued_messages", "Messages waiting in the sessions' queues.",
-                 stats.queued_messages)
-    yield _gauge("hive_retained_messages", "Retained messages.", stats.retained_messages)
-    received = CounterMetricFamily("hive_messages_received",
-                                   "PUBLISH messages routed by this node, by QoS.", labels=["qos"])
-    sent = CounterMetricFamily("hive_messages_sent",
-                               "PUBLISH messages sent to clients, by QoS.", labels=["qos"])
-    for qos in range(3):
-        received.add_metric([str(qos)], m.messages_in_by_qos[qos])
-        sent.add_metric([str(qos)], m.messages_out_by_qos[qos])
-    yield received
-    yield sent
-    dropped = CounterMetricFamily("hive_messages_dropped",
-                                  "Messages dropped for a subscriber, by reason.",
-                                  labels=["reason"])
-    for reason in sorted({*DROP_REASONS, *m.dropped}):
-        dropped.add_metric([reason], m.dropped.get(reason, 0))
-    yield dropped
-    yield _counter("hive_protocol_errors", "Connections closed for a protocol error.",
-                   m.protocol_errors)
-    yield _counter("hive_receive_maximum_throttled",
-                   "Times a client sent beyond the receive maximum and reading paused.",
-                   m.receive_maximum_throttled)
-    yield _counter("hive_proxy_protocol_refused",
-                   "Connections closed for a missing or bad PROXY protocol header.",
-                   m.proxy_protocol_refused)
+    yield from _scalars(_BROKER, stats)
+    yield _labelled("counter", "hive_messages_received",
+                    "PUBLISH messages routed by this node, by QoS.", "qos",
+                    ((str(qos), n) for qos, n in enumerate(m.messages_in_by_qos)))
+    yield _labelled("counter", "hive_messages_sent", "PUBLISH messages sent to clients, by QoS.",
+                    "qos", ((str(qos), n) for qos, n in enumerate(m.messages_out_by_qos)))
+    yield _labelled("counter", "hive_messages_dropped",
+                    "Messages dropped for a subscriber, by reason.", "reason",
+                    ((r, m.dropped.get(r, 0)) for r in sorted({*DROP_REASONS, *m.dropped})))
 
 
 def _cluster(c: ClusterStats) -> Iterator[Metric]:
-    yield _gauge("hive_cluster_members", "Cluster members this node sees, itself included.",
-                 c.members)
-    yield _gauge("hive_cluster_links", "Links to other members.", c.connections)
-    yield _counter("hive_cluster_publishes_forwarded",
-                   "Messages forwarded to other nodes.", c.publishes_forwarded)
-    yield _counter("hive_cluster_publishes_received",
-                   "Messages received from other nodes.", c.publishes_received)
-    frames = CounterMetricFamily("hive_cluster_frames_received",
-                                 "Node-to-node frames received, by kind.", labels=["kind"])
-    for kind, count in sorted(c.frames_in.items()):
-        frames.add_metric([kind], count)
-    yield frames
-    yield _counter("hive_cluster_frames_sent", "Node-to-node frames sent.", c.frames_out)
-    sent = CounterMetricFamily("hive_cluster_peer_sent_bytes",
-                               "Bytes sent to each peer node (since its link opened).",
-                               labels=["peer"])
-    received = CounterMetricFamily("hive_cluster_peer_received_bytes",
-                                   "Bytes received from each peer node (since its link opened).",
-                                   labels=["peer"])
-    for peer, (out, into) in sorted(c.peer_traffic.items()):
-        sent.add_metric([peer], out)
-        received.add_metric([peer], into)
-    yield sent
-    yield received
-    yield _gauge("hive_cluster_forwards_unacknowledged",
-                 "Messages sent to other nodes and kept until they confirm them.",
-                 c.forwards_unacknowledged)
-    yield _counter("hive_cluster_forwards_replayed", "Forwards sent again after a reconnect.",
-                   c.forwards_replayed)
-    yield _counter("hive_cluster_forwards_duplicates",
-                   "Forwards received again after a reconnect, and skipped.",
-                   c.forwards_duplicates)
-    yield _counter("hive_cluster_forwards_dropped",
-                   "Forwards given up on (kept too long or too many).", c.forwards_dropped)
-    yield _counter("hive_cluster_authentication_failures",
-                   "Node links refused: the peer did not prove the shared secret.",
-                   c.authentication_failures)
-    yield _gauge("hive_cluster_replica_count", "Copies kept of each persistent session.",
-                 c.replica_count)
-    lag = GaugeMetricFamily("hive_cluster_replication_lag_ops",
-                            "Replication operations a backup node has not acknowledged yet.",
-                            labels=["backup"])
-    for backup in c.backups:
-        lag.add_metric([backup], c.replication_lag.get(backup, 0))
-    yield lag
-    yield _gauge("hive_cluster_replicas_held", "Nodes whose replica this node keeps.",
-                 len(c.replicas_held))
-    yield _counter("hive_cluster_takeovers", "Failed nodes whose sessions this node took over.",
-                   c.takeovers)
-    yield _counter("hive_cluster_sessions_taken_over", "Sessions taken over from failed nodes.",
-                   c.sessions_taken_over)
-    yield _counter("hive_cluster_messages_rescued",
-                   "Messages kept for a failed node and delivered to its sessions here.",
-                   c.messages_rescued)
-    yield _counter("hive_cluster_merges",
-                   "Copies of a session dropped here for another node's (a healed split).",
-                   c.merges)
+    yield from _scalars(_CLUSTER, c)
+    yield _labelled("counter", "hive_cluster_frames_received",
+                    "Node-to-node frames received, by kind.", "kind", sorted(c.frames_in.items()))
+    traffic = sorted(c.peer_traffic.items())
+    yield _labelled("counter", "hive_cluster_peer_sent_bytes",
+                    "Bytes sent to each peer node (since its link opened).", "peer",
+                    ((peer, out) for peer, (out, _in) in traffic))
+    yield _labelled("counter", "hive_cluster_peer_received_bytes",
+                    "Bytes received from each peer node (since its link opened).", "peer",
+                    ((peer, into) for peer, (_out, into) in traffic))
+    yield _labelled("gauge", "hive_cluster_replication_lag_ops",
+                    "Replication operations a backup node has not acknowledged yet.", "backup",
+                    ((b, c.replication_lag.get(b, 0)) for b in c.backups))
 
 
 def _extensions(node: NodeStatus) -> Iterator[Metric]:
-    failures = CounterMetricFamily(
-        "hive_extension_hook_failures",
-        "Hook calls of an extension that raised or passed the deadline.", labels=["extension"])
-    for extension, count in sorted(node.extension_failures().items()):
-        failures.add_metric([extension], count)
-    yield failures
+    yield _labelled("counter", "hive_extension_hook_failures",
+                    "Hook calls of an extension that raised or passed the deadline.",
+                    "extension", sorted(node.extension_failures().items()))
     counters = node.extension_counter_names()
     for name, value in sorted(node.extension_metrics().items()):
-        metric = f"hive_extension_{_name(name)}"
-        doc = f"The extension metric {name}."
-        yield _counter(metric, doc, value) if name in counters else _gauge(metric, doc, value)
+        yield _family("counter" if name in counters else "gauge",
+                      f"hive_extension_{_name(name)}", f"The extension metric {name}.",
+                      value=value)
 
 
 def exposition(node: NodeStatus) -> bytes:
