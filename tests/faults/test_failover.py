@@ -220,3 +220,59 @@ def test_as_many_failures_as_replica_count_are_logged_as_a_disaster(hive_factory
     found = nodes[0].wait_for_log(r"Cluster disaster detected at [0-9-]+ [0-9:]+ \w+: 2 nodes "
                                   r"left the cluster within 60 s \(.*\), and replica-count is 2")
     print(found.group(0))
+
+
+def test_a_frozen_node_merged_back_before_the_publishers_node_redials_it(
+        hive_factory: Any) -> None:
+    """The ring order of the test above fixed (node names) so that the taker is neither the
+    subscriber's node nor the publisher's: when the frozen node wakes, the taker drops its copy
+    (and its filters) as soon as the woken node claims the session, and the publisher's node
+    may learn the woken node's filters only a few milliseconds later, on its own link. A
+    message published in between matches nobody and is acknowledged.
+
+    Known and open (README, "Replication"): reported as an expected failure when it happens
+    (about one run in three here), never as a pass; a run without it must lose nothing."""
+    import os
+    import signal
+
+    ports = [free_port() for _ in range(3)]
+    nodes = []
+    for port, name in zip(ports, ["a", "c", "b"], strict=True):  # ring a -> b -> c: b takes a
+        rest = free_port()
+        body = cluster_body(port, ports, rest, extra=QUEUE).replace(
+            "<persistence><mode>in-memory</mode></persistence>", "").replace(
+            "<cluster><enabled>true</enabled>",
+            f"<cluster><enabled>true</enabled><node-name>{name}</node-name>").replace(
+            "</cluster>", "<replication><replica-count>2</replica-count></replication>"
+                          "</cluster>")
+        nodes.append(hive_factory(body=body, cluster=port, rest=rest))
+    wait_for_members(nodes, 3)
+    subscriber = Subscriber([n.port for n in nodes], "frozen/#", 1)
+    subscriber.start()
+    time.sleep(0.5)
+    publisher = Publisher([nodes[1].port], "frozen/stream", 1, count=1500, rate=150)
+    publisher.start()
+    stalled = None
+    try:
+        time.sleep(2)
+        os.kill(nodes[0].pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: metrics(nodes[2]).get("cluster", {}).get(
+                "sessions_taken_over", 0) >= 1, 30, "the takeover by b")
+        finally:
+            os.kill(nodes[0].pid, signal.SIGCONT)
+        wait_until(publisher.finished, 60, "the publisher to send everything")
+        try:
+            wait_until(publisher.all_acknowledged, 30, "every message to be acknowledged")
+            wait_until(lambda: publisher.acknowledged <= set(subscriber.snapshot()), 30,
+                       "every acknowledged message to arrive")
+        except AssertionError as exc:
+            stalled = str(exc)
+    finally:
+        tally = Tally.of([publisher], subscriber)
+        print(f"QoS 1, frozen node merged back (taker b): {tally}")
+        publisher.stop()
+        subscriber.stop()
+    if tally.lost or stalled:
+        pytest.xfail(f"a message routed to nobody while the woken node re-joins: {tally}"
+                     f"{'; ' + stalled if stalled else ''}")
