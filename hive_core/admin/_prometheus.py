@@ -14,19 +14,19 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
 from hive_core import __version__
+from hive_core.broker import DROP_REASONS
 
 if TYPE_CHECKING:
     from hive_core.admin._status import NodeStatus
     from hive_core.broker import BrokerStats
     from hive_core.cluster import ClusterStats
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # the text format generate_latest writes
 
-DROP_REASONS = ("queue-full", "expired", "too-large", "extension", "invalid-topic",
-                "session-gone")
 
 
 def _name(text: str) -> str:

@@ -10,7 +10,7 @@ from hive_core.broker._broker import Broker
 from hive_core.broker._channel import Channel, ChannelIo
 from hive_core.broker._connection import ClientConnection, Transport
 from hive_core.broker._message import Message
-from hive_core.broker._metrics import BrokerMetrics, BrokerStats
+from hive_core.broker._metrics import DROP_REASONS, BrokerMetrics, BrokerStats
 from hive_core.broker._ports import (
     BrokerPort,
     ClusterPort,
@@ -26,25 +26,26 @@ from hive_core.broker._session import Session
 from hive_core.broker._settings import BrokerSettings
 
 __all__ = [
-           "Broker",
-           "BrokerMetrics",
-           "BrokerPort",
-           "BrokerSettings",
-           "BrokerStats",
-           "Channel",
-           "ChannelIo",
-           "ClientConnection",
-           "ClusterPort",
-           "ExtensionMetrics",
-           "Handover",
-           "Message",
-           "NodeServices",
-           "RemoteGroups",
-           "Route",
-           "Session",
-           "SessionRecords",
-           "SessionUnavailable",
-           "SharedKey",
-           "Transport",
-           "stored_retained",
+    "DROP_REASONS",
+    "Broker",
+    "BrokerMetrics",
+    "BrokerPort",
+    "BrokerSettings",
+    "BrokerStats",
+    "Channel",
+    "ChannelIo",
+    "ClientConnection",
+    "ClusterPort",
+    "ExtensionMetrics",
+    "Handover",
+    "Message",
+    "NodeServices",
+    "RemoteGroups",
+    "Route",
+    "Session",
+    "SessionRecords",
+    "SessionUnavailable",
+    "SharedKey",
+    "Transport",
+    "stored_retained",
 ]
