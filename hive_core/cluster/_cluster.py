@@ -868,6 +868,8 @@ class Cluster:
             self._deliver_rescued(str(body[0]), body[1])
         elif kind is FrameKind.RESCUE_DONE:
             self._excluding.get(member.node_id, set()).discard(str(body))
+        elif kind is FrameKind.ROUTE_TO:
+            self._on_route_to(body)
         elif kind is FrameKind.MERGE_QUEUE:
             self._merge_queue(str(body[0]), int(body[1]), body[2])
         elif kind is FrameKind.SYNCED:
@@ -1157,6 +1159,7 @@ class Cluster:
         split), one keeps it: the one with the client connected, else the newer holder (then
         the smaller node id). The other hands its queue on (MERGE_QUEUE) and drops its copy."""
         local = set(self.broker.owned_sessions())
+        dropped: list[tuple[str, int]] = []
         for item in body:
             if isinstance(item, list):
                 client_id, since = str(item[0]), int(item[1])
@@ -1168,7 +1171,7 @@ class Cluster:
                 mine = (self.broker.is_connected(client_id),
                         self.owned_since.get(client_id, 0), self.node_id < node_id)
                 if theirs > mine:
-                    self._drop_copy(client_id, node_id, since)
+                    dropped.append((client_id, since))
                 continue
             ended = self.ended_sessions.get(client_id, 0)
             # Ended after that copy was made. Only with replication: then a session that
@@ -1181,6 +1184,41 @@ class Cluster:
             current = self.owners.get(client_id)
             if current is None or since >= current[1]:
                 self.owners[client_id] = (node_id, since)
+        if dropped:
+            self._route_to_keeper(node_id)
+            for client_id, since in dropped:
+                self._drop_copy(client_id, node_id, since)
+
+    def _route_to_keeper(self, keeper: str) -> None:
+        """Before this node drops its copies (and their filters) for ``keeper``: the other
+        members route what matches the keeper's filters to it, even those not linked to it
+        yet (a node back after a split re-links one peer after the other). Without this, a
+        message published on such a member in between would match nobody and be lost."""
+        member = self.members.get(keeper)
+        if member is None:
+            return
+        body = [keeper, member.address.host, member.address.port, member.incarnation,
+                sorted(self.table.filters_of(keeper))]
+        for other in self.members.values():
+            if other.node_id != keeper:
+                other.link.send(FrameKind.ROUTE_TO, body)
+
+    def _on_route_to(self, body: list[Any]) -> None:
+        """ROUTE_TO: another member dropped its copies for ``keeper``. Not linked to the
+        keeper yet: its filters are routed to it from now on and what they match is kept
+        for it (as for an absent member) until the link is up, then sent (REPLAY)."""
+        keeper = str(body[0])
+        if keeper == self.node_id or keeper in self.members:
+            return  # linked: its own FILTERS are current
+        address = ClusterNodeAddress(str(body[1]), int(body[2]))
+        self._absent[keeper] = time.monotonic() + ABSENT_KEEP
+        self._absent_at[keeper] = (address, int(body[3]))
+        for topic_filter in body[4]:
+            self.table.add(keeper, str(topic_filter))
+        self.broker.remote_routes_changed()
+        log.info("node %s keeps sessions another node held: routing its %d filters to it "
+                 "until it is linked here", keeper, len(body[4]))
+        self._dial(address)
 
     def _drop_copy(self, client_id: str, keeper: str, since: int) -> None:
         """Another node keeps this session: hand it what was queued here, end the copy."""

@@ -18,7 +18,8 @@ PROTOCOL_VERSION = 3
 tell each other which sessions they hold (OWNED, SESSION_GONE), retained messages in parts.
 3: replication (REPL_*), takeover of a failed node's sessions (TAKEN_OVER, RESCUED,
 RESCUE_DONE), SYNCED at the end of a join; OWNED and CLIENT_CONNECTED say since when the
-sender holds each session (the newest holder wins). A node of version 2 is a member (routing,
+sender holds each session (the newest holder wins); ROUTE_TO (added later, skipped by the
+peers of version 3 that predate it). A node of version 2 is a member (routing,
 handover) but holds no replica and is never one's backup."""
 MIN_PROTOCOL_VERSION = 2
 MAX_FRAME = 64 * 1024 * 1024
@@ -58,6 +59,8 @@ class FrameKind(IntEnum):
     SYNCED = 47  # the frames a new link begins with are all sent
     MERGE_QUEUE = 48  # [client id, position mark, queue]: a dropped copy's queue for the keeper
     REPL_RESYNC = 49  # the sender holds no replica of the receiver's: send a snapshot again
+    ROUTE_TO = 52  # [node, host, port, incarnation, filters]: the sender dropped copies of
+    # sessions for that node (back after a split); route its filters there, kept until linked
     # Before anything else on a link of a cluster with a shared secret (see _auth.py):
     AUTH_CHALLENGE = 50  # a fresh nonce; sent by both ends as soon as the link is open
     AUTH_PROOF = 51  # the answer to the peer's challenge: proof of holding the shared secret
