@@ -95,6 +95,9 @@ _BROKER: tuple[Scalar, ...] = (
     ("counter", "hive_proxy_protocol_refused",
      "Connections closed for a missing or bad PROXY protocol header.",
      lambda s: s.metrics.proxy_protocol_refused),
+    ("counter", "hive_handover_duplicates_skipped",
+     "Messages that reached a session moving to this node twice (directly and in the old "
+     "node's tail), delivered once.", lambda s: s.metrics.handover_duplicates_skipped),
 )
 
 _CLUSTER: tuple[Scalar, ...] = (

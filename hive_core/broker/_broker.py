@@ -17,10 +17,11 @@ from dataclasses import replace
 from typing import Any
 
 from hive_core.broker._expiry import SessionClock
+from hive_core.broker._handover import WINDOW_AFTER_TAIL, WINDOW_WITHOUT_TAIL, HandOverWindow
 from hive_core.broker._message import Message
 from hive_core.broker._metrics import BrokerMetrics, BrokerStats
 from hive_core.broker._outbox import Outbox
-from hive_core.broker._ports import NO_GROUPS, NO_NODES, ClusterPort, Route
+from hive_core.broker._ports import NO_GROUPS, NO_NODES, ClusterPort, Queued, Route
 from hive_core.broker._records import (
     Records,
     SessionRecords,
@@ -71,6 +72,9 @@ class Broker:
         # Sessions another node is taking over: (session, its queue when exported) until the
         # other node confirms or declines (release_session).
         self._held: dict[str, tuple[Session, set[int]]] = {}
+        # Sessions handed over to this node whose old node's tail may repeat what arrives here
+        # directly (see _handover.py), and when each window closes.
+        self._windows: dict[str, HandOverWindow] = {}
         self.subscriptions = TopicTree()
         self.connections: set[Link] = set()
         self.connected_count = 0
@@ -354,6 +358,7 @@ class Broker:
         qos = message.qos
         plain = not self.extensions.intercepts_outbound
         deliver = self.outbox.deliver
+        windows = self._windows if from_cluster else None
         sent = 0
         for delivery in deliveries:
             session = delivery.session
@@ -376,6 +381,10 @@ class Broker:
                     out.append(data)
                     sent += 1
                 continue
+            if windows and session.client_id in windows \
+                    and not windows[session.client_id].direct(message.mid):
+                metrics.handover_duplicates_skipped += 1
+                continue  # the old node's tail brought it (a handover)
             if deliver(session, Pending(message, granted, delivery.subscription_ids, retain)):
                 durable = True
         if sent:
@@ -596,7 +605,7 @@ class Broker:
         self._held[client_id] = (session, {id(p) for p in session.queue})
         return self.records.export(session)
 
-    def release_session(self, client_id: str, taken: bool) -> list[StoredMessage]:
+    def release_session(self, client_id: str, taken: bool) -> list[Queued]:
         """End a handover: forget the session if the other node ``taken`` it, else keep it.
 
         Returns what was queued for it here since it was exported, for the new node.
@@ -608,7 +617,8 @@ class Broker:
         if not taken or self.sessions.get(client_id) is not session \
                 or session.connection is not None:
             return []  # not taken, or the client came back here meanwhile: it stays
-        tail = [stored_message(p) for p in session.queue if id(p) not in exported]
+        tail = [(stored_message(p), p.message.mid) for p in session.queue
+                if id(p) not in exported]
         self._end_session(session, deleted=False)
         return tail
 
@@ -624,13 +634,27 @@ class Broker:
         handover = await cluster.fetch_session(client_id)
         if handover is None:
             return
+        # Opened before the import subscribes it here: from then on messages arrive directly.
+        self._open_window(client_id, WINDOW_WITHOUT_TAIL)
         try:
             self.import_session(handover.records)
             await self.records.commit()
         except BaseException:
+            self._windows.pop(client_id, None)
             handover.decline()
             raise
         handover.confirm()
+
+    def _open_window(self, client_id: str, seconds: float) -> None:
+        window = self._windows[client_id] = HandOverWindow()
+        asyncio.get_running_loop().call_later(seconds, self._close_window, client_id, window)
+
+    def _close_window(self, client_id: str, window: HandOverWindow) -> None:
+        if self._windows.get(client_id) is window:
+            del self._windows[client_id]
+            if window.skipped:
+                log.debug("handover of %r: %d messages that arrived twice delivered once",
+                          client_id, window.skipped)
 
     def import_session(self, records: SessionRecords, keep_positions: bool = False) -> None:
         """Take over a session another node handed over (before this node's CONNACK)."""
@@ -644,11 +668,21 @@ class Broker:
         self._adopt(session, now)
         self.records.write_all(session, keep_positions)
 
-    def append_handed_over(self, client_id: str, messages: list[StoredMessage]) -> None:
-        """What the old node queued for a session while handing it over: queue it here."""
+    def append_handed_over(self, client_id: str, messages: list[Queued]) -> None:
+        """What the old node queued for a session while handing it over: queue it here,
+        but not what reached this node directly as well (the handover's window)."""
         session = self.sessions.get(client_id)
-        for stored in messages:
+        window = self._windows.get(client_id)
+        if window is not None:
+            # Stays open a while: messages routed before the old node let go still land.
+            asyncio.get_running_loop().call_later(
+                WINDOW_AFTER_TAIL, self._close_window, client_id, window)
+        for stored, mid in messages:
+            if window is not None and not window.from_tail(mid):
+                self.metrics.handover_duplicates_skipped += 1
+                continue
             pending = pending_from(stored)
+            pending.message.mid = mid
             if session is None:
                 count = self.metrics.count_drop("session-gone")
                 self.outbox.drop_warning(pending, client_id, "session-gone", count)
@@ -707,7 +741,7 @@ class Broker:
 
     def merge_queue(self, client_id: str, messages: list[StoredMessage]) -> None:
         """Messages another copy of this session queued (a split healed): queue them here."""
-        self.append_handed_over(client_id, messages)
+        self.append_handed_over(client_id, [(m, None) for m in messages])
 
     def forget_sessions(self) -> None:
         """The node leaves and its sessions live on in the cluster: drop them here.

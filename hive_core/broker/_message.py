@@ -20,8 +20,8 @@ class Message:
     subscription identifiers are per delivery and never stored here.
     """
 
-    __slots__ = ("_encoded", "expiry_at", "payload", "properties", "publisher_id", "qos", "retain",
-                 "topic")
+    __slots__ = ("_encoded", "expiry_at", "mid", "payload", "properties", "publisher_id", "qos",
+                 "retain", "topic")
 
     def __init__(
         self,
@@ -40,6 +40,8 @@ class Message:
         self.properties = properties or None
         self.publisher_id = publisher_id
         self.expiry_at = expiry_at
+        # In a cluster, once it is sent to another node: (origin node id, origin's serial).
+        self.mid: tuple[str, int] | None = None
         self._encoded: dict[tuple[Any, ...], tuple[bytes, bytes]] | None = None
 
     def expired(self, now: float) -> bool:

@@ -18,6 +18,7 @@ class BrokerMetrics:
     messages_queued: int = 0
     receive_maximum_throttled: int = 0  # times a client sent past its receive maximum
     proxy_protocol_refused: int = 0  # connections closed for a missing or bad PROXY header
+    handover_duplicates_skipped: int = 0  # reached a moved session directly and in its tail
 
     def count_drop(self, reason: str) -> int:
         """One more message dropped for ``reason``: how many so far for it."""

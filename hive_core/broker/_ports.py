@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, NamedTuple, Protocol
 
+from hive_core.broker._handover import MessageId
 from hive_core.broker._message import Message
 from hive_core.broker._records import SessionRecords
 from hive_core.broker._topic_tree import Delivery, SharedGroup
@@ -20,6 +21,7 @@ SharedKey = tuple[str, str]  # (group name, topic filter without the $share pref
 RemoteGroups = dict[SharedKey, frozenset[str]]  # shared groups with members on other nodes
 NO_NODES: frozenset[str] = frozenset()
 NO_GROUPS: RemoteGroups = {}
+Queued = tuple[StoredMessage, MessageId | None]  # a queued message, and its cluster identity
 
 
 class Route(NamedTuple):
@@ -132,13 +134,14 @@ class BrokerPort(Protocol):
         is held here until :meth:`release_session`."""
         ...
 
-    def release_session(self, client_id: str, taken: bool) -> list[StoredMessage]:
+    def release_session(self, client_id: str, taken: bool) -> list[Queued]:
         """The other node took the exported session (forget it; what was queued for it since
-        the export is returned) or did not (keep it)."""
+        the export is returned, with each message's identity) or did not (keep it)."""
         ...
 
-    def append_handed_over(self, client_id: str, messages: list[StoredMessage]) -> None:
-        """What the old node queued for a session while it moved here."""
+    def append_handed_over(self, client_id: str, messages: list[Queued]) -> None:
+        """What the old node queued for a session while it moved here (what reached this
+        node directly as well is skipped)."""
         ...
 
     def owned_sessions(self) -> list[str]:

@@ -325,6 +325,9 @@ class Cluster:
         self._ack_due: set[str] = set()  # peers whose data frames were handled, not acknowledged
         self._ack_task: asyncio.Task[None] | None = None
         self.incarnation = time.time_ns()
+        # The serial of the last message sent to other nodes: from the clock at the start, so
+        # that it grows across restarts too (no node sends a message per nanosecond).
+        self._serial = self.incarnation
         self.authentication = PeerAuthentication(settings.shared_secret, settings.connect_timeout)
         # Replication (_replication.py): this node's backups, and the replicas held here.
         replicating = (store is not None and settings.replica_count > 1
@@ -747,9 +750,11 @@ class Cluster:
             if not self.forwarding.arrived(peer_id):  # type: ignore[arg-type]
                 return  # sent again after a reconnect, handled before
             metrics.publishes_received += 1
-            topic, payload, qos, retain, props, expiry_at, publisher = body
+            topic, payload, qos, retain, props, expiry_at, publisher, serial = body
             message = Message(topic, payload, qos, retain,
                               decode_properties(props) if props else None, publisher, expiry_at)
+            if serial:
+                message.mid = (peer_id, serial)  # type: ignore[assignment]
             if self._excluding and self._excluding.get(peer_id):  # type: ignore[arg-type]
                 # Routed by the peer before it heard of a takeover: the sessions taken over
                 # get it from the failed node's share (RESCUED), not twice.
@@ -812,15 +817,20 @@ class Cluster:
             client_id = str(body[1])
             self._handing.get(link, set()).discard(client_id)
             tail = self.broker.release_session(client_id, taken=True)
-            for part in in_parts([message_fields(m) for m in tail], lambda f: len(f[1])):
+            identified = member.protocol >= 4
+            entries = [[*message_fields(m), *(mid or ("", 0))] if identified
+                       else message_fields(m) for m, mid in tail]
+            for part in in_parts(entries, lambda f: len(f[1])):
                 link.send(FrameKind.SESSION_TAIL, [client_id, part])
         elif kind is FrameKind.SESSION_DECLINED:
             client_id = str(body[1])
             self._handing.get(link, set()).discard(client_id)
             self.broker.release_session(client_id, taken=False)
         elif kind is FrameKind.SESSION_TAIL:
-            self.broker.append_handed_over(
-                str(body[0]), [StoredMessage(*fields) for fields in body[1]])
+            self.broker.append_handed_over(str(body[0]), [
+                (StoredMessage(*fields[:7]),
+                 (str(fields[7]), int(fields[8])) if len(fields) > 8 and fields[8] else None)
+                for fields in body[1]])
         elif kind is FrameKind.CLIENT_CONNECTED:
             client_id, since = (str(body[0]), int(body[1])) if isinstance(body, list) \
                 else (str(body), time.time_ns())
@@ -913,18 +923,28 @@ class Cluster:
     def forward(self, message: Message, nodes: frozenset[str]) -> None:
         """Send a local publisher's message to every interested node, once per node."""
         props = message.properties
+        raw_props = encode_properties(props) if props else b""
+        self._serial = serial = self._serial + 1
+        message.mid = (self.node_id, serial)  # the same message, wherever it ends up queued
         frame = encode_publish_frame(  # once, whatever the fan-out
-            message.topic, message.payload, message.qos, message.retain,
-            encode_properties(props) if props else b"", message.expiry_at,
-            message.publisher_id)
+            message.topic, message.payload, message.qos, message.retain, raw_props,
+            message.expiry_at, message.publisher_id, serial)
+        legacy = None  # for a node of protocol 3 or older: no serial
         forwarding = self.forwarding
         for node_id in nodes:
             member = self.members.get(node_id)
-            if member is not None:
-                member.link.send_encoded(frame)
-            elif node_id not in self._absent:
+            if member is not None and member.protocol >= 4:
+                sent = frame
+                member.link.send_encoded(sent)
+            elif member is None and node_id not in self._absent:
                 continue
-            forwarding.sent(node_id, frame)  # kept until acknowledged, sent again if need be
+            else:  # kept for an absent node too: it may come back speaking another version
+                sent = legacy = legacy or encode_publish_frame(
+                    message.topic, message.payload, message.qos, message.retain, raw_props,
+                    message.expiry_at, message.publisher_id)
+                if member is not None:
+                    member.link.send_encoded(sent)
+            forwarding.sent(node_id, sent)  # kept until acknowledged, sent again if need be
             self.metrics.publishes_forwarded += 1
 
     def pick_shared(self, key: SharedKey, remote: frozenset[str], local: bool) -> str | None:
@@ -1438,7 +1458,7 @@ class Cluster:
             for kind, body in decoder.feed(frame):
                 self.messages_rescued += 1
                 if kind is FrameKind.PUBLISH:
-                    topic, payload, qos, retain, props, expiry_at, publisher = body
+                    topic, payload, qos, retain, props, expiry_at, publisher, _serial = body
                     self.broker.publish_among(Message(
                         topic, payload, qos, retain, decode_properties(props) if props else None,
                         publisher, expiry_at), adopted, among=True)

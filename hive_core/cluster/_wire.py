@@ -11,7 +11,7 @@ import struct
 from enum import IntEnum
 from typing import Any
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 """Bumped when a frame changes; peers speak the lower of their two versions.
 
 2: sessions are handed over in parts and confirmed (SESSION_TAKEN / SESSION_DECLINED), nodes
@@ -20,7 +20,11 @@ tell each other which sessions they hold (OWNED, SESSION_GONE), retained message
 RESCUE_DONE), SYNCED at the end of a join; OWNED and CLIENT_CONNECTED say since when the
 sender holds each session (the newest holder wins); ROUTE_TO (added later, skipped by the
 peers of version 3 that predate it). A node of version 2 is a member (routing,
-handover) but holds no replica and is never one's backup."""
+handover) but holds no replica and is never one's backup.
+4: a PUBLISH carries the sending node's serial for the message (monotonic per node, across its
+restarts), and SESSION_TAIL each queued message's origin node and serial: the node a session
+is handed over to skips what reached it twice, directly and in the old node's tail (see
+hive_core/broker/_handover.py). A node of version 3 gets PUBLISH frames without the serial."""
 MIN_PROTOCOL_VERSION = 2
 MAX_FRAME = 64 * 1024 * 1024
 
@@ -176,25 +180,32 @@ _publish_head = struct.Struct(">BBdHHI")  # qos, flags, expiry, topic, publisher
 _publish_start = struct.Struct(">IB" + _publish_head.format[1:])
 _PUBLISH_FIXED = 1 + _publish_head.size
 _PUBLISH = 20  # FrameKind.PUBLISH as a plain int: compared once per frame
-_HAS_EXPIRY, _RETAIN = 0x01, 0x02
+_HAS_EXPIRY, _RETAIN, _HAS_SERIAL = 0x01, 0x02, 0x04
+_serial = struct.Struct(">Q")
 
 
 def encode_publish_frame(topic: str, payload: bytes, qos: int, retain: bool, properties: bytes,
-                         expiry_at: float | None, publisher: str) -> bytes:
-    """A PUBLISH frame in a fixed layout: the hot path between nodes skips the generic codec."""
+                         expiry_at: float | None, publisher: str, serial: int = 0) -> bytes:
+    """A PUBLISH frame in a fixed layout: the hot path between nodes skips the generic codec.
+    ``serial`` (protocol 4; 0: none) follows the head, before the topic."""
     topic_raw = topic.encode()
     publisher_raw = publisher.encode()
     flags = (_HAS_EXPIRY if expiry_at is not None else 0) | (_RETAIN if retain else 0)
     size = (_PUBLISH_FIXED + len(topic_raw) + len(publisher_raw) + len(properties)
             + len(payload))
+    if serial:
+        flags |= _HAS_SERIAL
+        size += 8
     start = _publish_start.pack(size, _PUBLISH, qos, flags, expiry_at or 0.0, len(topic_raw),
                                 len(publisher_raw), len(properties))
+    if serial:
+        start += _serial.pack(serial)
     if properties:
         return b"".join((start, topic_raw, publisher_raw, properties, payload))
     return b"".join((start, topic_raw, publisher_raw, payload))
 
 
-PublishFields = tuple[str, bytes, int, bool, bytes, float | None, str]
+PublishFields = tuple[str, bytes, int, bool, bytes, float | None, str, int]
 
 
 def decode_publish_body(data: bytes, at: int = 0, end: int | None = None) -> PublishFields:
@@ -204,6 +215,11 @@ def decode_publish_body(data: bytes, at: int = 0, end: int | None = None) -> Pub
     qos, flags, expiry, topic_size, publisher_size, props_size = _publish_head.unpack_from(
         data, at)
     at += _publish_head.size
+    if flags & _HAS_SERIAL:
+        serial = _serial.unpack_from(data, at)[0]
+        at += 8
+    else:
+        serial = 0
     topic = data[at:at + topic_size].decode()
     at += topic_size
     publisher = data[at:at + publisher_size].decode()
@@ -216,7 +232,7 @@ def decode_publish_body(data: bytes, at: int = 0, end: int | None = None) -> Pub
     if at > end:
         raise WireError("PUBLISH frame fields run past the frame")
     return (topic, data[at:end], qos, bool(flags & _RETAIN), properties,
-            expiry if flags & _HAS_EXPIRY else None, publisher)
+            expiry if flags & _HAS_EXPIRY else None, publisher, serial)
 
 
 _KINDS = {kind.value: kind for kind in FrameKind}

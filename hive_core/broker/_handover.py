@@ -1,0 +1,56 @@
+"""A session handed over from another node, and the messages that reach it twice.
+
+While a session moves (SESSION_FETCH ... SESSION_TAKEN), both nodes hold it for a moment. The
+old node keeps queueing what is routed to it and sends that queue along afterwards (the tail);
+the other nodes start routing to the new node as soon as they learn its subscriptions. A
+message sent in between reaches the new node twice: directly, and in the tail. For QoS 2 that
+would break exactly-once.
+
+Every message a node sends to other nodes carries an identity: the origin node and its serial
+there (node protocol 4), kept with the message wherever it is queued. The new node notes the
+identities of what reaches the session directly while it waits for the tail, and of what the
+tail brings; a message already seen one way is skipped the other way. The window closes a while
+after the tail: by then nothing routed to this node before the old node let go is still on its
+way. Messages without an identity (from a node of protocol 3) are never skipped.
+"""
+
+from __future__ import annotations
+
+MessageId = tuple[str, int]
+"""(origin node id, the origin's serial): a message's identity across the cluster."""
+
+WINDOW_AFTER_TAIL = 10.0
+"""Seconds a window stays open after the tail arrived (messages routed earlier still land)."""
+WINDOW_WITHOUT_TAIL = 60.0
+"""Seconds a window waits for a tail at most (the old node may have failed)."""
+
+
+class HandOverWindow:
+    """The identities one handed-over session got directly, and those its tail brought."""
+
+    __slots__ = ("direct_ids", "skipped", "tail_ids")
+
+    def __init__(self) -> None:
+        self.direct_ids: set[MessageId] = set()
+        self.tail_ids: set[MessageId] = set()
+        self.skipped = 0
+
+    def direct(self, mid: MessageId | None) -> bool:
+        """A message routed here directly: False when the tail brought it already."""
+        if mid is None:
+            return True
+        if mid in self.tail_ids:
+            self.skipped += 1
+            return False
+        self.direct_ids.add(mid)
+        return True
+
+    def from_tail(self, mid: MessageId | None) -> bool:
+        """A message of the old node's tail: False when it arrived here directly."""
+        if mid is None:
+            return True
+        if mid in self.direct_ids:
+            self.skipped += 1
+            return False
+        self.tail_ids.add(mid)
+        return True
