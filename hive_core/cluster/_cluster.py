@@ -320,6 +320,11 @@ class Cluster:
         self.owned_since: dict[str, int] = {}  # the same for this node's own sessions
         # Sessions this node exported and holds until the asking node confirms: by link.
         self._handing: dict[PeerLink, set[str]] = {}
+        # ROUTE_TO sent, copies to drop once every member answered: token -> (keeper, the
+        # sessions with the keeper's claim, the members not answered yet).
+        self._barriers: dict[int, tuple[str, list[tuple[str, tuple[bool, int, bool]]],
+                                        set[str]]] = {}
+        self._barrier_serial = 0
         self.forwarding = Forwarding()
         self._absent: dict[str, float] = {}  # nodes that left: when they are forgotten
         self._ack_due: set[str] = set()  # peers whose data frames were handled, not acknowledged
@@ -665,6 +670,8 @@ class Cluster:
         log.warning("Cluster node %s left the cluster: %s", peer_id, why)
         self._log_view()
         self._excluding.pop(peer_id, None)  # it will not rescue anything now
+        for token in list(self._barriers):
+            self._routed(peer_id, token)
         if self.replicator is not None:
             self.replicator.lost(peer_id)
             self._ring_changed()
@@ -879,7 +886,9 @@ class Cluster:
         elif kind is FrameKind.RESCUE_DONE:
             self._excluding.get(member.node_id, set()).discard(str(body))
         elif kind is FrameKind.ROUTE_TO:
-            self._on_route_to(body)
+            self._on_route_to(member, body)
+        elif kind is FrameKind.ROUTED:
+            self._routed(member.node_id, int(body))
         elif kind is FrameKind.MERGE_QUEUE:
             self._merge_queue(str(body[0]), int(body[1]), body[2])
         elif kind is FrameKind.SYNCED:
@@ -1179,7 +1188,7 @@ class Cluster:
         split), one keeps it: the one with the client connected, else the newer holder (then
         the smaller node id). The other hands its queue on (MERGE_QUEUE) and drops its copy."""
         local = set(self.broker.owned_sessions())
-        dropped: list[tuple[str, int]] = []
+        dropped: list[tuple[str, tuple[bool, int, bool]]] = []
         for item in body:
             if isinstance(item, list):
                 client_id, since = str(item[0]), int(item[1])
@@ -1191,7 +1200,7 @@ class Cluster:
                 mine = (self.broker.is_connected(client_id),
                         self.owned_since.get(client_id, 0), self.node_id < node_id)
                 if theirs > mine:
-                    dropped.append((client_id, since))
+                    dropped.append((client_id, theirs))
                 continue
             ended = self.ended_sessions.get(client_id, 0)
             # Ended after that copy was made. Only with replication: then a session that
@@ -1205,40 +1214,79 @@ class Cluster:
             if current is None or since >= current[1]:
                 self.owners[client_id] = (node_id, since)
         if dropped:
-            self._route_to_keeper(node_id)
-            for client_id, since in dropped:
-                self._drop_copy(client_id, node_id, since)
+            self._route_to_keeper(node_id, dropped)
 
-    def _route_to_keeper(self, keeper: str) -> None:
-        """Before this node drops its copies (and their filters) for ``keeper``: the other
-        members route what matches the keeper's filters to it, even those not linked to it
-        yet (a node back after a split re-links one peer after the other). Without this, a
-        message published on such a member in between would match nobody and be lost."""
+    def _route_to_keeper(self, keeper: str,
+                         dropped: list[tuple[str, tuple[bool, int, bool]]]) -> None:
+        """Before this node drops its copies (and their filters) for ``keeper``, the other
+        members route what matches the keeper's filters to it (ROUTE_TO), even those not
+        linked to it yet: a node back after a split re-links one peer after the other. The
+        copies end once every member has answered (ROUTED): what a member routed here before
+        is in this node's queue by then and goes to the keeper with it (MERGE_QUEUE); without
+        that, a message in flight to this node, or published on a member that has no route to
+        the keeper yet, would match nobody and be lost."""
         member = self.members.get(keeper)
         if member is None:
             return
-        body = [keeper, member.address.host, member.address.port, member.incarnation,
+        self._barrier_serial += 1
+        token = self._barrier_serial
+        body = [token, keeper, member.address.host, member.address.port, member.incarnation,
                 sorted(self.table.filters_of(keeper))]
+        waiting = set()
         for other in self.members.values():
-            if other.node_id != keeper:
+            if other.node_id != keeper and other.protocol >= 4:
                 other.link.send(FrameKind.ROUTE_TO, body)
+                waiting.add(other.node_id)
+        self._barriers[token] = (keeper, dropped, waiting)
+        if waiting:
+            asyncio.get_running_loop().call_later(
+                self.settings.connect_timeout, self._drop_copies, token)
+        else:
+            self._drop_copies(token)
 
-    def _on_route_to(self, body: list[Any]) -> None:
-        """ROUTE_TO: another member dropped its copies for ``keeper``. Not linked to the
-        keeper yet: its filters are routed to it from now on and what they match is kept
-        for it (as for an absent member) until the link is up, then sent (REPLAY)."""
-        keeper = str(body[0])
-        if keeper == self.node_id or keeper in self.members:
-            return  # linked: its own FILTERS are current
-        address = ClusterNodeAddress(str(body[1]), int(body[2]))
-        self._absent[keeper] = time.monotonic() + ABSENT_KEEP
-        self._absent_at[keeper] = (address, int(body[3]))
-        for topic_filter in body[4]:
-            self.table.add(keeper, str(topic_filter))
-        self.broker.remote_routes_changed()
-        log.info("node %s keeps sessions another node held: routing its %d filters to it "
-                 "until it is linked here", keeper, len(body[4]))
-        self._dial(address)
+    def _routed(self, peer_id: str, token: int) -> None:
+        """ROUTED (or the member left): one answer fewer to wait for."""
+        barrier = self._barriers.get(token)
+        if barrier is not None:
+            barrier[2].discard(peer_id)
+            if not barrier[2]:
+                self._drop_copies(token)
+
+    def _drop_copies(self, token: int) -> None:
+        barrier = self._barriers.pop(token, None)
+        if barrier is None:
+            return
+        keeper, dropped, waiting = barrier
+        if waiting:
+            log.warning("nodes %s did not confirm routing to node %s in %.0f s: dropping the "
+                        "copies it keeps anyway", ", ".join(sorted(waiting)), keeper,
+                        self.settings.connect_timeout)
+        local = set(self.broker.owned_sessions())
+        for client_id, theirs in dropped:
+            if client_id not in local:
+                continue  # ended here meanwhile
+            mine = (self.broker.is_connected(client_id), self.owned_since.get(client_id, 0),
+                    self.node_id < keeper)
+            if theirs > mine:  # else its client connected here meanwhile: this copy stays
+                self._drop_copy(client_id, keeper, theirs[1])
+
+    def _on_route_to(self, member: Member, body: list[Any]) -> None:
+        """ROUTE_TO: another member drops its copies for ``keeper``. Not linked to the keeper
+        yet: its filters are routed to it from now on and what they match is kept for it (as
+        for an absent member) until the link is up, then sent (REPLAY). ROUTED answers."""
+        token, keeper = int(body[0]), str(body[1])
+        if keeper != self.node_id and keeper not in self.members:
+            address = ClusterNodeAddress(str(body[2]), int(body[3]))
+            self._absent[keeper] = time.monotonic() + ABSENT_KEEP
+            self._absent_at[keeper] = (address, int(body[4]))
+            for topic_filter in body[5]:
+                self.table.add(keeper, str(topic_filter))
+            self.broker.remote_routes_changed()
+            log.info("node %s keeps sessions node %s held: routing its %d filters to it until "
+                     "it is linked here", keeper, member.node_id, len(body[5]))
+            self._dial(address)
+        # After every message routed to the sender before now: it drops its copies on this.
+        member.link.send(FrameKind.ROUTED, token)
 
     def _drop_copy(self, client_id: str, keeper: str, since: int) -> None:
         """Another node keeps this session: hand it what was queued here, end the copy."""

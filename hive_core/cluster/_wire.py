@@ -18,13 +18,14 @@ PROTOCOL_VERSION = 4
 tell each other which sessions they hold (OWNED, SESSION_GONE), retained messages in parts.
 3: replication (REPL_*), takeover of a failed node's sessions (TAKEN_OVER, RESCUED,
 RESCUE_DONE), SYNCED at the end of a join; OWNED and CLIENT_CONNECTED say since when the
-sender holds each session (the newest holder wins); ROUTE_TO (added later, skipped by the
-peers of version 3 that predate it). A node of version 2 is a member (routing,
+sender holds each session (the newest holder wins). A node of version 2 is a member (routing,
 handover) but holds no replica and is never one's backup.
 4: a PUBLISH carries the sending node's serial for the message (monotonic per node, across its
 restarts), and SESSION_TAIL each queued message's origin node and serial: the node a session
 is handed over to skips what reached it twice, directly and in the old node's tail (see
-hive_core/broker/_handover.py). A node of version 3 gets PUBLISH frames without the serial."""
+hive_core/broker/_handover.py). A node that drops its copies of sessions another node keeps
+(after a split) first has every member route to the keeper (ROUTE_TO, ROUTED). A node of
+version 3 gets PUBLISH frames without the serial, and no ROUTE_TO."""
 MIN_PROTOCOL_VERSION = 2
 MAX_FRAME = 64 * 1024 * 1024
 
@@ -63,8 +64,10 @@ class FrameKind(IntEnum):
     SYNCED = 47  # the frames a new link begins with are all sent
     MERGE_QUEUE = 48  # [client id, position mark, queue]: a dropped copy's queue for the keeper
     REPL_RESYNC = 49  # the sender holds no replica of the receiver's: send a snapshot again
-    ROUTE_TO = 52  # [node, host, port, incarnation, filters]: the sender dropped copies of
-    # sessions for that node (back after a split); route its filters there, kept until linked
+    # Protocol 4:
+    ROUTE_TO = 52  # [token, node, host, port, incarnation, filters]: the sender drops copies
+    # of sessions that node keeps (back after a split): route its filters there from now on
+    ROUTED = 53  # token: the ROUTE_TO is in effect here (after every message routed before it)
     # Before anything else on a link of a cluster with a shared secret (see _auth.py):
     AUTH_CHALLENGE = 50  # a fresh nonce; sent by both ends as soon as the link is open
     AUTH_PROOF = 51  # the answer to the peer's challenge: proof of holding the shared secret
