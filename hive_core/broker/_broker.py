@@ -21,7 +21,7 @@ from hive_core.broker._handover import WINDOW_AFTER_TAIL, WINDOW_WITHOUT_TAIL, H
 from hive_core.broker._message import Message
 from hive_core.broker._metrics import BrokerMetrics, BrokerStats
 from hive_core.broker._outbox import Outbox
-from hive_core.broker._ports import NO_GROUPS, NO_NODES, ClusterPort, Queued, Route
+from hive_core.broker._ports import NO_GROUPS, NO_NODES, ClusterPort, Queued, QueuedRecord, Route
 from hive_core.broker._records import (
     Records,
     SessionRecords,
@@ -645,9 +645,26 @@ class Broker:
             raise
         handover.confirm()
 
+    def expect_merge(self, client_ids: Collection[str]) -> None:
+        """Other nodes may hold copies of these sessions and drop them for this node's (a
+        split heals): their queues come (MERGE_QUEUE), and what the other nodes route to both
+        copies meanwhile is delivered once (see _handover.py)."""
+        opened = []
+        for client_id in client_ids:
+            if client_id in self.sessions and client_id not in self._windows:
+                window = self._windows[client_id] = HandOverWindow()
+                opened.append((client_id, window))
+        if opened:
+            asyncio.get_running_loop().call_later(WINDOW_WITHOUT_TAIL, self._close_windows,
+                                                  opened)
+
     def _open_window(self, client_id: str, seconds: float) -> None:
         window = self._windows[client_id] = HandOverWindow()
         asyncio.get_running_loop().call_later(seconds, self._close_window, client_id, window)
+
+    def _close_windows(self, windows: list[tuple[str, HandOverWindow]]) -> None:
+        for client_id, window in windows:
+            self._close_window(client_id, window)
 
     def _close_window(self, client_id: str, window: HandOverWindow) -> None:
         if self._windows.get(client_id) is window:
@@ -732,16 +749,17 @@ class Broker:
         session = self.sessions.get(client_id)
         return session is not None and session.connection is not None
 
-    def queued_records(self, client_id: str) -> list[tuple[int, StoredMessage]]:
-        """The queue of a session as (position, record) pairs."""
+    def queued_records(self, client_id: str) -> list[QueuedRecord]:
+        """The queue of a session: position, record, identity and rescue of each message."""
         session = self.sessions.get(client_id)
         if session is None:
             return []
-        return [(p.seq, stored_message(p)) for p in session.queue if p.seq]
+        return [(p.seq, stored_message(p), p.message.mid, p.message.rescued)
+                for p in session.queue if p.seq]
 
-    def merge_queue(self, client_id: str, messages: list[StoredMessage]) -> None:
+    def merge_queue(self, client_id: str, messages: list[Queued]) -> None:
         """Messages another copy of this session queued (a split healed): queue them here."""
-        self.append_handed_over(client_id, [(m, None) for m in messages])
+        self.append_handed_over(client_id, messages)
 
     def forget_sessions(self) -> None:
         """The node leaves and its sessions live on in the cluster: drop them here.

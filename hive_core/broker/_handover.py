@@ -31,17 +31,20 @@ class HandOverWindow:
     __slots__ = ("direct_ids", "skipped", "tail_ids")
 
     def __init__(self) -> None:
-        self.direct_ids: set[MessageId] = set()
-        self.tail_ids: set[MessageId] = set()
+        # Made on first use: a merge opens a window for every session of a node at once.
+        self.direct_ids: set[MessageId] | None = None
+        self.tail_ids: set[MessageId] | None = None
         self.skipped = 0
 
     def direct(self, mid: MessageId | None) -> bool:
         """A message routed here directly: False when the tail brought it already."""
         if mid is None:
             return True
-        if mid in self.tail_ids:
+        if self.tail_ids is not None and mid in self.tail_ids:
             self.skipped += 1
             return False
+        if self.direct_ids is None:
+            self.direct_ids = set()
         self.direct_ids.add(mid)
         return True
 
@@ -49,8 +52,10 @@ class HandOverWindow:
         """A message of the old node's tail: False when it arrived here directly."""
         if mid is None:
             return True
-        if mid in self.direct_ids:
+        if self.direct_ids is not None and mid in self.direct_ids:
             self.skipped += 1
             return False
+        if self.tail_ids is None:
+            self.tail_ids = set()
         self.tail_ids.add(mid)
         return True

@@ -21,7 +21,7 @@ class Message:
     """
 
     __slots__ = ("_encoded", "expiry_at", "mid", "payload", "properties", "publisher_id", "qos",
-                 "retain", "topic")
+                 "rescued", "retain", "topic")
 
     def __init__(
         self,
@@ -42,6 +42,10 @@ class Message:
         self.expiry_at = expiry_at
         # In a cluster, once it is sent to another node: (origin node id, origin's serial).
         self.mid: tuple[str, int] | None = None
+        # Rescued for a failed node (a takeover): (that node, the origin's incarnation, the
+        # frame's place in what the origin sent it). If the node was only frozen, it may have
+        # handled it after all: a merge then skips it (see Forwarding.handled_before).
+        self.rescued: tuple[str, int, int] | None = None
         self._encoded: dict[tuple[Any, ...], tuple[bytes, bytes]] | None = None
 
     def expired(self, now: float) -> bool:

@@ -22,6 +22,8 @@ RemoteGroups = dict[SharedKey, frozenset[str]]  # shared groups with members on 
 NO_NODES: frozenset[str] = frozenset()
 NO_GROUPS: RemoteGroups = {}
 Queued = tuple[StoredMessage, MessageId | None]  # a queued message, and its cluster identity
+# Position, record, identity, and (failed node, origin incarnation, place) if it was rescued.
+QueuedRecord = tuple[int, StoredMessage, MessageId | None, tuple[str, int, int] | None]
 
 
 class Route(NamedTuple):
@@ -156,11 +158,16 @@ class BrokerPort(Protocol):
         """A client with this id is connected here."""
         ...
 
-    def queued_records(self, client_id: str) -> list[tuple[int, StoredMessage]]:
-        """A session's queue as (position, record) pairs: what a dropped copy hands on."""
+    def queued_records(self, client_id: str) -> list[QueuedRecord]:
+        """A session's queue, by position: what a dropped copy hands on."""
         ...
 
-    def merge_queue(self, client_id: str, messages: list[StoredMessage]) -> None:
+    def expect_merge(self, client_ids: Collection[str]) -> None:
+        """Other nodes' copies of these sessions may be dropped for this node's: their queues
+        follow (a split heals)."""
+        ...
+
+    def merge_queue(self, client_id: str, messages: list[Queued]) -> None:
         """What a dropped copy of this session had queued: queue it here."""
         ...
 

@@ -369,8 +369,7 @@ class Cluster:
     async def start(self, tasks: TaskGroup | None = None) -> None:
         """Listen, register with discovery, start the background work in ``tasks``, join."""
         self._local_filters.update(self.broker.local_filters())
-        bound = await self.transport.listen(
-            lambda: PeerLink(self._on_frame, self._on_lost, False, self.authentication))
+        bound = await self.transport.listen(self._new_link)
         if not self.settings.external_port:
             self.address = ClusterNodeAddress(self.address.host, bound.port)
         if bound.host not in ("0.0.0.0", "::"):  # a list naming this node's own bind address
@@ -518,7 +517,7 @@ class Cluster:
     async def _connect(self, address: ClusterNodeAddress) -> None:
         try:
             link = await self.transport.dial(
-                address, lambda: PeerLink(self._on_frame, self._on_lost, True, self.authentication),
+                address, lambda: self._new_link(outbound=True),
                 self.settings.connect_timeout)
         except NodeUnreachable as exc:
             self._unreachable.warn(f"{address.host}:{address.port}", "cannot reach cluster node "
@@ -528,6 +527,11 @@ class Cluster:
         self._dialled[link] = address
         self._links.add(link)
         link.send(FrameKind.HELLO, self._hello())
+
+    def _new_link(self, outbound: bool = False) -> PeerLink:
+        link = PeerLink(self._on_frame, self._on_lost, outbound, self.authentication)
+        link.stale_after = self.settings.heartbeat_timeout
+        return link
 
     def _hello(self) -> dict[str, Any]:
         return {"id": self.node_id, "protocol": self.settings.protocol,
@@ -595,6 +599,9 @@ class Cluster:
         if merging:
             log.info("Starting cluster merge process. This may take a while. Please do not "
                      "shut down Hive. (node %s is back after being unreachable)", peer_id)
+            # A session here may have a copy there (a takeover while apart), and the members
+            # that route to both meanwhile: from now on, each message is kept once.
+            self.broker.expect_merge(self.broker.owned_sessions())
         if self.health is not None and hello.get("health_port"):
             self.health.watch(peer_id, incarnation, str(hello.get("health_host") or address.host),
                               int(hello["health_port"]))
@@ -882,7 +889,8 @@ class Cluster:
         elif kind is FrameKind.TAKEN_OVER:
             self._rescue_for(member, str(body[0]), body[1])
         elif kind is FrameKind.RESCUED:
-            self._deliver_rescued(str(body[0]), body[1])
+            self._deliver_rescued(str(body[0]), body[1], member.node_id, member.incarnation,
+                                  int(body[2]) if len(body) > 2 else 0)
         elif kind is FrameKind.RESCUE_DONE:
             self._excluding.get(member.node_id, set()).discard(str(body))
         elif kind is FrameKind.ROUTE_TO:
@@ -1201,6 +1209,8 @@ class Cluster:
                         self.owned_since.get(client_id, 0), self.node_id < node_id)
                 if theirs > mine:
                     dropped.append((client_id, theirs))
+                else:
+                    self.broker.expect_merge((client_id,))
                 continue
             ended = self.ended_sessions.get(client_id, 0)
             # Ended after that copy was made. Only with replication: then a session that
@@ -1294,8 +1304,11 @@ class Cluster:
         mark = self.adopted_marks.pop(client_id, 0)
         queue = self.broker.queued_records(client_id)
         if member is not None and member.protocol >= 3:
-            parts = list(in_parts([[seq, message_fields(m)] for seq, m in queue],
-                                  lambda item: len(item[1][1]))) or [[]]
+            identified = member.protocol >= 4
+            entries = [[seq, message_fields(m), *(mid or ("", 0)), *(rescued or ("", 0, 0))]
+                       if identified else [seq, message_fields(m)]
+                       for seq, m, mid, rescued in queue]
+            parts = list(in_parts(entries, lambda item: len(item[1][1]))) or [[]]
             for part in parts:
                 member.link.send(FrameKind.MERGE_QUEUE, [client_id, mark, part])
         log.info("the session of %r is also on node %s, which keeps it: %d queued messages "
@@ -1310,7 +1323,23 @@ class Cluster:
         copies (a replica's; delivered or queued here already); the rest were queued there
         while the copies were apart: they are added here."""
         mark = max(mark, self.adopted_marks.get(client_id, 0))
-        new = [StoredMessage(*fields) for seq, fields in entries if seq > mark]
+        new: list[tuple[StoredMessage, tuple[str, int] | None]] = []
+        handled = 0
+        for entry in entries:
+            seq, fields = entry[0], entry[1]
+            if seq <= mark:
+                continue
+            origin, serial = (str(entry[2]), int(entry[3])) if len(entry) > 3 else ("", 0)
+            if len(entry) > 6 and entry[4] == self.node_id and origin and \
+                    int(entry[6]) <= self.forwarding.handled_before(origin, int(entry[5])):
+                # Rescued from this node by a takeover while it was frozen, yet handled here
+                # before (its replica had not recorded it): delivered already.
+                handled += 1
+                continue
+            new.append((StoredMessage(*fields), (origin, serial) if serial else None))
+        if handled:
+            log.info("the copy of %r held elsewhere had %d messages this node had handled "
+                     "already: not added again", client_id, handled)
         if new:
             self.broker.merge_queue(client_id, new)
 
@@ -1430,9 +1459,9 @@ class Cluster:
                 self.owners.pop(client_id, None)
                 self.adopted_marks[client_id] = marks.get(client_id, 0)
             self.adopted_from.setdefault(failed, set()).update(adopted)
-            rescued = self._unhandled(failed, taken.watermarks)
+            first, rescued = self._unhandled(failed, taken.watermarks)
             self._drop_node(failed)
-            self._deliver_rescued(failed, rescued)
+            self._deliver_rescued(failed, rescued, self.node_id, self.incarnation, first)
             wills = self.broker.adopt_wills(taken.wills)
             for member in self.members.values():
                 member.link.send(FrameKind.FILTERS, sorted(self._local_filters))
@@ -1463,15 +1492,16 @@ class Cluster:
             ids |= self.adopted_from.get(failed, set())
         return ids
 
-    def _unhandled(self, failed: str, watermarks: Watermarks) -> list[bytes]:
-        """The data frames kept for ``failed`` that its replica does not account for."""
+    def _unhandled(self, failed: str, watermarks: Watermarks) -> tuple[int, list[bytes]]:
+        """The data frames kept for ``failed`` that its replica does not account for, and the
+        place of the first."""
         out = self.forwarding.outgoing.get(failed)
         if out is None:
-            return []
+            return 0, []
         mark = watermarks.get(self.node_id)
         handled = mark[1] if mark is not None and mark[0] == self.incarnation else 0
         skip = max(0, handled - out.acked)
-        return list(out.frames)[skip:]
+        return out.acked + skip + 1, list(out.frames)[skip:]
 
     def _drop_node(self, node_id: str) -> None:
         """A failed node whose sessions were taken over: nothing is routed or kept for it."""
@@ -1490,26 +1520,34 @@ class Cluster:
             # so what this node sends it from here on must go there (it dials again anyway).
             self._remove(failed, f"node {taker.node_id} took its sessions over")
         if failed not in self.members:
-            rescued = self._unhandled(failed, watermarks)
+            place, rescued = self._unhandled(failed, watermarks)
             for part in in_parts(rescued, len):
-                taker.link.send(FrameKind.RESCUED, [failed, part])
+                taker.link.send(FrameKind.RESCUED, [failed, part, place])
+                place += len(part)
             for topic_filter in self.table.filters_of(failed):
                 self.table.add(taker.node_id, topic_filter)  # until the taker's FILTERS
             self._drop_node(failed)
         taker.link.send(FrameKind.RESCUE_DONE, failed)
 
-    def _deliver_rescued(self, failed: str, frames: list[bytes]) -> None:
-        """Frames a failed node had not handled: for the sessions taken over from it only."""
+    def _deliver_rescued(self, failed: str, frames: list[bytes], origin: str,
+                         incarnation: int, place: int) -> None:
+        """Frames a failed node had not handled (the first at ``place`` in what ``origin``
+        sent it): for the sessions taken over from it only."""
         adopted = self.adopted_from.get(failed, set())
         decoder = FrameDecoder()
-        for frame in frames:
+        for at, frame in enumerate(frames, place):
             for kind, body in decoder.feed(frame):
                 self.messages_rescued += 1
                 if kind is FrameKind.PUBLISH:
-                    topic, payload, qos, retain, props, expiry_at, publisher, _serial = body
-                    self.broker.publish_among(Message(
-                        topic, payload, qos, retain, decode_properties(props) if props else None,
-                        publisher, expiry_at), adopted, among=True)
+                    topic, payload, qos, retain, props, expiry_at, publisher, serial = body
+                    message = Message(topic, payload, qos, retain,
+                                      decode_properties(props) if props else None, publisher,
+                                      expiry_at)
+                    if serial:
+                        message.mid = (origin, serial)
+                    if place:
+                        message.rescued = (failed, incarnation, at)
+                    self.broker.publish_among(message, adopted, among=True)
                 elif kind is FrameKind.SHARED_PUBLISH:
                     self.broker.deliver_shared(body[0], body[1], message_from(body[2]))
         self.broker.flush()

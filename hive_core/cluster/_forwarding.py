@@ -59,6 +59,8 @@ class Forwarding:
     def __init__(self) -> None:
         self.outgoing: dict[str, Outgoing] = {}
         self.incoming: dict[str, Incoming] = {}
+        # peer: (its incarnation, frames handled) when a REPLAY skipped frames it gave up on
+        self.given_up: dict[str, tuple[int, int]] = {}
         self.dropped = 0  # frames given up on (kept too long or too many), never acknowledged
         self.replayed = 0  # frames sent again after a reconnect
         self.duplicates = 0  # frames received again and skipped
@@ -146,6 +148,7 @@ class Forwarding:
             self.incoming[peer] = Incoming(incarnation, first - 1)
             return
         if first - 1 > seen.handled:  # the sender gave up on some: they are not coming
+            self.given_up[peer] = (incarnation, seen.handled)
             seen.handled = first - 1
             seen.skip = 0
         else:
@@ -162,6 +165,16 @@ class Forwarding:
             return False
         seen.handled += 1
         return True
+
+    def handled_before(self, peer: str, incarnation: int) -> int:
+        """How many of the frames ``peer`` (that incarnation) sent this node in its first
+        sequence were handled here, not counting the ones it gave up on (a takeover of this
+        node sent them elsewhere: RESCUED)."""
+        given_up = self.given_up.get(peer)
+        if given_up is not None and given_up[0] == incarnation:
+            return given_up[1]
+        seen = self.incoming.get(peer)
+        return seen.handled if seen is not None and seen.incarnation == incarnation else 0
 
     def handled(self, peer: str) -> int:
         seen = self.incoming.get(peer)

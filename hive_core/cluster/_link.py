@@ -50,6 +50,10 @@ class PeerLink(asyncio.Protocol):
         self._flush_scheduled = False
         self.frames_in = 0
         self.last_read = time.monotonic()  # any frame counts as a sign of life
+        # Data that waited longer than this (the peer's heartbeats were not read: this process
+        # did not run) is stale: the peer has given this node up and sent or will send the
+        # same frames elsewhere (a takeover). Set by the cluster to the heartbeat timeout.
+        self.stale_after: float | None = None
         self.frames_out = 0
         self.bytes_in = 0  # on the wire, since the link opened
         self.bytes_out = 0
@@ -80,7 +84,15 @@ class PeerLink(asyncio.Protocol):
                                                                self._timed_out)
 
     def data_received(self, data: bytes) -> None:
-        self.last_read = time.monotonic()
+        now = time.monotonic()
+        if self.stale_after is not None and now - self.last_read > self.stale_after \
+                and self.peer_id is not None:
+            log.warning("the link to %s was not read for %.1f s (this node did not run): "
+                        "what waited on it is stale; closing it", self.peer_id,
+                        now - self.last_read)
+            self.close()  # what is still due comes again on a new link (REPLAY) or elsewhere
+            return
+        self.last_read = now
         self.bytes_in += len(data)
         if self._handshake is not None:
             data = self._authenticate(data)
