@@ -12,6 +12,10 @@ identities of what reaches the session directly while it waits for the tail, and
 tail brings; a message already seen one way is skipped the other way. The window closes a while
 after the tail: by then nothing routed to this node before the old node let go is still on its
 way. Messages without an identity (from a node of protocol 3) are never skipped.
+
+A split that heals is the same case with another tail: the copy of a session that is dropped
+hands its queue to the one kept (MERGE_QUEUE), while the other nodes may route to both for a
+moment. The keeper opens a window for its sessions when the merge starts.
 """
 
 from __future__ import annotations
