@@ -21,7 +21,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from hive_core import __version__
-from hive_core.admin import Backups, RestApi
+from hive_core.admin import Backups, ControlCenter, RestApi
 from hive_core.broker import Broker, BrokerSettings, BrokerStats, NodeServices
 from hive_core.cluster import (
     MIN_PROTOCOL_VERSION,
@@ -40,6 +40,7 @@ from hive_core.net import (
     cluster_contexts,
     open_mqtt_listeners,
 )
+from hive_core.node_views import NodeViews
 from hive_core.persistence import DataFolderLock, MemorySessionStore, keep_previous_data
 from hive_core.plugins import ExtensionManager, Extensions
 from hive_ext_api import ClusterMember, ExtensionContext
@@ -191,6 +192,7 @@ class HiveNode:
         self.broker: Broker | None = None
         self.cluster: Cluster | None = None
         self.rest_api: RestApi | None = None
+        self.control_center: ControlCenter | None = None
         manager = ExtensionManager(config.extensions.disabled,
                                    discover_installed=load_installed)
         taken: Counter[str] = Counter()
@@ -278,6 +280,12 @@ class HiveNode:
             if self.config.rest_api.enabled:  # before the join, so health answers during it
                 self.rest_api = RestApi(self, self.config.rest_api.auth, self.backups)
                 await self.rest_api.start(self.config.rest_api.effective_listeners())
+            if self.config.control_center.enabled:
+                views = NodeViews(self.services.node_id, broker, lambda: self.cluster,
+                                  self.extensions)
+                self.control_center = ControlCenter(self.config.control_center, views, self,
+                                                    self.backups)
+                await self.control_center.start()
             if self.config.cluster.enabled:
                 self._not_ready = "joining the cluster"
                 settings = cluster_settings(self.config)
@@ -302,6 +310,8 @@ class HiveNode:
                 close_listeners(self.listeners)
                 if self.rest_api is not None:
                     self.rest_api.close()
+                if self.control_center is not None:
+                    self.control_center.close()
                 await self.backups.close()
                 # The clients go first (their wills, their sessions written and replicated),
                 # then the node leaves the cluster: its backups have everything by then.

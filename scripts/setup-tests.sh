@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for Hive's tests: the Debian packages and servers they use for real
-# (mosquitto, Consul, dockerd, dnsmasq, iproute2, Java for Spark), then .venv (scripts/setup.sh)
+# (mosquitto, HAProxy, Chromium, Consul, dockerd, dnsmasq, iproute2, Java for Spark), then .venv
+# (scripts/setup.sh)
 # with the test tools and Spark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,9 @@ need_apt=()
 command -v mosquitto_pub >/dev/null 2>&1 || need_apt+=(mosquitto-clients)
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need_apt+=(mosquitto)
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
+# Headless Chromium and its WebDriver for the control center's browser tests.
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+[ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq

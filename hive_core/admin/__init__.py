@@ -1,5 +1,5 @@
-"""Operating a node: the REST API (health, cluster members, metrics, backups) and who may
-call it."""
+"""Operating a node: the REST API (health, cluster members, metrics, backups), who may call
+it, and the web control center."""
 
 from hive_core.admin._auth import Access, AuthStats, Gatekeeper
 from hive_core.admin._backup_commands import add_backups_command
@@ -10,12 +10,14 @@ from hive_core.admin._commands import (
     add_rest_api_command,
     rest_request,
 )
+from hive_core.admin._control_center import ControlCenter, ControlCenterNode
 from hive_core.admin._http import Action, HttpConnection, Reply, Request, Routes, serve_http
 from hive_core.admin._passwords import hash_password, new_token, verify_password
 from hive_core.admin._rest import API_PREFIX, RestApi, cluster_nodes, health, metrics
 
 __all__ = ["API_PREFIX", "TOKEN_VARIABLE", "Access", "Action", "AuthStats", "BackupState",
-           "Backups", "Gatekeeper", "HttpConnection", "Reply", "Request", "RestApi", "Routes",
+           "Backups", "ControlCenter", "ControlCenterNode", "Gatekeeper", "HttpConnection",
+           "Reply", "Request", "RestApi", "Routes",
            "add_backups_command", "add_credential_options", "add_rest_api_command",
            "cluster_nodes", "hash_password", "health", "metrics", "new_token", "rest_request",
            "serve_http", "verify_password"]

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import http
 import json
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,12 +38,20 @@ class Request:
     path: str
     params: dict[str, str]
     body: bytes = b""
+    query: str = ""  # after the "?", undecoded
+    headers: tuple[tuple[bytes, bytes], ...] = ()  # names in lower case, as h11 gives them
+
+    def header(self, name: bytes) -> bytes | None:
+        """The value of header ``name`` (lower case) if it came once, else None."""
+        values = [value for key, value in self.headers if key == name]
+        return values[0] if len(values) == 1 else None
 
 
 @dataclass(frozen=True)
 class Reply:
     status: int
     value: Any
+    headers: tuple[tuple[bytes, bytes], ...] = ()  # more response headers (Set-Cookie...)
 
 
 @dataclass(frozen=True)
@@ -53,9 +62,11 @@ class Raw:
     body: bytes
 
 
-Action = Callable[[Request], Reply]
+Action = Callable[[Request], "Reply | Awaitable[Reply]"]
 """Answers one method on a path pattern (``/api/v1/x/{id}``), on the event loop: it must not
-block (long work goes to a task it starts and a later GET reports on)."""
+block (long work goes to a task it starts and a later GET reports on). It may return an
+awaitable (a password check in a thread): the connection reads nothing more until it is
+answered."""
 
 IDLE_TIMEOUT = 30.0
 MAX_REQUEST_BODY = 64 * 1024
@@ -102,7 +113,7 @@ class HttpConnection(asyncio.Protocol):
         self._request: h11.Request | None = None
         self._body = bytearray()
         self._idle: asyncio.TimerHandle | None = None
-        self._checking: asyncio.Future[Access] | None = None  # a password being checked
+        self._checking: asyncio.Future[Any] | None = None  # a password or an action pending
         self._tls = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -203,13 +214,19 @@ class HttpConnection(asyncio.Protocol):
     def _finish(self, request: h11.Request, body: bytes, access: Access) -> None:
         """Answer ``request`` and make ready for the next one on this connection."""
         self._answer(request, body, access)
+        if self._checking is None:
+            self._next_cycle()
+
+    def _next_cycle(self) -> None:
         if self._http.our_state is h11.MUST_CLOSE:
             self._close()
         elif self._transport is not None:
             self._http.start_next_cycle()
 
     def _answer(self, request: h11.Request, body: bytes, access: Access) -> None:
-        path = request.target.decode("ascii", "replace").split("?", 1)[0].rstrip("/") or "/"
+        target = request.target.decode("ascii", "replace")
+        path, _, query = target.partition("?")
+        path = path.rstrip("/") or "/"
         method = request.method.decode("ascii", "replace")
         documents = self._routes.documents
         if access is Access.ANONYMOUS and path in self._routes.public and method == "GET":
@@ -219,7 +236,7 @@ class HttpConnection(asyncio.Protocol):
             return
         document = documents.get(path)
         if document is None:
-            self._act(path, method, body)
+            self._act(Request(method, path, {}, body, query, tuple(request.headers)))
         elif method != "GET":
             self._respond(405, {"title": "Method not allowed",
                                 "detail": f"{path} answers GET only"}, [(b"allow", b"GET")])
@@ -235,7 +252,8 @@ class HttpConnection(asyncio.Protocol):
                 else:
                     self._respond(200, value)
 
-    def _act(self, path: str, method: str, body: bytes) -> None:
+    def _act(self, request: Request) -> None:
+        path, method = request.path, request.method
         found = self._routes.action(path)
         if found is None:
             self._respond(404, {"title": "Not found", "detail": f"no resource at {path}"})
@@ -249,12 +267,35 @@ class HttpConnection(asyncio.Protocol):
                           [(b"allow", allowed.encode())])
             return
         try:
-            reply = action(Request(method, path, params, body))
+            reply = action(dataclasses.replace(request, params=params))
         except Exception:
             log.exception("REST API: %s %s failed", method, path)
             self._respond(500, {"title": "Internal error", "detail": f"{method} {path}"})
+            return
+        if isinstance(reply, Reply):
+            self._respond(reply.status, reply.value, list(reply.headers))
+            return
+        # Answered later: nothing more is read from this connection until then.
+        waiting = self._checking = asyncio.ensure_future(reply)
+        assert self._transport is not None
+        self._transport.pause_reading()
+        waiting.add_done_callback(lambda done: self._acted(request, done))
+
+    def _acted(self, request: Request, done: asyncio.Future[Any]) -> None:
+        self._checking = None
+        if self._transport is None or done.cancelled():
+            return
+        if done.exception() is not None:
+            log.error("%s %s failed", request.method, request.path, exc_info=done.exception())
+            self._respond(500, {"title": "Internal error",
+                                "detail": f"{request.method} {request.path}"})
         else:
-            self._respond(reply.status, reply.value)
+            reply = done.result()
+            self._respond(reply.status, reply.value, list(reply.headers))
+        self._next_cycle()
+        if self._transport is not None:
+            self._transport.resume_reading()
+            self._next_events()
 
     def _unauthorized(self, path: str, access: Access) -> None:
         gatekeeper = self._routes.gatekeeper

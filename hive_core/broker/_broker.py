@@ -145,6 +145,12 @@ class Broker:
             await asyncio.wait([previous])
         await event
 
+    def load(self) -> list[int]:
+        """[connections, sessions, messages in, messages out]: what a heartbeat tells peers."""
+        metrics = self.metrics
+        return [self.connected_count, len(self.sessions), metrics.messages_in,
+                metrics.messages_out]
+
     def stats(self) -> BrokerStats:
         m = self.metrics
         metrics = replace(m, dropped=dict(m.dropped), messages_in_by_qos=list(m.messages_in_by_qos),

@@ -162,6 +162,10 @@ class BrokerPort(Protocol):
         """A session's queue, by position: what a dropped copy hands on."""
         ...
 
+    def load(self) -> list[int]:
+        """[connections, sessions, messages in, messages out], for the peers' heartbeats."""
+        ...
+
     def expect_merge(self, client_ids: Collection[str]) -> None:
         """Other nodes' copies of these sessions may be dropped for this node's: their queues
         follow (a split heals)."""

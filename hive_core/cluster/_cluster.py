@@ -118,6 +118,9 @@ class Member:
     joined_at: float = field(default_factory=time.monotonic)
     synced: bool = False  # its SYNCED arrived: this node knows what the peer holds
     merging: bool = False  # back after a split: merging until its SYNCED
+    # Its load as its last HEARTBEAT said: [connections, sessions, messages in, messages out]
+    load: list[int] | None = None
+    load_at: float = 0.0  # Unix time it arrived
 
 
 @dataclass(slots=True)
@@ -744,12 +747,13 @@ class Cluster:
             # the next discovery round to find out.
             for address, _incarnation in list(self._absent_at.values()):
                 self._dial(address)
+            load = self.broker.load()  # every member sees every node's (the control center)
             for member in list(self.members.values()):
                 silent = now - member.link.last_read
                 if silent > timeout:
                     self._remove(member.node_id, f"no heartbeat for {silent:.1f} s")
                 else:
-                    member.link.send(FrameKind.HEARTBEAT)
+                    member.link.send(FrameKind.HEARTBEAT, load)
 
     # ------------------------------------------------------------------ frames
 
@@ -907,6 +911,10 @@ class Cluster:
         elif kind is FrameKind.MEMBERS:
             for host, port in body:
                 self._dial(ClusterNodeAddress(str(host), int(port)))
+        elif kind is FrameKind.HEARTBEAT:
+            if isinstance(body, list) and len(body) >= 4:  # older nodes send none
+                member.load = [int(value) for value in body[:4]]
+                member.load_at = time.time()
         elif kind is FrameKind.BYE:
             self._remove(member.node_id, "it shut down")
 
@@ -1170,6 +1178,16 @@ class Cluster:
             for old in sorted(ended, key=ended.__getitem__)[:len(ended) // 2]:
                 del ended[old]
         return version
+
+    def loads(self) -> dict[str, tuple[float, list[int]]]:
+        """Each member's load as its last heartbeat said: (when it arrived, [connections,
+        sessions, messages in, messages out])."""
+        return {m.node_id: (m.load_at, m.load) for m in self.members.values()
+                if m.load is not None}
+
+    def owner_directory(self) -> dict[str, str]:
+        """Which other node holds each client's session, as far as this node knows."""
+        return {client_id: entry[0] for client_id, entry in self.owners.items()}
 
     def owner_of(self, client_id: str) -> str | None:
         """The other node holding the session of ``client_id``, as far as this node knows."""

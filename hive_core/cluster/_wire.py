@@ -33,7 +33,7 @@ MAX_FRAME = 64 * 1024 * 1024
 class FrameKind(IntEnum):
     HELLO = 1  # node id, protocol version, address, Hive version, cluster members it knows
     WELCOME = 2  # the answer to HELLO: the same about the accepting node
-    HEARTBEAT = 3
+    HEARTBEAT = 3  # protocol 4: [connections, sessions, messages in, messages out] (a load)
     BYE = 4  # a node leaves on purpose
     MEMBERS = 5  # the members a node knows (gossip, so a mesh forms from any entry point)
     FILTERS = 10  # the full set of topic filters with subscribers on a node

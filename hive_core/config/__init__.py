@@ -25,6 +25,7 @@ from ._cluster import (
     TransportKind,
     UdpTransport,
 )
+from ._control_center import ControlCenter, ControlCenterUser
 from ._errors import ConfigError
 from ._listeners import (
     AnyListener,
@@ -73,6 +74,8 @@ __all__ = [
     "Cluster",
     "ClusterTls",
     "ConfigError",
+    "ControlCenter",
+    "ControlCenterUser",
     "Discovery",
     "DiscoveryKind",
     "EffectiveHeartbeat",

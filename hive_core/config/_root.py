@@ -6,6 +6,7 @@ from pydantic_xml import element
 
 from ._base import ConfigModel
 from ._cluster import Cluster
+from ._control_center import ControlCenter
 from ._listeners import Listeners, default_listeners
 from ._mqtt import Mqtt, Restrictions
 from ._node import Extensions, Persistence
@@ -35,6 +36,8 @@ class HiveConfig(ConfigModel, tag="hivemq"):
     """Hive addition: which installed extensions not to load."""
     rest_api: RestApi = element(default_factory=RestApi)
     """The HTTP API operators and `hive cluster status` ask."""
+    control_center: ControlCenter = element(default_factory=ControlCenter)
+    """The web pages operators look at the cluster with."""
 
 
 def default_config() -> HiveConfig:

@@ -29,6 +29,8 @@ ROOT = TESTS.parent
 E2E, CLUSTER, CONFIG = "tests/e2e/", "tests/cluster/", "tests/config/"
 ADMIN = "tests/admin/"
 REST_AUTH = ADMIN + "test_rest_auth.py::"
+CONTROL = ADMIN + "test_control_center_config.py::"
+BROWSER = ADMIN + "test_control_center.py::"
 EFFECTS = E2E + "test_config_effects.py::"
 LISTENERS = E2E + "test_listeners.py::"
 
@@ -183,6 +185,13 @@ FIELDS: dict[str, str] = {
     "RestApiUser.password_hash": REST_AUTH + "test_right_credentials_get_200_by_basic_and_by_bearer"
                                  " + " + ADMIN + "test_passwords.py::test_hash_password_reads_stdin_and_its_output_is_accepted_by_the_config",
     "HttpListener.name": EFFECTS + "test_the_rest_listeners_name_is_in_the_log",
+    # <control-center>
+    "ControlCenter.enabled": CONTROL + "test_off_by_default_and_refused_without_users_or_with_a_user_twice"
+                             " + " + BROWSER + "test_every_page_needs_a_login_and_a_wrong_password_is_refused",
+    "ControlCenter.session_timeout": CONTROL + "test_a_login_ends_after_the_session_timeout_without_use",
+    "ControlCenterUser.name": BROWSER + "test_every_page_needs_a_login_and_a_wrong_password_is_refused"
+                              " + " + CONTROL + "test_off_by_default_and_refused_without_users_or_with_a_user_twice",
+    "ControlCenterUser.password_hash": CONTROL + "test_a_login_ends_after_the_session_timeout_without_use",
 }
 
 

@@ -1,0 +1,337 @@
+"""The control center in a real browser: Debian's headless Chromium, driven by Selenium through
+chromedriver, against a real 3-node cluster (one cluster and one browser for the module).
+
+Each test checks what a person would see on the page, and keeps a screenshot of it in
+``test-artifacts/control-center/`` (or ``$HIVE_TEST_ARTIFACTS/control-center/``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from cluster._nodes import cluster_body, distinct_free_ports, node_id, wait_for, wait_for_members
+from conftest import HiveProcess, render_config
+
+pytestmark = pytest.mark.timeout(120)
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
+    pytest.fail("the control center tests need Debian's chromium and chromium-driver "
+                "(scripts/setup-tests.sh installs them)", pytrace=False)
+
+from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+USER, PASSWORD = "operator", "a long control center password"
+ARTIFACTS = Path(os.environ.get("HIVE_TEST_ARTIFACTS")
+                 or Path(__file__).resolve().parents[2] / "test-artifacts") / "control-center"
+
+
+def _password_hash() -> str:
+    return subprocess.run([sys.executable, "-m", "hive_core.cli", "rest-api", "hash-password",
+                           "--password-stdin"],
+                          input=PASSWORD + "\n", capture_output=True, text=True, check=True,
+                          timeout=30).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def nodes() -> Iterator[list[HiveProcess]]:
+    """Three nodes, each with its control center on a free loopback port."""
+    folder = Path(tempfile.mkdtemp(prefix="hive-cc-"))
+    hashed = _password_hash()
+    ports = distinct_free_ports(12)
+    cluster, mqtt_ports, rest, web = ports[0:3], ports[3:6], ports[6:9], ports[9:12]
+    started: list[HiveProcess] = []
+    try:
+        for index in range(3):
+            control = ("<control-center><enabled>true</enabled><listeners><http>"
+                       f"<port>{web[index]}</port></http></listeners><users><user>"
+                       f"<name>{USER}</name><password-hash>{hashed}</password-hash></user>"
+                       "</users></control-center>")
+            body = cluster_body(cluster[index], cluster, rest[index], extra=control)
+            node_folder = folder / f"node{index}"
+            node_folder.mkdir()
+            node = HiveProcess(node_folder, render_config(mqtt_ports[index], body),
+                               mqtt_ports[index], {"cluster": cluster[index],
+                                                   "rest": rest[index], "web": web[index]})
+            started.append(node.start())
+        wait_for_members(started, 3)
+        yield started
+    finally:
+        for node in started:
+            node.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    profile = tempfile.mkdtemp(prefix="hive-cc-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--window-size=1280,900",
+                 f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(20)
+    try:
+        yield driver
+    finally:
+        driver.quit()  # chromedriver and its Chromium, by the service's PID
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def url(node: HiveProcess, path: str = "/") -> str:
+    return f"http://127.0.0.1:{node.ports['web']}{path}"
+
+
+def screenshot(driver: WebDriver, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    return path
+
+
+def until(driver: WebDriver, condition: Any, what: str, timeout: float = 15.0) -> Any:
+    """Until ``condition(driver)`` is truthy; pages re-render, so an element found a moment
+    ago may be gone: that counts as not yet."""
+    return WebDriverWait(driver, timeout, ignored_exceptions=(
+        NoSuchElementException, StaleElementReferenceException)).until(condition, message=what)
+
+
+def log_in(driver: WebDriver, node: HiveProcess, password: str = PASSWORD) -> None:
+    driver.delete_all_cookies()
+    driver.get(url(node, "/login"))
+    driver.find_element(By.ID, "user").send_keys(USER)
+    driver.find_element(By.ID, "password").send_keys(password)
+    driver.find_element(By.ID, "login-button").click()
+
+
+def node_rows(driver: WebDriver) -> dict[str, str]:
+    """The overview's node table: node id -> state, as shown."""
+    rows = driver.find_elements(By.CSS_SELECTOR, "#nodes tbody tr")
+    return {row.get_attribute("data-node") or "": row.find_elements(By.TAG_NAME, "td")[1].text
+            for row in rows}
+
+
+def test_every_page_needs_a_login_and_a_wrong_password_is_refused(
+        nodes: list[HiveProcess], browser: WebDriver) -> None:
+    browser.delete_all_cookies()
+    browser.get(url(nodes[0], "/"))
+    until(browser, lambda d: d.find_elements(By.ID, "login-form"), "the login page")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url(nodes[0], "/cc/api/overview"), timeout=5)
+    assert refused.value.code == 401
+    log_in(browser, nodes[0], "not the password")
+    error = until(browser, lambda d: d.find_element(By.ID, "login-error"), "the refusal")
+    assert "Wrong user name or password" in error.text
+    screenshot(browser, "login-refused")
+    assert "failed login as 'operator'" in nodes[0].log
+
+
+def test_the_overview_shows_every_node_with_live_rates(nodes: list[HiveProcess],
+                                                       browser: WebDriver) -> None:
+    log_in(browser, nodes[0])
+    ids = {node_id(n) for n in nodes}
+    until(browser, lambda d: set(node_rows(d)) == ids, "the three nodes in the overview")
+    assert set(node_rows(browser).values()) == {"RUNNING"}
+    assert browser.find_element(By.ID, "who").text == USER
+    # Traffic on the third node shows on the first node's page (the load rides on heartbeats).
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="cc-load")
+    client.connect("127.0.0.1", nodes[2].port)
+    client.loop_start()
+    third = node_id(nodes[2])
+    try:
+        def busy(driver: WebDriver) -> bool:
+            for _ in range(200):
+                client.publish("cc/load", b"x" * 16, qos=0)
+            row = driver.find_element(By.CSS_SELECTOR, f'#nodes tr[data-node="{third}"]')
+            cells = row.find_elements(By.TAG_NAME, "td")
+            return cells[4].text not in ("-", "0") and cells[6].text not in ("-", "0", "0.0")
+        until(browser, busy, "node 3's connection and message rate on node 1's overview", 30)
+        charts = browser.find_elements(By.CSS_SELECTOR, "#charts svg.chart")
+        assert len(charts) == 3
+        until(browser, lambda d: d.find_elements(
+            By.CSS_SELECTOR, f'#charts svg[data-node="{node_id(nodes[2])}"] polyline'),
+            "a chart line for node 3")
+        print(f"overview: {screenshot(browser, 'overview')}")
+    finally:
+        client.loop_stop()
+        client.disconnect()
+
+
+def test_a_client_is_found_from_any_node_and_disconnected_where_it_is(
+        nodes: list[HiveProcess], browser: WebDriver) -> None:
+    reasons: list[int] = []
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="cc-finder-1",
+                         protocol=mqtt.MQTTv5)
+    client.on_disconnect = lambda c, u, flags, reason, props: reasons.append(reason.value)
+    properties = mqtt.Properties(mqtt.PacketTypes.CONNECT)
+    properties.SessionExpiryInterval = 300
+    client.connect("127.0.0.1", nodes[1].port, clean_start=False, properties=properties)
+    client.loop_start()
+    try:
+        wait_for(lambda: client.is_connected(), 10, "the client to connect")
+        client.subscribe("cc/finder/#", qos=1)
+        # Node 1's page finds it, on node 2.
+        log_in(browser, nodes[0])
+        until(browser, lambda d: d.find_elements(By.ID, "who"), "the overview")
+        browser.get(url(nodes[0], "/#clients"))
+        search = until(browser, lambda d: d.find_element(By.ID, "client-search"), "the search")
+        search.send_keys("finder")
+        search.submit()
+        shown_node = until(browser, lambda d: d.find_element(
+            By.CSS_SELECTOR, '#client-results tr[data-client="cc-finder-1"]').find_elements(
+            By.TAG_NAME, "td")[1].text, "the client")
+        assert shown_node == node_id(nodes[1])
+        screenshot(browser, "client-found-elsewhere")
+        # On node 2's page: its details, and the disconnect.
+        log_in(browser, nodes[1])
+        until(browser, lambda d: d.find_elements(By.ID, "who"), "the overview")
+        browser.get(url(nodes[1], "/#clients"))
+        search = until(browser, lambda d: d.find_element(By.ID, "client-search"), "the search")
+        search.send_keys("cc-finder-1")
+        search.submit()
+        until(browser, lambda d: d.find_element(
+            By.CSS_SELECTOR, 'a[data-client="cc-finder-1"]'), "the client's link").click()
+        until(browser, lambda d: "cc/finder/#" in d.find_element(
+            By.ID, "detail-subscriptions").text, "its subscription in the details")
+        screenshot(browser, "client-details")
+        button = browser.find_element(By.ID, "disconnect")
+        until(browser, lambda d: button.is_displayed(), "the disconnect button")
+        button.click()
+        browser.switch_to.alert.accept()
+        until(browser, lambda d: "disconnected" in d.find_element(
+            By.ID, "disconnect-result").text, "the confirmation")
+        wait_for(lambda: reasons, 10, "the client to be disconnected")
+        assert reasons[0] == 0x98  # Administrative action: the client reads why
+        wait_for(lambda: "control center: user 'operator' disconnected client 'cc-finder-1'"
+                 in nodes[1].log, 5, "the action in the log, with the user")
+    finally:
+        client.loop_stop()
+        client.disconnect()
+
+
+def test_retained_messages_and_subscriptions_are_browsed(nodes: list[HiveProcess],
+                                                         browser: WebDriver) -> None:
+    publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="cc-retainer")
+    publisher.connect("127.0.0.1", nodes[2].port)
+    publisher.loop_start()
+    subscriber = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="cc-watcher")
+    subscriber.connect("127.0.0.1", nodes[2].port)
+    subscriber.loop_start()
+    try:
+        for index in range(5):
+            publisher.publish(f"cc/plant/{index}/state", f"running {index}", qos=1,
+                              retain=True).wait_for_publish(5)
+        subscriber.subscribe("cc/plant/+/alarm", qos=1)
+        log_in(browser, nodes[0])
+        until(browser, lambda d: d.find_elements(By.ID, "who"), "the overview")
+        browser.get(url(nodes[0], "/#retained"))
+        search = until(browser, lambda d: d.find_element(By.ID, "retained-search"), "search")
+        search.send_keys("cc/plant")
+        search.submit()
+        until(browser, lambda d: len(d.find_elements(
+            By.CSS_SELECTOR, "#retained-results tbody tr")) == 5, "the 5 retained messages")
+        assert "running 3" in browser.find_element(
+            By.CSS_SELECTOR, '#retained-results tr[data-topic="cc/plant/3/state"]').text
+        screenshot(browser, "retained")
+        browser.get(url(nodes[0], "/#subscriptions"))
+        search = until(browser, lambda d: d.find_element(By.ID, "subscriptions-search"), "search")
+        search.send_keys("alarm")
+        search.submit()
+        until(browser, lambda d: "cc/plant/+/alarm" in d.find_element(
+            By.CSS_SELECTOR, f'#subscriptions-remote tr[data-node="{node_id(nodes[2])}"]').text,
+            "node 3's subscription on node 1's page")
+        screenshot(browser, "subscriptions")
+    finally:
+        for client in (publisher, subscriber):
+            client.loop_stop()
+            client.disconnect()
+
+
+def test_a_backup_is_made_downloaded_and_imported_from_the_page(
+        nodes: list[HiveProcess], browser: WebDriver) -> None:
+    log_in(browser, nodes[0])
+    until(browser, lambda d: d.find_elements(By.ID, "who"), "the overview")
+    browser.get(url(nodes[0], "/#backups"))
+    until(browser, lambda d: d.find_element(By.ID, "backup-create"), "the page").click()
+    completed = until(browser, lambda d: [r for r in d.find_elements(
+        By.CSS_SELECTOR, "#backups tbody tr") if "COMPLETED" in r.text], "a completed backup", 30)
+    backup_id = completed[0].get_attribute("data-backup")
+    link = completed[0].find_element(By.LINK_TEXT, "Download")
+    cookie = browser.get_cookie("hive_cc")
+    assert cookie is not None
+    request = urllib.request.Request(link.get_attribute("href") or "",
+                                     headers={"Cookie": f"hive_cc={cookie['value']}"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.read(8) == b"HIVEBKP1"  # the backup format's magic
+    completed[0].find_element(By.CSS_SELECTOR, f'button[data-backup="{backup_id}"]').click()
+    browser.switch_to.alert.accept()
+    until(browser, lambda d: "RESTORE_COMPLETED" in d.find_element(
+        By.CSS_SELECTOR, f'#backups tr[data-backup="{backup_id}"]').text, "the import", 30)
+    screenshot(browser, "backups")
+    wait_for(lambda: f"control center: user 'operator' started the import of backup {backup_id}"
+             in nodes[0].log, 5, "the import in the log, with the user")
+
+
+def test_the_extensions_page_lists_what_is_loaded(nodes: list[HiveProcess],
+                                                  browser: WebDriver) -> None:
+    log_in(browser, nodes[0])
+    until(browser, lambda d: d.find_elements(By.ID, "who"), "the overview")
+    browser.get(url(nodes[0], "/#extensions"))
+    text = until(browser, lambda d: d.find_element(
+        By.CSS_SELECTOR, '#extensions tr[data-extension="static_discovery"]').text,
+        "the extensions")
+    assert "built-in" in text and "yes" in text
+    screenshot(browser, "extensions")
+
+
+def test_the_node_list_after_a_node_is_killed(nodes: list[HiveProcess],
+                                              browser: WebDriver) -> None:
+    victim = nodes[2]
+    gone = node_id(victim)
+    log_in(browser, nodes[0])
+    until(browser, lambda d: gone in node_rows(d), "node 3 in the overview")
+    victim.kill()
+    try:
+        until(browser, lambda d: gone not in node_rows(d) and len(node_rows(d)) == 2,
+              "node 3 gone from the overview", 30)
+        print(f"after kill -9: {screenshot(browser, 'overview-after-kill')}")
+    finally:
+        victim.start()
+        wait_for_members(nodes, 3, timeout=30)
+    until(browser, lambda d: gone in node_rows(d), "node 3 back in the overview", 30)
+
+
+def test_a_logout_ends_the_session(nodes: list[HiveProcess], browser: WebDriver) -> None:
+    log_in(browser, nodes[0])
+    until(browser, lambda d: d.find_elements(By.ID, "who"), "the overview")
+    cookie = browser.get_cookie("hive_cc")
+    assert cookie is not None and cookie.get("httpOnly")
+    browser.find_element(By.ID, "logout").click()
+    until(browser, lambda d: d.find_elements(By.ID, "login-form"), "the login page")
+    request = urllib.request.Request(url(nodes[0], "/cc/api/overview"),
+                                     headers={"Cookie": f"hive_cc={cookie['value']}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5)
+    assert refused.value.code == 401  # the old cookie is worthless now
