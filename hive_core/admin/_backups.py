@@ -233,13 +233,41 @@ class Backups:
 
     # -- creating ------------------------------------------------------------------------------
 
-    def create(self) -> Backup:
+    def _new_id(self) -> str:
         backup_id = new_backup_id()
         taken = set(self.known) | ({p.name for p in self.folder.iterdir()}
                                    if self.folder.is_dir() else set())
         if backup_id in taken:  # two in one second
             backup_id = next(f"{backup_id}-{n}" for n in range(2, 10_000)
                              if f"{backup_id}-{n}" not in taken)
+        return backup_id
+
+    async def upload(self, data: bytes) -> Backup:
+        """A backup file sent from elsewhere (the control center's upload): checked whole
+        (every record's CRC, the end record) and kept as ``<folder>/<new id>/``, ready to be
+        imported. Raises :class:`BackupError` naming what is wrong; nothing is kept then."""
+        backup_id = self._new_id()
+        folder = self.folder / backup_id
+        folder.mkdir(parents=True)
+        partial = folder / f".{backup_id}.upload"
+        try:
+            await asyncio.to_thread(partial.write_bytes, data)
+            await asyncio.to_thread(_check, partial)
+            reader = BackupReader(partial)
+            version = reader.header.hive_version or __version__
+            reader.close()
+            partial.rename(folder / backup_file_name(backup_id, version))
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            folder.rmdir()
+            raise
+        backup = self._on_disk(backup_id)
+        assert backup is not None
+        log.info("Backup %s uploaded (%d bytes)", backup_id, len(data))
+        return backup
+
+    def create(self) -> Backup:
+        backup_id = self._new_id()
         backup = Backup(backup_id, BackupState.RUNNING, time.time())
         self.known[backup_id] = backup
         self._start(self._create(backup))

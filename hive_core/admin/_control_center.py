@@ -39,6 +39,7 @@ from hive_core.admin._http import Action, Raw, Reply, Request, Routes, serve_htt
 from hive_core.admin._passwords import verify_password
 from hive_core.config import HttpsListener, PasswordHash
 from hive_core.net import bound_address, listen_error, server_context
+from hive_ext_api.backup import BackupError
 
 if TYPE_CHECKING:
     from hive_core.admin._backups import Backups
@@ -54,6 +55,7 @@ ACTION_HEADER = b"x-hive-control-center"
 SAMPLE_INTERVAL = 2.0
 SAMPLES = 300  # ten minutes of charts at SAMPLE_INTERVAL
 LIST_LIMIT = 200
+MAX_UPLOAD = 256 * 2**20  # a backup file sent from the browser, held in memory once
 _PAGES = {"/": ("index.html", "text/html; charset=utf-8"),
           "/login": ("login.html", "text/html; charset=utf-8"),
           "/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -200,6 +202,7 @@ class ControlCenter:
             f"{API}/subscriptions": {"GET": self._subscriptions},
             f"{API}/extensions": {"GET": self._extensions},
             f"{API}/backups/{{id}}/file": {"GET": self._download},
+            f"{API}/backups/upload": {"POST": self._upload},
         }
         if self.backups is not None:
             for pattern, methods in self.backups.actions(API).items():
@@ -213,7 +216,7 @@ class ControlCenter:
         actions["/style.css"] = {"GET": self._file("/style.css")}
         actions["/login"] = {"GET": self._login_page, "POST": self._login}
         actions["/logout"] = {"POST": self._logout}
-        return Routes({}, actions=actions)
+        return Routes({}, actions=actions, body_limits={f"{API}/backups/upload": MAX_UPLOAD})
 
     # ------------------------------------------------------------------ logins
 
@@ -401,6 +404,21 @@ class ControlCenter:
         return Reply(200, Raw(b"application/octet-stream", path.read_bytes()),
                      ((b"content-disposition",
                        f'attachment; filename="{path.name}"'.encode()),))
+
+    def _upload(self, request: Request) -> Reply | Awaitable[Reply]:
+        if self.backups is None:
+            return Reply(404, {"title": "Not found", "detail": "this node keeps no backups"})
+        return self._store_upload(request)
+
+    async def _store_upload(self, request: Request) -> Reply:
+        assert self.backups is not None
+        try:
+            backup = await self.backups.upload(request.body)
+        except BackupError as exc:
+            return Reply(400, {"title": "Not a backup", "detail": str(exc)})
+        log.info("control center: user %r uploaded backup %s (%d bytes)", _user(request),
+                 backup.id, len(request.body))
+        return Reply(201, {"backup": backup.document()})
 
     def _logged_backup(self, method: str, action: Action) -> Action:
         if method == "GET":

@@ -83,6 +83,7 @@ class Routes:
     gatekeeper: Gatekeeper | None = None
     public: dict[str, Document] = field(default_factory=dict)
     actions: dict[str, dict[str, Action]] = field(default_factory=dict)
+    body_limits: dict[str, int] = field(default_factory=dict)  # path: bytes, beyond the default
 
     def action(self, path: str) -> tuple[dict[str, Action], dict[str, str]] | None:
         """The actions of the first pattern ``path`` matches, and its segments' values."""
@@ -112,6 +113,7 @@ class HttpConnection(asyncio.Protocol):
         self._peer = "?"
         self._request: h11.Request | None = None
         self._body = bytearray()
+        self._limit = MAX_REQUEST_BODY
         self._idle: asyncio.TimerHandle | None = None
         self._checking: asyncio.Future[Any] | None = None  # a password or an action pending
         self._tls = False
@@ -165,9 +167,11 @@ class HttpConnection(asyncio.Protocol):
             if isinstance(event, h11.Request):
                 self._request = event
                 self._body = bytearray()
+                path = event.target.decode("ascii", "replace").partition("?")[0]
+                self._limit = self._routes.body_limits.get(path, MAX_REQUEST_BODY)
             elif isinstance(event, h11.Data):
                 self._body += event.data  # kept for an action; a GET's is dropped
-                if len(self._body) > MAX_REQUEST_BODY:
+                if len(self._body) > self._limit:
                     self._refuse(413, "request body too large")
                     return
             elif isinstance(event, h11.EndOfMessage):

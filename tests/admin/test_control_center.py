@@ -269,29 +269,50 @@ def test_retained_messages_and_subscriptions_are_browsed(nodes: list[HiveProcess
             client.disconnect()
 
 
-def test_a_backup_is_made_downloaded_and_imported_from_the_page(
-        nodes: list[HiveProcess], browser: WebDriver) -> None:
+def test_a_backup_is_made_downloaded_uploaded_and_imported_from_the_page(
+        nodes: list[HiveProcess], browser: WebDriver, tmp_path: Path) -> None:
     log_in(browser, nodes[0])
     until(browser, lambda d: d.find_elements(By.ID, "who"), "the overview")
     browser.get(url(nodes[0], "/#backups"))
     until(browser, lambda d: d.find_element(By.ID, "backup-create"), "the page").click()
-    completed = until(browser, lambda d: [r for r in d.find_elements(
-        By.CSS_SELECTOR, "#backups tbody tr") if "COMPLETED" in r.text], "a completed backup", 30)
-    backup_id = completed[0].get_attribute("data-backup")
-    link = completed[0].find_element(By.LINK_TEXT, "Download")
+    backup_id = until(browser, lambda d: [r.get_attribute("data-backup") for r in d.find_elements(
+        By.CSS_SELECTOR, "#backups tbody tr") if "COMPLETED" in r.text], "a backup", 30)[0]
+    href = until(browser, lambda d: d.find_element(
+        By.CSS_SELECTOR, f'#backups tr[data-backup="{backup_id}"]').find_element(
+        By.LINK_TEXT, "Download").get_attribute("href"), "its download link")
     cookie = browser.get_cookie("hive_cc")
     assert cookie is not None
-    request = urllib.request.Request(link.get_attribute("href") or "",
-                                     headers={"Cookie": f"hive_cc={cookie['value']}"})
+    request = urllib.request.Request(href, headers={"Cookie": f"hive_cc={cookie['value']}"})
     with urllib.request.urlopen(request, timeout=10) as answer:
-        assert answer.read(8) == b"HIVEBKP1"  # the backup format's magic
-    completed[0].find_element(By.CSS_SELECTOR, f'button[data-backup="{backup_id}"]').click()
+        data = answer.read()
+    assert data[:8] == b"HIVEBKP1"  # the backup format's magic
+    # A file that is not a backup is refused, and says why.
+    junk = tmp_path / "junk.backup"
+    junk.write_bytes(b"not a backup at all")
+    browser.find_element(By.ID, "backup-file").send_keys(str(junk))
+    browser.find_element(By.ID, "backup-upload").click()
+    until(browser, lambda d: "was not taken" in d.find_element(By.ID, "backup-message").text,
+          "the refusal of a damaged file")
+    # The downloaded file, uploaded again, becomes a backup of its own, and imports.
+    saved = tmp_path / f"{backup_id}.backup"
+    saved.write_bytes(data)
+    browser.find_element(By.ID, "backup-file").clear()
+    browser.find_element(By.ID, "backup-file").send_keys(str(saved))
+    browser.find_element(By.ID, "backup-upload").click()
+    message = until(browser, lambda d: d.find_element(By.ID, "backup-message").text if
+                    "uploaded as backup" in d.find_element(By.ID, "backup-message").text
+                    else None, "the upload")
+    uploaded = message.split("uploaded as backup ")[1].split(":")[0]
+    assert uploaded != backup_id
+    until(browser, lambda d: d.find_element(
+        By.CSS_SELECTOR, f'#backups button[data-backup="{uploaded}"]'), "its import button").click()
     browser.switch_to.alert.accept()
     until(browser, lambda d: "RESTORE_COMPLETED" in d.find_element(
-        By.CSS_SELECTOR, f'#backups tr[data-backup="{backup_id}"]').text, "the import", 30)
+        By.CSS_SELECTOR, f'#backups tr[data-backup="{uploaded}"]').text, "the import", 30)
     screenshot(browser, "backups")
-    wait_for(lambda: f"control center: user 'operator' started the import of backup {backup_id}"
-             in nodes[0].log, 5, "the import in the log, with the user")
+    wait_for(lambda: f"control center: user 'operator' started the import of backup {uploaded}"
+             in nodes[0].log and f"user 'operator' uploaded backup {uploaded}" in nodes[0].log,
+             5, "the upload and the import in the log, with the user")
 
 
 def test_the_extensions_page_lists_what_is_loaded(nodes: list[HiveProcess],

@@ -211,6 +211,21 @@ async function backups() {
   }));
 }
 
+async function uploadBackup() {
+  const file = document.getElementById("backup-file").files[0];
+  const message = document.getElementById("backup-message");
+  if (!file) { message.textContent = "Choose a .backup file first."; return; }
+  message.textContent = `Uploading ${file.name}...`;
+  try {
+    const answer = await call("/backups/upload", {method: "POST", body: file,
+      headers: {[ACTION_HEADER]: "1", "Content-Type": "application/octet-stream"}});
+    message.textContent = `${file.name} uploaded as backup ${answer.backup.id}: import it below.`;
+  } catch (error) {
+    message.textContent = `${file.name} was not taken: ${error.message}`;
+  }
+  await backups();
+}
+
 async function createBackup() {
   try { await post("/management/backups"); showError(null); } catch (error) { showError(error); }
   await backups();
@@ -257,6 +272,7 @@ window.addEventListener("DOMContentLoaded", async () => {
   document.getElementById("subscriptions-search-form").addEventListener("submit", (e) => { e.preventDefault(); run("subscriptions"); });
   document.getElementById("disconnect").addEventListener("click", disconnect);
   document.getElementById("backup-create").addEventListener("click", createBackup);
+  document.getElementById("backup-upload").addEventListener("click", uploadBackup);
   try {
     const me = await call("/me");
     document.getElementById("who").textContent = me.user;
