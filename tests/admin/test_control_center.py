@@ -118,6 +118,12 @@ def until(driver: WebDriver, condition: Any, what: str, timeout: float = 15.0) -
         NoSuchElementException, StaleElementReferenceException)).until(condition, message=what)
 
 
+def click(driver: WebDriver, selector: str, what: str) -> None:
+    """Click the element ``selector`` finds, finding it again if the page re-rendered it
+    between the finding and the click (the backups page refreshes every second)."""
+    until(driver, lambda d: d.find_element(By.CSS_SELECTOR, selector).click() or True, what)
+
+
 def log_in(driver: WebDriver, node: HiveProcess, password: str = PASSWORD) -> None:
     driver.delete_all_cookies()
     driver.get(url(node, "/login"))
@@ -211,8 +217,7 @@ def test_a_client_is_found_from_any_node_and_disconnected_where_it_is(
         search = until(browser, lambda d: d.find_element(By.ID, "client-search"), "the search")
         search.send_keys("cc-finder-1")
         search.submit()
-        until(browser, lambda d: d.find_element(
-            By.CSS_SELECTOR, 'a[data-client="cc-finder-1"]'), "the client's link").click()
+        click(browser, 'a[data-client="cc-finder-1"]', "the client's link")
         until(browser, lambda d: "cc/finder/#" in d.find_element(
             By.ID, "detail-subscriptions").text, "its subscription in the details")
         screenshot(browser, "client-details")
@@ -304,8 +309,7 @@ def test_a_backup_is_made_downloaded_uploaded_and_imported_from_the_page(
                     else None, "the upload")
     uploaded = message.split("uploaded as backup ")[1].split(":")[0]
     assert uploaded != backup_id
-    until(browser, lambda d: d.find_element(
-        By.CSS_SELECTOR, f'#backups button[data-backup="{uploaded}"]'), "its import button").click()
+    click(browser, f'#backups button[data-backup="{uploaded}"]', "its import button")
     browser.switch_to.alert.accept()
     until(browser, lambda d: "RESTORE_COMPLETED" in d.find_element(
         By.CSS_SELECTOR, f'#backups tr[data-backup="{uploaded}"]').text, "the import", 30)
