@@ -3,6 +3,11 @@
     hive certs ca --out ca/
     hive certs node --ca ca/ --name node1 --ip 10.0.0.1 --dns node1.internal --out node1/ \
         [--p12 --password secret]
+    hive certs node --ca ca/ --name node1 --name node2 --name node3 --out nodes/
+
+With several --name, each node's files go into its own folder under --out (nodes/node1/...),
+with a progress line on standard error when that is a terminal; --ip and --dns then do not
+apply (they name one node's addresses).
 
 A CA folder holds ``ca.pem`` (the certificate: every node's trust store) and ``ca-key.pem``.
 A node folder holds ``NAME.pem`` (certificate chain and key: a key store), ``NAME-cert.pem``,
@@ -17,11 +22,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import ipaddress
+import json
 import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -29,11 +36,14 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from hive_core._exit_codes import FAILED, USAGE, epilog
+
 __all__ = [
     "CertificateAuthority",
     "CertsError",
     "NodeCertificate",
     "add_certs_command",
+    "fingerprint",
     "load_ca",
     "make_ca",
     "make_node_certificate",
@@ -185,6 +195,17 @@ def load_ca(folder: Path) -> CertificateAuthority:
     return CertificateAuthority(key, certificate)
 
 
+def fingerprint(certificate: x509.Certificate) -> str:
+    """The SHA-256 fingerprint as ``openssl x509 -fingerprint -sha256`` shows it."""
+    return certificate.fingerprint(hashes.SHA256()).hex(":").upper()
+
+
+def node_file_names(name: str, p12: bool) -> list[str]:
+    """The files ``write_node`` writes for node ``name``."""
+    names = [f"{name}.pem", f"{name}-cert.pem", f"{name}-key.pem", CA_CERT]
+    return [*names, f"{name}.p12", "ca.p12"] if p12 else names
+
+
 def write_node(node: NodeCertificate, name: str, folder: Path, p12_password: str | None = None,
                force: bool = False) -> list[Path]:
     """Write the node's PEM files (and PKCS#12 stores when a password is given)."""
@@ -215,22 +236,73 @@ def write_node(node: NodeCertificate, name: str, folder: Path, p12_password: str
 # ---------------------------------------------------------------------------------- command
 
 
+def _described(certificate: x509.Certificate, paths: list[Path]) -> dict[str, Any]:
+    return {"files": [str(path) for path in paths],
+            "fingerprint_sha256": fingerprint(certificate),
+            "not_after": certificate.not_valid_after_utc.isoformat()}
+
+
 def _ca_command(args: argparse.Namespace) -> int:
-    paths = write_ca(make_ca(args.name, args.days), args.out, args.force)
-    for path in paths:
-        print(path)
+    ca = make_ca(args.name, args.days)
+    paths = write_ca(ca, args.out, args.force)
+    if args.json:
+        print(json.dumps({"folder": str(args.out), **_described(ca.certificate, paths)},
+                         indent=2))
+    else:
+        print("\n".join(str(path) for path in paths))
     return 0
+
+
+class _Progress:
+    """``made 3/10 certificates: node3`` on one terminal line, rewritten in place; silent
+    when standard error is not a terminal."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.shown = total > 1 and sys.stderr.isatty()
+
+    def step(self, done: int, name: str) -> None:
+        if self.shown:
+            print(f"\rmade {done}/{self.total} certificates: {name}\x1b[K", end="",
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.shown:
+            print(file=sys.stderr, flush=True)
 
 
 def _node_command(args: argparse.Namespace) -> int:
     if args.p12 and not args.password:
         raise CertsError("--p12 needs --password (the PKCS#12 stores' password)")
+    names: list[str] = args.name
+    if len(set(names)) != len(names):
+        raise CertsError("--name: each node's name once")
+    several = len(names) > 1
+    if several and (args.ip or args.dns):
+        raise CertsError("--ip and --dns name one node's addresses: give them with one --name")
+    folders = {name: args.out / name if several else args.out for name in names}
+    for name, folder in folders.items():  # check all first: never some nodes of a batch
+        for file_name in node_file_names(name, args.p12):
+            if (folder / file_name).exists() and not args.force:
+                raise CertsError(f"{folder / file_name} exists; give --force to replace it")
     ca = load_ca(args.ca)
-    node = make_node_certificate(ca, args.name, args.ip, args.dns, args.days)
-    paths = write_node(node, args.name, args.out, args.password if args.p12 else None,
-                       args.force)
-    for path in paths:
-        print(path)
+    made: list[dict[str, Any]] = []
+    progress = _Progress(len(names))
+    try:
+        for done, name in enumerate(names, 1):
+            node = make_node_certificate(ca, name, args.ip, args.dns, args.days)
+            paths = write_node(node, name, folders[name],
+                               args.password if args.p12 else None, args.force)
+            made.append({"name": name, "folder": str(folders[name]),
+                         **_described(node.certificate, paths)})
+            progress.step(done, name)
+    finally:
+        progress.close()
+    if args.json:
+        print(json.dumps({"ca_fingerprint_sha256": fingerprint(ca.certificate),
+                          "nodes": made}, indent=2))
+    else:
+        print("\n".join(path for node_made in made for path in node_made["files"]))
     return 0
 
 
@@ -239,22 +311,34 @@ def _run(args: argparse.Namespace) -> int:
         return int(args.certs_handler(args))
     except CertsError as exc:
         print(f"hive certs: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
+    except OSError as exc:  # a folder or file that cannot be written
+        print(f"hive certs: {exc}", file=sys.stderr)
+        return FAILED
 
 
 def add_certs_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``certs ca`` and ``certs node`` to the ``hive`` command."""
     certs = commands.add_parser("certs", help="make a cluster CA and node certificates")
     kinds = certs.add_subparsers(dest="certs_command", metavar="COMMAND")
-    ca = kinds.add_parser("ca", help="make a CA that signs the cluster's node certificates")
+    codes = epilog(USAGE, FAILED, c2="a usage error, a CA that cannot be read, or a file that "
+                                     "exists (give --force)",
+                   c3="a folder or file could not be written")
+    ca = kinds.add_parser("ca", help="make a CA that signs the cluster's node certificates",
+                          epilog=codes)
     ca.add_argument("--out", type=Path, required=True, help="folder for ca.pem and ca-key.pem")
     ca.add_argument("--name", default="Hive Cluster CA", help="the CA's common name")
     ca.add_argument("--days", type=int, default=CA_DAYS, help=f"validity (default {CA_DAYS})")
     ca.add_argument("--force", action="store_true", help="replace files that exist")
+    ca.add_argument("--json", action="store_true",
+                    help="print the files written and the CA's fingerprint as JSON")
     ca.set_defaults(certs_handler=_ca_command)
-    node = kinds.add_parser("node", help="make a node's key and certificate, signed by the CA")
+    node = kinds.add_parser("node", help="make nodes' keys and certificates, signed by the CA",
+                            epilog=codes)
     node.add_argument("--ca", type=Path, required=True, help="folder `hive certs ca` wrote")
-    node.add_argument("--name", required=True, help="the node's name: common name and file names")
+    node.add_argument("--name", action="append", required=True,
+                      help="the node's name: common name and file names; give it once per "
+                           "node to make several (each in OUT/NAME/)")
     node.add_argument("--ip", action="append", default=[], help="an IP address for the SAN; "
                       "may be given several times")
     node.add_argument("--dns", action="append", default=[], help="a DNS name for the SAN; "
@@ -266,5 +350,7 @@ def add_certs_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
     node.add_argument("--days", type=int, default=NODE_DAYS,
                       help=f"validity (default {NODE_DAYS}, never past the CA's)")
     node.add_argument("--force", action="store_true", help="replace files that exist")
+    node.add_argument("--json", action="store_true",
+                      help="print each node's files and certificate fingerprint as JSON")
     node.set_defaults(certs_handler=_node_command)
     certs.set_defaults(handler=_run)

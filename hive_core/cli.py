@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
@@ -10,13 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from hive_core import __version__
-from hive_core.admin import (
-    TOKEN_VARIABLE,
-    add_backups_command,
-    add_credential_options,
-    add_rest_api_command,
-    rest_request,
-)
+from hive_core._exit_codes import FAILED, INTERRUPTED, TIMEOUT, UNREACHABLE, USAGE, epilog
+from hive_core.admin import add_backups_command, add_cluster_command, add_rest_api_command
 from hive_core.certs import add_certs_command
 from hive_core.plugins import LOCAL_EXTENSION_FORMS
 
@@ -70,25 +66,25 @@ def _run(args: argparse.Namespace) -> int:
             config = load_config(config_path)
     except ConfigError as exc:
         print(f"hive: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     try:
         local = [import_local_extension(target) for target in args.extension]
     except LocalExtensionError as exc:
         print(f"hive: --extension: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     node = HiveNode(config, args.data_dir.resolve(), extra_extensions=local,
                     backup_dir=args.backup_dir.resolve() if args.backup_dir else None)
     try:
         run_node(node)
     except KeyboardInterrupt:  # SIGINT before the node's own handler was in place
         log.info("Interrupted while starting")
-        return 130
+        return INTERRUPTED
     except TLSConfigError as exc:
         print(f"hive: TLS: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     except OSError as exc:
         print(f"hive: cannot start: {exc}", file=sys.stderr)
-        return 1
+        return UNREACHABLE
     return 0
 
 
@@ -108,8 +104,14 @@ def _extensions(args: argparse.Namespace) -> int:
             disabled = load_config(config_path).extensions.disabled
         except ConfigError as exc:
             print(f"hive: {exc}", file=sys.stderr)
-            return 2
+            return USAGE
     manager = ExtensionManager(disabled)
+    if args.json:
+        print(json.dumps({"hive": __version__, "extension_api": API_VERSION, "extensions": [
+            {"name": r.name, "version": r.version or None, "source": r.source,
+             "active": r.active, "reason": r.reason or None} for r in manager.records]},
+            indent=2))
+        return 0
     print(f"Hive {__version__}, extension API {API_VERSION}")
     rows = [("NAME", "VERSION", "ACTIVE", "SOURCE", "WHY NOT")]
     rows += [(r.name, r.version or "-", "yes" if r.active else "no", r.source, r.reason)
@@ -121,44 +123,6 @@ def _extensions(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cluster_status(args: argparse.Namespace) -> int:
-    """Ask a running node's REST API for the members it sees and print them as a table."""
-    import json
-    import urllib.error
-    import urllib.request
-
-    url = args.rest.rstrip("/") + "/api/v1/cluster/nodes"
-    try:
-        request, context = rest_request(url, args.user, args.cacert)
-        with urllib.request.urlopen(request, timeout=args.timeout, context=context) as response:
-            members = json.load(response)["items"]
-    except urllib.error.HTTPError as exc:
-        hint = f" (give --user, or set ${TOKEN_VARIABLE})" if exc.code == 401 else ""
-        print(f"hive: {url} answered {exc.code} {exc.reason}{hint}", file=sys.stderr)
-        return 1
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        print(f"hive: cannot reach the REST API at {args.rest}: {reason} "
-              "(is <rest-api> enabled on that node?)", file=sys.stderr)
-        return 1
-    except (ValueError, KeyError, TypeError) as exc:
-        print(f"hive: {url} did not answer with a member list: {exc}", file=sys.stderr)
-        return 1
-    rows = [("NODE", "STATE", "ADDRESS", "VERSION", "")]
-    for member in members:
-        address = "-" if member.get("address") is None else \
-            f"{member['address']}:{member['port']}"
-        rows.append((str(member["id"]), str(member["state"]), address,
-                     str(member.get("version") or "-"),
-                     "(this node)" if member.get("this_node") else ""))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    print(f"Cluster size: {len(members)}")
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-              + ("  " + row[4] if row[4] else ""))
-    return 0
-
-
 def _config_reference(args: argparse.Namespace) -> int:
     """Write every element of config.xml, with its default, as Markdown."""
     from hive_core.config import reference_markdown
@@ -166,17 +130,27 @@ def _config_reference(args: argparse.Namespace) -> int:
     text = reference_markdown()
     if args.out is None:
         sys.stdout.write(text)
-    else:
+        return 0
+    try:
         args.out.write_text(text)
-        print(f"hive: wrote {args.out}", file=sys.stderr)
+    except OSError as exc:
+        print(f"hive: cannot write {args.out}: {exc}", file=sys.stderr)
+        return FAILED
+    print(f"hive: wrote {args.out}", file=sys.stderr)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hive", description="Hive, a clustered MQTT broker")
+    parser = argparse.ArgumentParser(
+        prog="hive", description="Hive, a clustered MQTT broker",
+        epilog="Every command takes --help; those that print data take --json (one JSON "
+               "document on standard output). "
+               + epilog(UNREACHABLE, USAGE, FAILED, TIMEOUT, INTERRUPTED))
     parser.add_argument("--version", action="version", version=f"hive {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run = commands.add_parser("run", help="start a node")
+    run = commands.add_parser(
+        "run", help="start a node", epilog=epilog(UNREACHABLE, USAGE, INTERRUPTED, c0="stopped "
+                                                  "cleanly (SIGTERM, SIGINT)"))
     run.add_argument("--config", type=Path, default=None,
                      help=f"config.xml to use (default: {DEFAULT_CONFIG} if present, "
                           "else one node on TCP 1883)")
@@ -191,20 +165,14 @@ def main(argv: list[str] | None = None) -> int:
                      help="also load this extension, not installed as a package: "
                           f"{LOCAL_EXTENSION_FORMS}; may be given several times")
     run.set_defaults(handler=_run)
-    listing = commands.add_parser("extensions", help="list installed extensions")
+    listing = commands.add_parser("extensions", help="list installed extensions",
+                                  epilog=epilog(USAGE))
     listing.add_argument("--config", type=Path, default=None,
                          help="config.xml whose <extensions><disabled> to apply")
+    listing.add_argument("--json", action="store_true",
+                         help="print the versions and the extensions as one JSON document")
     listing.set_defaults(handler=_extensions)
-    cluster = commands.add_parser("cluster", help="ask a running node about its cluster")
-    cluster_commands = cluster.add_subparsers(dest="cluster_command", metavar="COMMAND")
-    status = cluster_commands.add_parser(
-        "status", help="the members a running node sees: id, state, address, version")
-    status.add_argument("--rest", default=DEFAULT_REST, metavar="URL",
-                        help=f"the node's REST API (default: {DEFAULT_REST})")
-    status.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
-                        help="how long to wait for the answer (default: 5)")
-    add_credential_options(status)
-    status.set_defaults(handler=_cluster_status)
+    add_cluster_command(commands, DEFAULT_REST)
     add_backups_command(commands, DEFAULT_REST)
     add_certs_command(commands)
     add_rest_api_command(commands)
@@ -212,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     config_commands = config.add_subparsers(dest="config_command", metavar="COMMAND")
     reference = config_commands.add_parser(
         "reference", help="every element of config.xml with its default, as Markdown "
-                          "(the source of docs/configuration.md)")
+                          "(the source of docs/configuration.md)",
+        epilog=epilog(USAGE, FAILED, c3="--out could not be written"))
     reference.add_argument("--out", type=Path, default=None, metavar="FILE",
                            help="write it to FILE instead of standard output")
     reference.set_defaults(handler=_config_reference)

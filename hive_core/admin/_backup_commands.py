@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from hive_core._exit_codes import USAGE, epilog
 from hive_core.admin._commands import TOKEN_VARIABLE, add_credential_options, rest_request
 
 __all__ = ["add_backups_command"]
@@ -176,7 +177,11 @@ def add_backups_command(commands: argparse._SubParsersAction[Any], default_rest:
         "import": ("import backup/<ID>/*.backup into the running node; wait until done",
                    _import)}
     for name, (help_text, handler) in chosen.items():
-        command = actions.add_parser(name, help=help_text)
+        codes = {"create": (EXIT_UNREACHABLE, USAGE, EXIT_FAILED, EXIT_TIMEOUT),
+                 "import": (EXIT_UNREACHABLE, USAGE, EXIT_FAILED, EXIT_TIMEOUT),
+                 "status": (EXIT_UNREACHABLE, USAGE, EXIT_FAILED)}.get(name,
+                                                                     (EXIT_UNREACHABLE, USAGE))
+        command = actions.add_parser(name, help=help_text, epilog=epilog(*codes))
         if name in ("status", "import"):
             command.add_argument("id", metavar="ID", help="the backup's id (its folder's name)")
         command.add_argument("--rest", default=default_rest, metavar="URL",

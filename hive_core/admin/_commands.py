@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import base64
 import getpass
+import json
 import os
 import ssl
 import sys
@@ -13,6 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from hive_core._exit_codes import USAGE, epilog
 from hive_core.admin._passwords import ALGORITHMS, hash_password, new_token
 
 __all__ = ["TOKEN_VARIABLE", "add_credential_options", "add_rest_api_command", "rest_request"]
@@ -26,7 +28,8 @@ def _read_password(from_stdin: bool) -> str:
         return sys.stdin.readline().rstrip("\r\n")
     password = getpass.getpass("Password: ")
     if getpass.getpass("Again: ") != password:
-        raise SystemExit("hive: the passwords differ")
+        print("hive: the passwords differ", file=sys.stderr)
+        raise SystemExit(USAGE)
     return password
 
 
@@ -35,13 +38,16 @@ def _hash_password(args: argparse.Namespace) -> int:
     password = _read_password(args.password_stdin)
     if not password:
         print("hive: the password is empty", file=sys.stderr)
-        return 2
-    print(hash_password(password, args.algorithm))
+        return USAGE
+    hashed = hash_password(password, args.algorithm)
+    print(json.dumps({"algorithm": args.algorithm, "password_hash": hashed}) if args.json
+          else hashed)
     return 0
 
 
 def _new_token(args: argparse.Namespace) -> int:
-    print(new_token())
+    token = new_token()
+    print(json.dumps({"token": token}) if args.json else token)
     return 0
 
 
@@ -50,14 +56,19 @@ def add_rest_api_command(commands: argparse._SubParsersAction[Any]) -> None:
     rest_api = commands.add_parser("rest-api", help="credentials for the REST API's <auth>")
     actions = rest_api.add_subparsers(dest="rest_api_command", metavar="COMMAND")
     hashing = actions.add_parser(
-        "hash-password", help="print the hash of a password, for <user><password-hash>")
+        "hash-password", help="print the hash of a password, for <user><password-hash>",
+        epilog=epilog(USAGE, c2="a usage error, or an empty password or two that differ"))
     hashing.add_argument("--password-stdin", action="store_true",
                          help="read the password from the first line of standard input "
                               "(default: prompt twice)")
     hashing.add_argument("--algorithm", choices=ALGORITHMS, default="scrypt",
                          help="scrypt (default) or pbkdf2-sha256 (where FIPS rules ask for it)")
+    hashing.add_argument("--json", action="store_true",
+                         help='print {"algorithm": ..., "password_hash": ...}')
     hashing.set_defaults(handler=_hash_password)
-    token = actions.add_parser("new-token", help="print a random token, for <tokens><token>")
+    token = actions.add_parser("new-token", help="print a random token, for <tokens><token>",
+                               epilog=epilog(USAGE))
+    token.add_argument("--json", action="store_true", help='print {"token": ...}')
     token.set_defaults(handler=_new_token)
 
 
