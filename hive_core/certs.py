@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from hive_core._exit_codes import FAILED, USAGE, epilog
+from hive_core.exit_codes import FAILED, USAGE, epilog
 
 __all__ = [
     "CertificateAuthority",

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from hive_core import __version__
-from hive_core._exit_codes import FAILED, INTERRUPTED, TIMEOUT, UNREACHABLE, USAGE, epilog
 from hive_core.admin import add_backups_command, add_cluster_command, add_rest_api_command
 from hive_core.certs import add_certs_command
+from hive_core.exit_codes import FAILED, INTERRUPTED, TIMEOUT, UNREACHABLE, USAGE, epilog
 from hive_core.plugins import LOCAL_EXTENSION_FORMS
 
 DEFAULT_CONFIG = Path("conf/config.xml")
@@ -140,7 +140,8 @@ def _config_reference(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """``hive`` and every subcommand."""
     parser = argparse.ArgumentParser(
         prog="hive", description="Hive, a clustered MQTT broker",
         epilog="Every command takes --help; those that print data take --json (one JSON "
@@ -185,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     reference.add_argument("--out", type=Path, default=None, metavar="FILE",
                            help="write it to FILE instead of standard output")
     reference.set_defaults(handler=_config_reference)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     incomplete = _missing_command(parser, args)
     if incomplete is not None:  # `hive`, `hive cluster`: what could follow, not an error line

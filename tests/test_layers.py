@@ -20,18 +20,19 @@ CORE = "hive_core"
 ALLOWED: dict[str, set[str]] = {
     "mqtt": set(),
     "config": set(),
-    "certs": set(),
+    "certs": {"exit_codes"},
+    "exit_codes": set(),
     "persistence": set(),
     "plugins": {"persistence"},
     "broker": {"mqtt", "persistence", "plugins"},
     "net": {"mqtt", "broker", "config"},
     "cluster": {"mqtt", "broker", "net", "plugins", "persistence"},
-    "admin": {"config", "broker", "cluster", "net"},
+    "admin": {"config", "broker", "cluster", "net", "exit_codes"},
     "node_views": {"mqtt", "broker", "cluster", "plugins"},
     "node": {"mqtt", "broker", "cluster", "net", "config", "persistence", "plugins", "admin",
              "node_views"},
     "cli": {"node", "config", "certs", "plugins", "admin", "cluster", "net", "persistence",
-            "broker", "mqtt"},
+            "broker", "mqtt", "exit_codes"},
     "testing": {"node", "config", "broker"},
 }
 

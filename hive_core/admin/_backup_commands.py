@@ -16,8 +16,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from hive_core._exit_codes import USAGE, epilog
 from hive_core.admin._commands import TOKEN_VARIABLE, add_credential_options, rest_request
+from hive_core.exit_codes import USAGE, epilog
 
 __all__ = ["add_backups_command"]
 

@@ -14,8 +14,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from hive_core._exit_codes import USAGE, epilog
 from hive_core.admin._passwords import ALGORITHMS, hash_password, new_token
+from hive_core.exit_codes import USAGE, epilog
 
 __all__ = ["TOKEN_VARIABLE", "add_credential_options", "add_rest_api_command", "rest_request"]
 
@@ -39,7 +39,7 @@ def _hash_password(args: argparse.Namespace) -> int:
     if not password:
         print("hive: the password is empty", file=sys.stderr)
         return USAGE
-    hashed = hash_password(password, args.algorithm)
+    hashed = str(hash_password(password, args.algorithm))
     print(json.dumps({"algorithm": args.algorithm, "password_hash": hashed}) if args.json
           else hashed)
     return 0

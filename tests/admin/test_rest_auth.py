@@ -196,10 +196,10 @@ def test_hive_cluster_status_sends_a_user_or_a_token(secured) -> None:
     by_user = hive_cli("cluster", "status", "--rest", url, "--user", "ops",
                        env={"HIVE_REST_PASSWORD": PASSWORD})
     assert by_user.returncode == 0, by_user.stderr
-    assert by_user.stdout.startswith("Cluster size: 1")
+    assert by_user.stdout.startswith("Cluster size: 1,")
     by_token = hive_cli("cluster", "status", "--rest", url, env={"HIVE_REST_TOKEN": TOKEN})
     assert by_token.returncode == 0, by_token.stderr
-    assert by_token.stdout == by_user.stdout
+    assert by_token.stdout.splitlines()[:2] == by_user.stdout.splitlines()[:2]
 
 
 def test_an_https_listener_with_tokens_and_the_cli_trusting_its_ca(

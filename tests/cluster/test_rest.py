@@ -111,14 +111,14 @@ def test_cluster_status_prints_every_member_as_each_node_sees_it(hive_factory):
     result = hive_cli("cluster", "status", "--rest", f"http://127.0.0.1:{nodes[1].ports['rest']}")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "Cluster size: 3"
-    assert lines[1].split() == ["NODE", "STATE", "ADDRESS", "VERSION"]
-    rows = {line.split()[0]: line for line in lines[2:]}
+    assert lines[0].startswith(f"Cluster size: 3, as node {ids[1]} (*) sees it")
+    assert lines[1].split()[:4] == ["NODE", "STATE", "VERSION", "ADDRESS"]
+    rows = {line.split()[0].rstrip("*"): line.split() for line in lines[2:5]}
     assert set(rows) == set(ids)
-    assert rows[ids[1]].endswith("(this node)")
-    assert not rows[ids[0]].endswith("(this node)")
-    assert rows[ids[2]].split()[1:4] == [
-        "RUNNING", f"127.0.0.1:{nodes[2].ports['cluster']}", __version__]
+    assert rows[ids[1]][0] == ids[1] + "*"  # the node asked
+    assert rows[ids[0]][0] == ids[0]
+    assert rows[ids[2]][1:4] == [
+        "RUNNING", __version__, f"127.0.0.1:{nodes[2].ports['cluster']}"]
     document = json.loads(json.dumps(metrics(nodes[0])))
     assert document["cluster"]["members"] == 3 and document["cluster"]["connections"] == 2
 
