@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-__all__ = ["FAILED", "INTERRUPTED", "OK", "TIMEOUT", "UNREACHABLE", "USAGE", "epilog"]
+__all__ = ["FAILED", "INTERRUPTED", "MEANINGS", "OK", "TIMEOUT", "UNREACHABLE", "USAGE", "epilog"]
 
 OK = 0
 UNREACHABLE = 1

@@ -25,6 +25,7 @@ WIDTH = 100
 """The table fits a terminal this wide: long cells are cut, ending in "~"."""
 COLUMNS = ("NODE", "STATE", "VERSION", "ADDRESS", "CONN", "IN/S", "OUT/S", "BACKUPS", "LAG")
 ELASTIC = ("BACKUPS", "ADDRESS", "NODE")  # cut first when a row is too wide, in this order
+NUMBERS = {COLUMNS.index(name) for name in ("CONN", "IN/S", "OUT/S", "LAG")}  # right-aligned
 
 
 class Unreachable(Exception):
@@ -166,8 +167,9 @@ def overview_table(document: dict[str, Any]) -> str:
     lines = [f"Cluster size: {document['size']}, as node {document['node_id']} (*) sees it"
              + (f"; rates over {seconds:g} s" if seconds else "")]
     for row in rows:
-        lines.append("  ".join(_cut(cell, width).ljust(width)
-                               for cell, width in zip(row, widths, strict=True)).rstrip())
+        lines.append("  ".join(
+            _cut(cell, width).rjust(width) if index in NUMBERS else _cut(cell, width).ljust(width)
+            for index, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip())
     if any(node["rest"] is None for node in document["nodes"]):
         lines.append("-: numbers only for the nodes asked (give each node's --rest URL)")
     return "\n".join(lines)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ from hive_core import __version__
 from hive_core.admin import verify_password
 from hive_core.cli import build_parser
 from hive_core.config import PasswordHash
+from hive_core.exit_codes import MEANINGS
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -256,6 +258,14 @@ def test_certs_a_folder_that_cannot_be_written_is_exit_3(tmp_path: Path) -> None
 
 
 # ------------------------------------------------------------------------- --help everywhere
+
+
+def test_the_readme_documents_every_exit_code() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## The `hive` command"):]
+    section = section[:section.index("\n## ")]
+    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", section, re.MULTILINE)}
+    assert documented == set(MEANINGS)
 
 
 def _leaves(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()
