@@ -13,7 +13,16 @@ from typing import Any
 from hive_core import __version__
 from hive_core.admin import add_backups_command, add_cluster_command, add_rest_api_command
 from hive_core.certs import add_certs_command
-from hive_core.exit_codes import FAILED, INTERRUPTED, TIMEOUT, UNREACHABLE, USAGE, epilog
+from hive_core.exit_codes import (
+    FAILED,
+    INTERRUPTED,
+    MEANINGS,
+    NOT_STARTED,
+    TIMEOUT,
+    UNREACHABLE,
+    USAGE,
+    epilog,
+)
 from hive_core.plugins import LOCAL_EXTENSION_FORMS
 
 DEFAULT_CONFIG = Path("conf/config.xml")
@@ -146,12 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hive", description="Hive, a clustered MQTT broker",
         epilog="Every command takes --help; those that print data take --json (one JSON "
                "document on standard output). "
-               + epilog(UNREACHABLE, USAGE, FAILED, TIMEOUT, INTERRUPTED))
+               + epilog(UNREACHABLE, USAGE, FAILED, TIMEOUT, INTERRUPTED,
+                        c1=f"{MEANINGS[UNREACHABLE]} (`hive run`: {NOT_STARTED})"))
     parser.add_argument("--version", action="version", version=f"hive {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = commands.add_parser(
-        "run", help="start a node", epilog=epilog(UNREACHABLE, USAGE, INTERRUPTED, c0="stopped "
-                                                  "cleanly (SIGTERM, SIGINT)"))
+        "run", help="start a node",
+        epilog=epilog(UNREACHABLE, USAGE, INTERRUPTED, c0="stopped cleanly (SIGTERM, SIGINT)",
+                      c1=NOT_STARTED))
     run.add_argument("--config", type=Path, default=None,
                      help=f"config.xml to use (default: {DEFAULT_CONFIG} if present, "
                           "else one node on TCP 1883)")

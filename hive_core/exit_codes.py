@@ -1,9 +1,10 @@
-"""The exit codes of every ``hive`` subcommand (the README's "Exit codes" table), and the
-``--help`` epilog that says which of them a subcommand uses."""
+"""The exit codes of every ``hive`` subcommand (the README's table, under "The `hive` command"),
+and the ``--help`` epilog that says which of them a subcommand uses."""
 
 from __future__ import annotations
 
-__all__ = ["FAILED", "INTERRUPTED", "MEANINGS", "OK", "TIMEOUT", "UNREACHABLE", "USAGE", "epilog"]
+__all__ = ["FAILED", "INTERRUPTED", "MEANINGS", "NOT_STARTED", "OK", "TIMEOUT", "UNREACHABLE",
+           "USAGE", "epilog"]
 
 OK = 0
 UNREACHABLE = 1
@@ -14,13 +15,14 @@ INTERRUPTED = 130
 
 MEANINGS = {
     OK: "done",
-    UNREACHABLE: "the node's REST API could not be reached or refused the request "
-                 "(`hive run`: a port or file the node needs is not available)",
+    UNREACHABLE: "the node's REST API could not be reached or refused the request",
     USAGE: "a usage error: bad arguments, or a configuration or input that cannot be used",
     FAILED: "the operation ran and failed (its reason on standard error)",
     TIMEOUT: "still running when --timeout passed (it goes on)",
     INTERRUPTED: "interrupted (Ctrl-C)",
 }
+NOT_STARTED = "the node could not start: a port or file it needs is not available"
+"""What exit 1 means for ``hive run``."""
 
 
 def epilog(*codes: int, **said: str) -> str:

@@ -71,7 +71,8 @@ def _rate(field: str, first: tuple[float, dict[str, Any]],
         return None
     seconds = second[0] - first[0]
     count = second[1]["broker"][field] - first[1]["broker"][field]
-    return round(count / seconds, 1) if seconds > 0 else None
+    # a node that restarted between the two readings counts from 0 again: no rate
+    return round(count / seconds, 1) if seconds > 0 and count >= 0 else None
 
 
 def _numbers(url: str, first: tuple[float, dict[str, Any]],
