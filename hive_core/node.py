@@ -360,6 +360,9 @@ class HiveNode:
     def readiness(self) -> str | None:
         return self._not_ready
 
+    def member_loads(self) -> dict[str, dict[str, Any]]:
+        return self.cluster.load_report() if self.cluster is not None else {}
+
     def extension_counter_names(self) -> set[str]:
         return set(self.services.metrics.counters)
 

@@ -3,7 +3,9 @@ message rates and replication, as a terminal table or (``--json``) one JSON docu
 
 The node asked first (the first --rest) gives the member list; every node asked (each --rest)
 gives its own numbers from /api/v1/metrics, read twice --sample seconds apart for the rates.
-The REST API tells no node's numbers but its own: a member no --rest points at shows "-".
+A member no --rest points at shows what the cluster's heartbeats carried of it to the node
+asked first (connections, sessions, and message rates over the last heartbeat interval); its
+backups and lag only its own REST API tells ("-").
 """
 
 from __future__ import annotations
@@ -122,8 +124,11 @@ def cluster_overview(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
         if url is not None and url not in failed:
             row.update(_numbers(url, first[url], second.get(url)))
         else:
-            row.update({"rest": None, "connections": None, "sessions": None,
-                        "messages_in_per_second": None, "messages_out_per_second": None,
+            load = member.get("load") or {}
+            row.update({"rest": None, "connections": load.get("connections"),
+                        "sessions": load.get("sessions"),
+                        "messages_in_per_second": load.get("messages_in_per_second"),
+                        "messages_out_per_second": load.get("messages_out_per_second"),
                         "backups": None, "replication_lag": None})
         nodes.append(row)
     seen = {str(m["id"]) for m in items}
@@ -172,7 +177,7 @@ def overview_table(document: dict[str, Any]) -> str:
             _cut(cell, width).rjust(width) if index in NUMBERS else _cut(cell, width).ljust(width)
             for index, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip())
     if any(node["rest"] is None for node in document["nodes"]):
-        lines.append("-: numbers only for the nodes asked (give each node's --rest URL)")
+        lines.append("not asked (no --rest): load as the heartbeats carry it; backups, lag: -")
     return "\n".join(lines)
 
 

@@ -40,15 +40,18 @@ def health(node: NodeStatus) -> dict[str, Any]:
 
 
 def cluster_nodes(node: NodeStatus) -> dict[str, Any]:
-    """Every member this node sees, itself first (``this_node`` marks it)."""
+    """Every member this node sees, itself first (``this_node`` marks it), each with its load
+    as the cluster's heartbeats carry it (connections, sessions, message rates)."""
     own_id = node.node_id
     members = node.cluster_members()
     if members is None:
         return {"items": [{"id": own_id, "state": "RUNNING", "address": None, "port": None,
                            "version": __version__, "this_node": True}]}
+    loads = node.member_loads()
     return {"items": [{"id": member.node_id, "state": member.state,
                        "address": member.address.host, "port": member.address.port,
-                       "version": member.version, "this_node": member.node_id == own_id}
+                       "version": member.version, "this_node": member.node_id == own_id,
+                       **({"load": loads[member.node_id]} if member.node_id in loads else {})}
                       for member in members]}
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from hive_core.broker import BrokerStats
@@ -38,6 +38,11 @@ class NodeStatus(Protocol):
 
     def extension_failures(self) -> dict[str, int]:
         """Failed hook calls (raised, or past the deadline), by extension."""
+        ...
+
+    def member_loads(self) -> dict[str, dict[str, Any]]:
+        """Each member's connections, sessions and message rates as the cluster's heartbeats
+        carry them, by node id (empty when not clustered)."""
         ...
 
     def readiness(self) -> str | None:

@@ -121,6 +121,7 @@ class Member:
     # Its load as its last HEARTBEAT said: [connections, sessions, messages in, messages out]
     load: list[int] | None = None
     load_at: float = 0.0  # Unix time it arrived
+    previous: tuple[float, list[int]] | None = None  # the heartbeat's before: for rates
 
 
 @dataclass(slots=True)
@@ -328,6 +329,9 @@ class Cluster:
         self._barriers: dict[int, tuple[str, list[tuple[str, tuple[bool, int, bool]]],
                                         set[str]]] = {}
         self._barrier_serial = 0
+        # This node's last two loads, taken at heartbeats: (Unix time, load), for its rates.
+        self._own_loads: tuple[tuple[float, list[int]] | None,
+                               tuple[float, list[int]] | None] = (None, None)
         self.forwarding = Forwarding()
         self._absent: dict[str, float] = {}  # nodes that left: when they are forgotten
         self._ack_due: set[str] = set()  # peers whose data frames were handled, not acknowledged
@@ -748,6 +752,7 @@ class Cluster:
             for address, _incarnation in list(self._absent_at.values()):
                 self._dial(address)
             load = self.broker.load()  # every member sees every node's (the control center)
+            self._own_loads = (self._own_loads[1], (time.time(), load))
             for member in list(self.members.values()):
                 silent = now - member.link.last_read
                 if silent > timeout:
@@ -913,6 +918,8 @@ class Cluster:
                 self._dial(ClusterNodeAddress(str(host), int(port)))
         elif kind is FrameKind.HEARTBEAT:
             if isinstance(body, list) and len(body) >= 4:  # older nodes send none
+                if member.load is not None:
+                    member.previous = (member.load_at, member.load)
                 member.load = [int(value) for value in body[:4]]
                 member.load_at = time.time()
         elif kind is FrameKind.BYE:
@@ -1184,6 +1191,30 @@ class Cluster:
         sessions, messages in, messages out])."""
         return {m.node_id: (m.load_at, m.load) for m in self.members.values()
                 if m.load is not None}
+
+    def load_report(self) -> dict[str, dict[str, Any]]:
+        """Every node's load, this one's included, with its message rates over the last
+        heartbeat interval (None until two heartbeats came): what `hive cluster status` and
+        /api/v1/cluster/nodes show for members no one asked directly."""
+        report = {}
+        own = self._own_loads
+        sources = [(self.node_id, own[1], own[0])]
+        sources += [(m.node_id, (m.load_at, m.load) if m.load is not None else None,
+                     m.previous) for m in self.members.values()]
+        for node_id, now, before in sources:
+            if now is None:
+                continue
+            at, load = now
+            entry: dict[str, Any] = {"connections": load[0], "sessions": load[1],
+                                     "messages_in_per_second": None,
+                                     "messages_out_per_second": None}
+            if before is not None and at > before[0]:
+                span = at - before[0]
+                if load[2] >= before[1][2] and load[3] >= before[1][3]:
+                    entry["messages_in_per_second"] = round((load[2] - before[1][2]) / span, 1)
+                    entry["messages_out_per_second"] = round((load[3] - before[1][3]) / span, 1)
+            report[node_id] = entry
+        return report
 
     def owner_directory(self) -> dict[str, str]:
         """Which other node holds each client's session, as far as this node knows."""
