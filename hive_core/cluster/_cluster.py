@@ -329,6 +329,7 @@ class Cluster:
         self._barriers: dict[int, tuple[str, list[tuple[str, tuple[bool, int, bool]]],
                                         set[str]]] = {}
         self._barrier_serial = 0
+        self._dial_requests: asyncio.Queue[ClusterNodeAddress] = asyncio.Queue()
         # This node's last two loads, taken at heartbeats: (Unix time, load), for its rates.
         self._own_loads: tuple[tuple[float, list[int]] | None,
                                tuple[float, list[int]] | None] = (None, None)
@@ -410,6 +411,7 @@ class Cluster:
                 async with anyio.create_task_group() as self._tasks:
                     self._tasks.start_soon(self._discover)
                     self._tasks.start_soon(self._heartbeat)
+                    self._tasks.start_soon(self._dialer)
                     task_status.started()
                     if started is not None:
                         started.set()
@@ -513,7 +515,16 @@ class Cluster:
                 or address in self._dialing:
             return
         self._dialing.add(address)
-        self._tasks.start_soon(self._dial_once, address)
+        # Often called from a link's callback, not from a task: anyio's task group cannot
+        # start a task from there (with sniffio installed it cannot tell the event loop), so
+        # the dialer task, inside the group, starts it.
+        self._dial_requests.put_nowait(address)
+
+    async def _dialer(self) -> None:
+        assert self._tasks is not None
+        while True:
+            address = await self._dial_requests.get()
+            self._tasks.start_soon(self._dial_once, address)
 
     async def _dial_once(self, address: ClusterNodeAddress) -> None:
         try:
