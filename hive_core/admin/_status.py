@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from hive_core.broker import BrokerStats
     from hive_core.cluster import ClusterStats
+    from hive_core.plugins import HookTime
     from hive_ext_api import ClusterMember
 
 
@@ -38,6 +39,10 @@ class NodeStatus(Protocol):
 
     def extension_failures(self) -> dict[str, int]:
         """Failed hook calls (raised, or past the deadline), by extension."""
+        ...
+
+    def extension_hook_times(self) -> list[HookTime]:
+        """Calls of each extension's hooks and the time they took, by hook and extension."""
         ...
 
     def readiness(self) -> str | None:
