@@ -192,7 +192,7 @@ def _hook_seconds(node: NodeStatus) -> Metric:
     family = HistogramMetricFamily(
         "hive_extension_hook_seconds",
         "Time in extension hook calls, by hook and extension. Publish interceptors and "
-        "authorizers are timed on one call in 16: their sum and buckets are scaled to every "
+        "authorizers are timed on one call in 64: their sum and buckets are scaled to every "
         "call; _count is exact.", labels=["hook", "extension"])
     for times in node.extension_hook_times():
         family.add_metric([times.hook, times.extension],

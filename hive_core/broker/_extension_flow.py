@@ -265,9 +265,9 @@ def _intercept_inbound(extensions: Extensions, info: ClientInfo,
     else:
         answer = None
         for impl, call, clock in calls:
-            clock.calls = n = clock.calls + 1  # HookClock.call, inline: this runs per message
+            clock.countdown -= 1  # HookClock.call, inline: this runs per message
             try:
-                if (n - 1) & clock.mask:
+                if clock.countdown:
                     answer = call(info, publish)
                 else:
                     answer = clock.timed_call(call, info, publish)
