@@ -25,7 +25,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,9 +48,17 @@ HIVE_CONFIG = """<hivemq>
   <listeners>
     <tcp-listener><port>{port}</port><bind-address>127.0.0.1</bind-address></tcp-listener>
   </listeners>
-  <mqtt><queued-messages><max-queue-size>{queue}</max-queue-size></queued-messages></mqtt>{cluster}
+  <mqtt><queued-messages><max-queue-size>{queue}</max-queue-size></queued-messages></mqtt>{cluster}{rest}
 </hivemq>
 """
+
+# With --scrape-interval every Hive node gets the REST API (scraped or not, so that the nodes
+# compared differ only in being scraped).
+HIVE_REST = """
+  <rest-api><enabled>true</enabled><listeners><http>
+    <port>{rest_port}</port><bind-address>127.0.0.1</bind-address>
+  </http></listeners></rest-api>"""
+PROMETHEUS_PATH = "/api/v1/metrics/prometheus"
 
 # The cluster scenarios' nodes: static discovery lists every node's cluster port. Failure
 # detection (heartbeat, TCP health check) keeps its defaults.
@@ -162,6 +172,7 @@ class Broker:
     extra: dict[str, Any] = field(default_factory=dict)
     core: int = loadgen.BROKER_CORE
     cluster_xml: str = ""  # a <cluster> section for the default Hive config
+    rest_port: int = 0  # the REST API's port (with --scrape-interval)
 
     @property
     def pid(self) -> int:
@@ -169,13 +180,21 @@ class Broker:
         return self.proc.pid
 
     def _hive_config(self, path: Path) -> None:
+        rest = HIVE_REST.format(rest_port=self.rest_port) if self.rest_port else ""
         if self.d.config_template is None:
             path.write_text(
-                HIVE_CONFIG.format(port=self.port, queue=QUEUE_SIZE, cluster=self.cluster_xml)
+                HIVE_CONFIG.format(
+                    port=self.port, queue=QUEUE_SIZE, cluster=self.cluster_xml, rest=rest
+                )
             )
             return
         tree = ET.parse(self.d.config_template)
         root = tree.getroot()
+        if rest:
+            old = root.find("rest-api")
+            if old is not None:
+                root.remove(old)
+            root.append(ET.fromstring(rest))
         listeners = root.find("listeners")
         if listeners is None:
             listeners = ET.SubElement(root, "listeners")
@@ -216,6 +235,8 @@ class Broker:
             ready_line = None
         else:
             conf = self.workdir / "hive.xml"
+            if self.args.scrape_interval:
+                self.rest_port = free_port()
             self._hive_config(conf)
             data_dir = self.workdir / "data"
             data_dir.mkdir()
@@ -249,7 +270,9 @@ class Broker:
             if not seen_line:
                 with contextlib.suppress(OSError):
                     seen_line = ready_line in self.log_path.read_text(errors="replace")
-            if seen_line and _port_open(self.port):
+            if seen_line and _port_open(self.port) and (
+                not self.rest_port or _port_open(self.rest_port)
+            ):
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(
@@ -295,6 +318,51 @@ class Broker:
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
+
+
+class Scraper:
+    """GETs a Hive node's Prometheus exposition every ``interval`` seconds in a thread, as a
+    Prometheus server would, while a scenario runs; counts the scrapes and their times."""
+
+    def __init__(self, port: int, interval: float) -> None:
+        self.url = f"http://127.0.0.1:{port}{PROMETHEUS_PATH}"
+        self.interval = interval
+        self.times_ms: list[float] = []
+        self.bytes = 0
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as response:
+                    self.bytes = len(response.read())
+                self.times_ms.append((time.monotonic() - t0) * 1000)
+            except OSError:
+                self.failures += 1
+            next_at += self.interval
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def summary(self) -> dict[str, Any]:
+        t = sorted(self.times_ms)
+        return {
+            "scrapes": len(t),
+            "scrape_failures": self.failures,
+            "scrape_ms_median": t[len(t) // 2] if t else None,
+            "scrape_ms_max": t[-1] if t else None,
+            "scrape_bytes": self.bytes,
+        }
 
 
 CLUSTER_FORMED = "Cluster size = {size}"
@@ -500,7 +568,16 @@ def run_scenario(
         spec.duration = max(a.duration, a.latency_duration)
     if isinstance(broker, HiveCluster):
         spec.pub_port = broker.pub_port
-    r = loadgen.run_load(spec, broker.all_pids())
+    scraped = isinstance(broker, Broker) and broker.rest_port and broker.d.name in a.scrape_brokers
+    if scraped:
+        assert isinstance(broker, Broker)
+        with Scraper(broker.rest_port, a.scrape_interval) as scraper:
+            r = loadgen.run_load(spec, broker.all_pids())
+        r.update(scraper.summary())
+        if not r["scrapes"] or r["scrape_failures"]:
+            r["error"] = f"scrapes: {r['scrapes']} answered, {r['scrape_failures']} failed"
+    else:
+        r = loadgen.run_load(spec, broker.all_pids())
     r["rate"] = r["delivered_per_s"]
     r["rss_kib"] = broker.rss()
     return r
@@ -655,7 +732,9 @@ def build_report(
                     extra += f"; PUBACKs missing {missing}"
                 rss = max(r["rss_kib"] for r in runs) / 1024
                 notes.append(
-                    f"{s} {b}: runs {vals}{extra}; broker RSS {rss:.1f} MiB; " + _cpu_note(runs)
+                    f"{s} {b}: runs {vals}{extra}; broker RSS {rss:.1f} MiB; "
+                    + _cpu_note(runs)
+                    + _scrape_note(runs)
                 )
         for b in brokers:
             for e in errors.get((s, b), []):
@@ -802,7 +881,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="niceness for brokers and generator (e.g. -10 as root on a shared, "
         "busy machine; the report shows how busy each core was with others)",
     )
+    ap.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=0.0,
+        help="enable the REST API on every Hive node and GET its Prometheus metrics "
+        f"({PROMETHEUS_PATH}) every this many seconds while a single-node scenario runs",
+    )
+    ap.add_argument(
+        "--scrape-brokers",
+        default="hive,hive-extra",
+        help="which Hive brokers --scrape-interval scrapes (default: hive,hive-extra; the "
+        "others get the REST API too, unscraped)",
+    )
     a = ap.parse_args(argv)
+    a.scrape_brokers = {b.strip() for b in a.scrape_brokers.split(",") if b.strip()}
     if a.quick:
         a.duration, a.warmup, a.latency_duration = 1.0, 0.5, 2.0
         if a.connections == 19_000:
@@ -968,7 +1061,23 @@ def _summary(s: str, r: dict[str, Any]) -> str:
             f"p50 {r['p50_ms']:.3f} ms p99 {r['p99_ms']:.3f} ms "
             f"({r['latency_samples']} samples); " + _cpu_note([r])
         )
-    return f"{r['rate']:.0f}/s lost {r['lost']} dup {r['duplicates']}; " + _cpu_note([r])
+    return (
+        f"{r['rate']:.0f}/s lost {r['lost']} dup {r['duplicates']}; "
+        + _cpu_note([r])
+        + _scrape_note([r])
+    )
+
+
+def _scrape_note(runs: list[dict[str, Any]]) -> str:
+    """Scrapes per run, and the median and slowest scrape, when the broker was scraped."""
+    if not any("scrapes" in r for r in runs):
+        return ""
+    return "; scraped " + ", ".join(
+        f"{r['scrapes']}x (median {r['scrape_ms_median'] or 0:.1f} ms, max "
+        f"{r['scrape_ms_max'] or 0:.1f} ms, {r['scrape_bytes']} B)"
+        for r in runs
+        if "scrapes" in r
+    )
 
 
 if __name__ == "__main__":

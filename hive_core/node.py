@@ -42,7 +42,7 @@ from hive_core.net import (
 )
 from hive_core.node_views import NodeViews
 from hive_core.persistence import DataFolderLock, MemorySessionStore, keep_previous_data
-from hive_core.plugins import ExtensionManager, Extensions
+from hive_core.plugins import ExtensionManager, Extensions, HookTime
 from hive_ext_api import ClusterMember, ExtensionContext
 
 log = logging.getLogger("hive")
@@ -368,3 +368,6 @@ class HiveNode:
 
     def extension_failures(self) -> dict[str, int]:
         return dict(self.extensions.failures)
+
+    def extension_hook_times(self) -> list[HookTime]:
+        return self.extensions.hook_times()

@@ -45,6 +45,7 @@ class HiveProcess:
         self._lines: list[str] = []
         self._reader: threading.Thread | None = None
         self.env: dict[str, str] = {}  # set for the process besides the test's environment
+        self.args: list[str] = []  # after `hive run`'s own, e.g. ["--extension", "./x.py"]
 
     @property
     def pid(self) -> int:
@@ -59,7 +60,7 @@ class HiveProcess:
         self._lines = []
         self.proc = subprocess.Popen(
             [*self.launcher, sys.executable, "-m", "hive_core.cli", "run",
-             "--config", str(self.config), "--data-dir", str(self.data_dir)],
+             "--config", str(self.config), "--data-dir", str(self.data_dir), *self.args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=self.folder,
             env={**os.environ, **self.env} if self.env else None,
         )

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from hive_core.broker import BrokerStats
     from hive_core.cluster import ClusterStats
+    from hive_core.plugins import HookTime
     from hive_ext_api import ClusterMember
 
 
@@ -43,6 +44,10 @@ class NodeStatus(Protocol):
     def member_loads(self) -> dict[str, dict[str, Any]]:
         """Each member's connections, sessions and message rates as the cluster's heartbeats
         carry them, by node id (empty when not clustered)."""
+        ...
+
+    def extension_hook_times(self) -> list[HookTime]:
+        """Calls of each extension's hooks and the time they took, by hook and extension."""
         ...
 
     def readiness(self) -> str | None:

@@ -264,9 +264,13 @@ def _intercept_inbound(extensions: Extensions, info: ClientInfo,
         answer = extensions.first(_INBOUND, client=info, publish=publish)
     else:
         answer = None
-        for impl, call in calls:
+        for impl, call, clock in calls:
+            clock.countdown -= 1  # HookClock.call, inline: this runs per message
             try:
-                answer = call(info, publish)
+                if clock.countdown:
+                    answer = call(info, publish)
+                else:
+                    answer = clock.timed_call(call, info, publish)
             except Exception:
                 answer = extensions.failed(impl, _INBOUND, "raised")
             if answer is not None:

@@ -3,7 +3,8 @@
 pluggy is synchronous and a coroutine is "an answer" to it, so the chain is walked here: each
 implementation is called with the arguments it names, an awaitable result is awaited within the
 deadline, and an implementation that raises or is too slow is logged, counted and skipped.
-A hook nobody implements costs one attribute test.
+A hook nobody implements costs one attribute test. Each implementation has a
+:class:`HookClock` (calls and time, for ``/metrics``).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import inspect
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from time import perf_counter_ns
 from typing import Any, TypeVar
 
 from pluggy import HookImpl
 
+from hive_core.plugins._hook_clock import HookClock, HookTime
 from hive_core.plugins._manager import ExtensionManager
 from hive_ext_api import (
     AuthDecision,
@@ -63,6 +66,8 @@ class Extensions:
         self.failures: Counter[str] = Counter()  # by extension name
         self.refused_on_failure: Counter[str] = Counter()  # by hook: failed authorizers
         self._impls: dict[str, list[HookImpl]] = {}
+        self._clocks: dict[tuple[str, str], HookClock] = {}  # by hook and extension; kept
+        self._clock_of: dict[HookImpl, HookClock] = {}
         self.refresh()
 
     def refresh(self) -> None:
@@ -71,6 +76,8 @@ class Extensions:
         self._impls = {name: list(reversed(getattr(hook, name).get_hookimpls()))
                        for name in (*_HOT_HOOKS, *_OTHER_HOOKS)}
         impls = self._impls
+        self._clock_of = {impl: self._clock(name, impl)
+                          for name, found in impls.items() for impl in found}
         # Hooks whose every implementation is a plain function: the core may call them inline.
         self._inline = {name: not any(inspect.iscoroutinefunction(impl.function)
                                       for impl in found)
@@ -91,7 +98,7 @@ class Extensions:
         # The inbound interceptors as plain calls (client, publish), when none is async: the
         # one hook that runs for every message goes without keyword plumbing.
         self.inbound_calls = (
-            [(impl, _positional(impl, ("client", "publish")))
+            [(impl, _positional(impl, ("client", "publish")), self._clock_of[impl])
              for impl in impls["hive_intercept_publish_inbound"]]
             if self._inline["hive_intercept_publish_inbound"] else None)
         # Hooks that need to know the client: its ClientInfo is made once, at CONNECT.
@@ -99,6 +106,19 @@ class Extensions:
                                  or self.authorizes_subscribe or self.intercepts_subscribe
                                  or self.intercepts_unsubscribe or self.watches_clients
                                  or self.enhanced_auth)
+
+    def _clock(self, hook: str, impl: HookImpl) -> HookClock:
+        key = (hook, impl.plugin_name)
+        clock = self._clocks.get(key)
+        if clock is None:
+            clock = self._clocks[key] = HookClock(hook, impl.plugin_name)
+        clock.setup(inspect.iscoroutinefunction(impl.function))
+        return clock
+
+    def hook_times(self) -> list[HookTime]:
+        """Calls and time of every implementation that was called, by hook and extension."""
+        return [clock.reading() for _key, clock in sorted(self._clocks.items())
+                if clock.calls]
 
     @classmethod
     def none(cls) -> Extensions:
@@ -125,11 +145,23 @@ class Extensions:
         return answer
 
     def _call(self, impl: HookImpl, kwargs: dict[str, Any]) -> Any:
-        return impl.function(*[kwargs[name] for name in impl.argnames])
+        return self._clock_of[impl].call(impl.function,
+                                         *[kwargs[name] for name in impl.argnames])
+
+    async def _awaited(self, impl: HookImpl, pending: Awaitable[Any]) -> Any:
+        """An ``async`` implementation's answer, within the deadline; its clock runs meanwhile."""
+        clock = self._clock_of.get(impl)
+        if clock is None or not clock.awaits:  # a plain function that returned an awaitable
+            return await asyncio.wait_for(pending, self.deadline)
+        start = perf_counter_ns()
+        try:
+            return await asyncio.wait_for(pending, self.deadline)
+        finally:
+            clock.record(perf_counter_ns() - start)
 
     async def _settle(self, impl: HookImpl, hook: str, pending: Awaitable[Any]) -> Any:
         try:
-            return await asyncio.wait_for(pending, self.deadline)
+            return await self._awaited(impl, pending)
         except TimeoutError:
             return self._failed(impl, hook, f"took longer than {self.deadline:g} s")
         except Exception:
@@ -217,7 +249,7 @@ class Extensions:
             try:
                 result = self._call(impl, {"context": context_for(name)})
                 if inspect.isawaitable(result):
-                    await asyncio.wait_for(result, self.deadline)
+                    await self._awaited(impl, result)
             except ExtensionRefused as refusal:
                 log.error("Extension %s refused to start: %s", name, refusal)
                 self.manager.deactivate(name, f"refused to start: {refusal}")
@@ -234,7 +266,7 @@ class Extensions:
             try:
                 result = self._call(impl, {"context": context_for(impl.plugin_name)})
                 if inspect.isawaitable(result):
-                    await asyncio.wait_for(result, self.deadline)
+                    await self._awaited(impl, result)
             except Exception:
                 log.exception("Extension %s failed to stop cleanly", impl.plugin_name)
 

@@ -188,3 +188,101 @@ def test_readiness_waits_for_the_join_and_liveness_does_not(hive_factory: Any) -
     with urllib.request.urlopen(f"http://127.0.0.1:{joining.ports['rest']}/api/v1/health",
                                 timeout=5) as response:
         assert response.status == 200
+
+
+# ---------------------------------------------------------------------------- hook time
+
+TIMED_EXTENSION = '''
+import asyncio
+import time
+
+from hive_ext_api import hookimpl
+
+
+@hookimpl
+def hive_intercept_publish_inbound(client, publish):
+    end = time.perf_counter() + 0.00005  # at least 50 us a call
+    while time.perf_counter() < end:
+        pass
+
+
+@hookimpl
+def hive_intercept_publish_outbound(client, publish):
+    return None
+
+
+@hookimpl
+async def hive_authorize_subscribe(client, topic_filter, qos):
+    await asyncio.sleep(0.02)
+    return True
+'''
+
+
+def rest_body(rest_port: int) -> str:
+    return ("<rest-api><enabled>true</enabled><listeners><http>"
+            f"<port>{rest_port}</port><bind-address>127.0.0.1</bind-address>"
+            "</http></listeners></rest-api>")
+
+
+def hook_histogram(scraped: dict[str, Any], hook: str) -> dict[str, Any]:
+    """One hook's histogram: count, sum and the buckets by ``le``."""
+    labels = (("extension", "timed"), ("hook", hook))
+    samples = scraped["samples"]
+    buckets = {dict(k[1])["le"]: v for k, v in samples.items()
+               if k[0] == "hive_extension_hook_seconds_bucket"
+               and tuple(p for p in k[1] if p[0] != "le") == labels}
+    return {"count": samples[("hive_extension_hook_seconds_count", labels)],
+            "sum": samples[("hive_extension_hook_seconds_sum", labels)], "buckets": buckets}
+
+
+def test_time_in_extension_hooks_is_a_histogram_by_hook(hive_factory: Any) -> None:
+    """A real node with an extension timing three hooks: the per-message interceptors count
+    every call (their time is sampled and scaled), the async authorizer is timed while awaited,
+    and hooks nobody implements are not shown."""
+    rest = free_port()
+    node = hive_factory(body=rest_body(rest), rest=rest, start=False)
+    (node.folder / "timed.py").write_text(TIMED_EXTENSION)
+    node.args = ["--extension", "./timed.py"]
+    node.start()
+    before = scrape(node)
+    assert before["types"]["hive_extension_hook_seconds"] == "histogram"
+    assert not [k for k in before["samples"] if k[0].startswith("hive_extension_hook_seconds")
+                and ("extension", "timed") in k[1]]
+    received: list[bytes] = []
+    subscriber = client(node.port, "hook-sub")
+    subscriber.on_message = lambda _c, _u, m: received.append(m.payload)
+    subscriber.subscribe("hooks/#", qos=1)
+    publisher = client(node.port, "hook-pub")
+    count = 500
+    try:
+        time.sleep(0.3)
+        for n in range(count):
+            publisher.publish("hooks/t", str(n).encode(), qos=n % 2)
+        deadline = time.monotonic() + 20
+        while len(received) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        after = scrape(node)
+    finally:
+        for c in (publisher, subscriber):
+            c.disconnect()
+            c.loop_stop()
+    assert len(received) == count
+    inbound = hook_histogram(after, "hive_intercept_publish_inbound")
+    assert inbound["count"] == count
+    assert inbound["sum"] >= count * 0.00005  # every timed call took 50 us or more
+    assert inbound["buckets"]["+Inf"] == count
+    assert inbound["buckets"]["2.5e-05"] == 0  # none faster than 25 us
+    outbound = hook_histogram(after, "hive_intercept_publish_outbound")
+    assert outbound["count"] == count
+    assert outbound["sum"] > 0
+    authorize = hook_histogram(after, "hive_authorize_subscribe")
+    assert authorize["count"] == 1
+    assert 0.02 <= authorize["sum"] < 5  # the await is timed, not only the coroutine's creation
+    assert authorize["buckets"]["0.01"] == 0 and authorize["buckets"]["+Inf"] == 1
+    for histogram in (inbound, outbound, authorize):
+        values = list(histogram["buckets"].values())  # in the exposition's order: by le
+        assert values == sorted(values)
+    hooks = {dict(k[1])["hook"] for k in after["samples"]
+             if k[0] == "hive_extension_hook_seconds_count" and ("extension", "timed") in k[1]}
+    assert hooks == {"hive_intercept_publish_inbound", "hive_intercept_publish_outbound",
+                     "hive_authorize_subscribe"}
