@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "broker": {"mqtt", "persistence", "plugins"},
     "net": {"mqtt", "broker", "config"},
     "cluster": {"mqtt", "broker", "net", "plugins", "persistence"},
-    "admin": {"config", "broker", "cluster", "net", "exit_codes"},
+    "admin": {"config", "broker", "cluster", "net", "plugins", "exit_codes"},
     "node_views": {"mqtt", "broker", "cluster", "plugins"},
     "node": {"mqtt", "broker", "cluster", "net", "config", "persistence", "plugins", "admin",
              "node_views"},
