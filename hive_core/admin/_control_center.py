@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from hive_core import __version__
 from hive_core.admin._http import Action, Raw, Reply, Request, Routes, serve_http
 from hive_core.admin._passwords import verify_password
+from hive_core.admin._rest import https_context
 from hive_core.config import HttpsListener, PasswordHash
-from hive_core.net import bound_address, listen_error, server_context
+from hive_core.net import bound_address, listen_error
 from hive_ext_api.backup import BackupError
 
 if TYPE_CHECKING:
@@ -157,13 +158,9 @@ class ControlCenter:
         for listener in self.config.effective_listeners():
             context, handshake, kind = None, None, "http"
             if isinstance(listener, HttpsListener):
-                tls = listener.tls
-                context = server_context(
-                    tls.keystore.path, tls.keystore.password, tls.keystore.private_key_password,
-                    tls.truststore.path if tls.truststore else None,
-                    tls.truststore.password if tls.truststore else None,
-                    tls.client_authentication_mode, tls.protocols, tls.cipher_suites)
-                handshake, kind, self._secure = tls.handshake_timeout / 1000, "https", True
+                context = https_context(listener)
+                handshake = listener.tls.handshake_timeout / 1000
+                kind, self._secure = "https", True
             try:
                 server = await serve_http(routes, listener.bind_address, listener.port,
                                           context, handshake)

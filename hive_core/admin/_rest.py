@@ -95,7 +95,8 @@ def metrics(node: NodeStatus, rest_api: AuthStats | None = None) -> dict[str, An
     return document
 
 
-def _tls_context(listener: HttpsListener) -> ssl.SSLContext:
+def https_context(listener: HttpsListener) -> ssl.SSLContext:
+    """The TLS context of an <https> listener (the REST API's or the control center's)."""
     tls = listener.tls
     return server_context(
         tls.keystore.path, tls.keystore.password, tls.keystore.private_key_password,
@@ -152,7 +153,7 @@ class RestApi:
             context, handshake, kind = None, None, "http"
             if isinstance(listener, HttpsListener):
                 # a key store that cannot be read raises TLSConfigError before anything binds
-                context, kind = _tls_context(listener), "https"
+                context, kind = https_context(listener), "https"
                 handshake = listener.tls.handshake_timeout / 1000
             try:
                 server = await serve_http(routes, listener.bind_address, listener.port,

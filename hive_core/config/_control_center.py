@@ -13,7 +13,7 @@ from pydantic import AfterValidator, Field, model_validator
 from pydantic_xml import element, wrapped
 
 from ._base import ConfigModel, XmlBool, misplaced
-from ._rest_api import HttpListener, HttpsListener, _password_hash, _user_name
+from ._rest_api import HttpListener, HttpsListener, _password_hash, _user_name, refuse_twice
 
 __all__ = ["ControlCenter", "ControlCenterUser"]
 
@@ -53,10 +53,5 @@ class ControlCenter(ConfigModel, tag="control-center"):
         if self.enabled and not self.users:
             raise misplaced("enabled", "the control center is enabled but no <users> are "
                                        "configured: nobody could log in")
-        seen: set[str] = set()
-        for position, user in enumerate(self.users, start=1):
-            if user.name in seen:
-                raise misplaced(f"users/user[{position}]/name",
-                                f"user {user.name!r} is configured twice")
-            seen.add(user.name)
+        refuse_twice(self.users)
         return self

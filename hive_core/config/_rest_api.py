@@ -12,7 +12,7 @@ import binascii
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, model_validator
 from pydantic_xml import element, wrapped
@@ -206,13 +206,18 @@ class RestApiAuth(ConfigModel, tag="auth"):
             given = "users" if self.users else "tokens"
             raise misplaced(given, f"<{given}> are configured but <auth><enabled> is not true: "
                                    "they would be ignored")
-        seen: set[str] = set()
-        for position, user in enumerate(self.users, start=1):
-            if user.name in seen:
-                raise misplaced(f"users/user[{position}]/name",
-                                f"user {user.name!r} is configured twice")
-            seen.add(user.name)
+        refuse_twice(self.users)
         return self
+
+
+def refuse_twice(users: tuple[Any, ...]) -> None:
+    """A user name given twice is a mistake: the second user could never log in."""
+    seen: set[str] = set()
+    for position, user in enumerate(users, start=1):
+        if user.name in seen:
+            raise misplaced(f"users/user[{position}]/name",
+                            f"user {user.name!r} is configured twice")
+        seen.add(user.name)
 
 
 class RestApi(ConfigModel, tag="rest-api"):

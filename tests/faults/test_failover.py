@@ -40,6 +40,24 @@ def three_nodes(hive_factory: Any, replica_count: int = 2, start: bool = True) -
     return nodes
 
 
+def named_nodes(hive_factory: Any, names: list[str]) -> list[Any]:
+    """Three started nodes (replica-count 2) with these node names: the ring of node ids, and
+    so who takes whom over, follows the names' order."""
+    ports = [free_port() for _ in names]
+    nodes = []
+    for port, name in zip(ports, names, strict=True):
+        rest = free_port()
+        body = cluster_body(port, ports, rest, extra=QUEUE).replace(
+            "<persistence><mode>in-memory</mode></persistence>", "").replace(
+            "<cluster><enabled>true</enabled>",
+            f"<cluster><enabled>true</enabled><node-name>{name}</node-name>").replace(
+            "</cluster>", "<replication><replica-count>2</replica-count></replication>"
+                          "</cluster>")
+        nodes.append(hive_factory(body=body, cluster=port, rest=rest))
+    wait_for_members(nodes, len(nodes))
+    return nodes
+
+
 def host_of(nodes: list[Any], subscriber: Subscriber) -> Any:
     """The node the subscriber is connected to now."""
     port = subscriber.ports[subscriber._turn]
@@ -233,18 +251,7 @@ def test_a_frozen_node_merged_back_before_the_publishers_node_redials_it(
     import os
     import signal
 
-    ports = [free_port() for _ in range(3)]
-    nodes = []
-    for port, name in zip(ports, ["a", "c", "b"], strict=True):  # ring a -> b -> c: b takes a
-        rest = free_port()
-        body = cluster_body(port, ports, rest, extra=QUEUE).replace(
-            "<persistence><mode>in-memory</mode></persistence>", "").replace(
-            "<cluster><enabled>true</enabled>",
-            f"<cluster><enabled>true</enabled><node-name>{name}</node-name>").replace(
-            "</cluster>", "<replication><replica-count>2</replica-count></replication>"
-                          "</cluster>")
-        nodes.append(hive_factory(body=body, cluster=port, rest=rest))
-    wait_for_members(nodes, 3)
+    nodes = named_nodes(hive_factory, ["a", "c", "b"])  # ring a -> b -> c: b takes a over
     subscriber = Subscriber([n.port for n in nodes], "frozen/#", qos)
     subscriber.start()
     time.sleep(0.5)
@@ -279,18 +286,7 @@ def test_a_session_handed_over_by_the_publishers_node_after_a_takeover_gets_qos2
     the session on to c under a fast QoS 2 stream. c gets what b routes to it directly from
     the moment it subscribes, and b's tail (what b queued until c confirmed): the messages in
     both are delivered once, by their identity (node protocol 4)."""
-    ports = [free_port() for _ in range(3)]
-    nodes = []
-    for port, name in zip(ports, ["a", "b", "c"], strict=True):
-        rest = free_port()
-        body = cluster_body(port, ports, rest, extra=QUEUE).replace(
-            "<persistence><mode>in-memory</mode></persistence>", "").replace(
-            "<cluster><enabled>true</enabled>",
-            f"<cluster><enabled>true</enabled><node-name>{name}</node-name>").replace(
-            "</cluster>", "<replication><replica-count>2</replica-count></replication>"
-                          "</cluster>")
-        nodes.append(hive_factory(body=body, cluster=port, rest=rest))
-    wait_for_members(nodes, 3)
+    nodes = named_nodes(hive_factory, ["a", "b", "c"])
     a, b, c = nodes
     subscriber = Subscriber([a.port, c.port], "handover/#", 2)
     subscriber.start()
