@@ -12,11 +12,9 @@ import argparse
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
-from hive_core.admin._commands import TOKEN_VARIABLE, add_credential_options, rest_request
+from hive_core.admin._commands import RestRefused, add_credential_options, rest_json
 from hive_core.exit_codes import USAGE, epilog
 
 __all__ = ["add_backups_command"]
@@ -26,33 +24,8 @@ DONE, FAILED = ("COMPLETED", "RESTORE_COMPLETED"), ("FAILED", "RESTORE_FAILED")
 EXIT_UNREACHABLE, EXIT_FAILED, EXIT_TIMEOUT = 1, 3, 4
 
 
-class _Refused(Exception):
-    """The REST API did not answer as asked; the message says why (exit 1)."""
-
-
 def _call(args: argparse.Namespace, path: str, method: str = "GET") -> Any:
-    url = args.rest.rstrip("/") + path
-    try:
-        request, context = rest_request(url, args.user, args.cacert)
-        request.method = method
-        if method == "POST":
-            request.data = b""
-        with urllib.request.urlopen(request, timeout=10, context=context) as response:
-            return json.load(response)
-    except urllib.error.HTTPError as exc:
-        hint = f" (give --user, or set ${TOKEN_VARIABLE})" if exc.code == 401 else ""
-        try:
-            detail = json.load(exc).get("detail", "")
-        except (ValueError, AttributeError):
-            detail = ""
-        raise _Refused(f"{method} {url} answered {exc.code} {exc.reason}"
-                       f"{': ' + detail if detail else ''}{hint}") from exc
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise _Refused(f"cannot reach the REST API at {args.rest}: {reason} "
-                       "(is <rest-api> enabled on that node?)") from exc
-    except ValueError as exc:
-        raise _Refused(f"{url} did not answer with JSON: {exc}") from exc
+    return rest_json(args.rest, path, args.user, args.cacert, 10.0, method)
 
 
 def _progress(backup: dict[str, Any]) -> str:
@@ -157,7 +130,7 @@ def _guarded(handler: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             return int(handler(args))
-        except _Refused as exc:
+        except RestRefused as exc:
             print(f"hive: {exc}", file=sys.stderr)
             return EXIT_UNREACHABLE
     return run

@@ -10,6 +10,7 @@ import json
 import os
 import ssl
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,40 @@ def add_credential_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cacert", type=Path, default=None, metavar="FILE",
                         help="PEM file of the CA that signed an https REST API's certificate "
                              "(default: the system's CAs)")
+
+
+class RestRefused(Exception):
+    """The REST API could not be reached or did not answer as asked; the message says why
+    (exit 1)."""
+
+
+def rest_json(base: str, path: str, user: str | None, cacert: Path | None,
+              timeout: float = 10.0, method: str = "GET") -> Any:
+    """The JSON a node's REST API answers to ``method`` on ``base`` + ``path`` (a POST sends
+    an empty body). Raises :class:`RestRefused` naming the URL and why, with a hint when
+    credentials are missing."""
+    url = base.rstrip("/") + path
+    try:
+        request, context = rest_request(url, user, cacert)
+        request.method = method
+        if method == "POST":
+            request.data = b""
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as exc:
+        hint = f" (give --user, or set ${TOKEN_VARIABLE})" if exc.code == 401 else ""
+        try:
+            detail = json.load(exc).get("detail", "")
+        except (ValueError, AttributeError):
+            detail = ""
+        raise RestRefused(f"{method} {url} answered {exc.code} {exc.reason}{hint}"
+                          f"{': ' + detail if detail else ''}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise RestRefused(f"cannot reach the REST API at {base}: {reason} "
+                          "(is <rest-api> enabled on that node?)") from exc
+    except ValueError as exc:
+        raise RestRefused(f"{url} did not answer with JSON: {exc}") from exc
 
 
 def rest_request(url: str, user: str | None, cacert: Path | None,

@@ -14,11 +14,9 @@ import argparse
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
-from hive_core.admin._commands import TOKEN_VARIABLE, add_credential_options, rest_request
+from hive_core.admin._commands import RestRefused, add_credential_options, rest_json
 from hive_core.exit_codes import OK, UNREACHABLE, USAGE, epilog
 
 __all__ = ["add_cluster_command", "cluster_overview", "overview_table"]
@@ -30,25 +28,8 @@ ELASTIC = ("BACKUPS", "ADDRESS", "NODE")  # cut first when a row is too wide, in
 NUMBERS = {COLUMNS.index(name) for name in ("CONN", "IN/S", "OUT/S", "LAG")}  # right-aligned
 
 
-class Unreachable(Exception):
-    """A node's REST API could not be reached or did not answer as asked (exit 1)."""
-
-
 def _get(base: str, path: str, args: argparse.Namespace) -> Any:
-    url = base.rstrip("/") + path
-    try:
-        request, context = rest_request(url, args.user, args.cacert)
-        with urllib.request.urlopen(request, timeout=args.timeout, context=context) as response:
-            return json.load(response)
-    except urllib.error.HTTPError as exc:
-        hint = f" (give --user, or set ${TOKEN_VARIABLE})" if exc.code == 401 else ""
-        raise Unreachable(f"{url} answered {exc.code} {exc.reason}{hint}") from exc
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise Unreachable(f"cannot reach the REST API at {base}: {reason} "
-                          "(is <rest-api> enabled on that node?)") from exc
-    except ValueError as exc:
-        raise Unreachable(f"{url} did not answer with JSON: {exc}") from exc
+    return rest_json(base, path, args.user, args.cacert, args.timeout)
 
 
 def _sample(urls: list[str], args: argparse.Namespace,
@@ -60,7 +41,7 @@ def _sample(urls: list[str], args: argparse.Namespace,
             continue
         try:
             document = _get(url, "/api/v1/metrics", args)
-        except Unreachable as exc:
+        except RestRefused as exc:
             failed[url] = str(exc)
             continue
         samples[url] = (time.monotonic(), document)
@@ -96,7 +77,7 @@ def _numbers(url: str, first: tuple[float, dict[str, Any]],
 def cluster_overview(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
     """The overview document, and why each --rest URL that failed did (empty: none did).
 
-    Raises Unreachable when the first node (the one whose member list it shows) cannot be asked.
+    Raises RestRefused when the first node (the one whose member list it shows) cannot be asked.
     """
     urls: list[str] = args.rest
     members = _get(urls[0], "/api/v1/cluster/nodes", args)
@@ -104,7 +85,7 @@ def cluster_overview(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
         items = list(members["items"])
         asked_id = next(str(m["id"]) for m in items if m.get("this_node"))
     except (KeyError, TypeError, StopIteration) as exc:
-        raise Unreachable(f"{urls[0]} did not answer with a member list: {exc!r}") from exc
+        raise RestRefused(f"{urls[0]} did not answer with a member list: {exc!r}") from exc
     failed: dict[str, str] = {}
     first = _sample(urls, args, failed)
     second: dict[str, tuple[float, dict[str, Any]]] = {}
@@ -189,7 +170,7 @@ def _status(args: argparse.Namespace) -> int:
         return USAGE
     try:
         document, failed = cluster_overview(args)
-    except Unreachable as exc:
+    except RestRefused as exc:
         print(f"hive: {exc}", file=sys.stderr)
         return UNREACHABLE
     print(json.dumps(document, indent=2) if args.json else overview_table(document))

@@ -10,6 +10,8 @@ acknowledged, received, lost (acknowledged but never received: must be 0) and du
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import threading
 import time
 from collections import Counter
@@ -219,3 +221,23 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def wait_delivered(publisher: Publisher, subscriber: Subscriber, sent: float = 60,
+                   acknowledged: float = 60, arrived: float = 60) -> None:
+    """Until the publisher has sent everything, the broker acknowledged all of it, and every
+    acknowledged message reached the subscriber (each within its own timeout)."""
+    wait_until(publisher.finished, sent, "the publisher to send everything")
+    wait_until(publisher.all_acknowledged, acknowledged, "every message to be acknowledged")
+    wait_until(lambda: publisher.acknowledged <= set(subscriber.snapshot()), arrived,
+               "every acknowledged message to arrive")
+
+
+def frozen_until(pid: int, condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """SIGSTOP the process ``pid`` until ``condition`` holds, then SIGCONT it (also when the
+    wait times out)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(condition, timeout, what)
+    finally:
+        os.kill(pid, signal.SIGCONT)

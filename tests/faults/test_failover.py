@@ -18,7 +18,14 @@ import pytest
 from cluster._nodes import cluster_body, metrics, wait_for_members
 from conftest import free_port
 
-from faults._traffic import Publisher, Subscriber, Tally, wait_until
+from faults._traffic import (
+    Publisher,
+    Subscriber,
+    Tally,
+    frozen_until,
+    wait_delivered,
+    wait_until,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -93,10 +100,7 @@ def test_the_node_of_a_persistent_session_killed_three_times(hive_factory: Any,
             assert subscriber.sessions_present[-1], "the session was not present after a kill"
             victim.start()
             wait_for_members(nodes, 3)
-        wait_until(publisher.finished, 90, "the publisher to send everything")
-        wait_until(publisher.all_acknowledged, 60, "every message to be acknowledged")
-        wait_until(lambda: publisher.acknowledged <= set(subscriber.snapshot()), 60,
-                   "every acknowledged message to arrive")
+        wait_delivered(publisher, subscriber, sent=90)
     finally:
         tally = Tally.of([publisher], subscriber)
         stats = [metrics(n).get("cluster", {}) for n in nodes if n.proc.poll() is None]
@@ -161,9 +165,6 @@ def test_the_node_of_a_persistent_session_frozen_past_the_heartbeat_timeout(
     takes its sessions over and queues what arrives for them; when the frozen node wakes up,
     its client is still connected to it, so it keeps the session and the taker hands over
     what it queued meanwhile (the merge rules of a split)."""
-    import os
-    import signal
-
     nodes = three_nodes(hive_factory)
     ports = [n.port for n in nodes]
     subscriber = Subscriber(ports, "frozen/#", 1)
@@ -174,20 +175,14 @@ def test_the_node_of_a_persistent_session_frozen_past_the_heartbeat_timeout(
     try:
         time.sleep(2)
         connects = subscriber.connects
-        os.kill(nodes[0].pid, signal.SIGSTOP)
-        try:
-            wait_until(lambda: sum(metrics(n).get("cluster", {}).get("sessions_taken_over", 0)
-                                   for n in nodes[1:]) >= 1, 30, "the takeover")
-        finally:
-            os.kill(nodes[0].pid, signal.SIGCONT)
+        frozen_until(nodes[0].pid, lambda: sum(
+            metrics(n).get("cluster", {}).get("sessions_taken_over", 0)
+            for n in nodes[1:]) >= 1, 30, "the takeover")
         wait_until(lambda: sum(metrics(n).get("cluster", {}).get("merges", 0)
                                for n in nodes[1:]) >= 1, 30,
                    "the taker to hand its copy back to the woken node")
         assert subscriber.connects == connects  # never disconnected: its node kept it
-        wait_until(publisher.finished, 60, "the publisher to send everything")
-        wait_until(publisher.all_acknowledged, 60, "every message to be acknowledged")
-        wait_until(lambda: publisher.acknowledged <= set(subscriber.snapshot()), 60,
-                   "every acknowledged message to arrive")
+        wait_delivered(publisher, subscriber)
     finally:
         tally = Tally.of([publisher], subscriber)
         print(f"QoS 1, subscriber's node frozen past the heartbeat timeout: {tally}")
@@ -248,9 +243,6 @@ def test_a_frozen_node_merged_back_before_the_publishers_node_redials_it(
     node had delivered just before the freeze, which its replica did not record yet, came back
     in the taker's queue (rescued); and what the publisher's node routed to both copies during
     the merge arrived twice. Lost must be 0, and QoS 2 duplicates 0."""
-    import os
-    import signal
-
     nodes = named_nodes(hive_factory, ["a", "c", "b"])  # ring a -> b -> c: b takes a over
     subscriber = Subscriber([n.port for n in nodes], "frozen/#", qos)
     subscriber.start()
@@ -259,16 +251,9 @@ def test_a_frozen_node_merged_back_before_the_publishers_node_redials_it(
     publisher.start()
     try:
         time.sleep(2)
-        os.kill(nodes[0].pid, signal.SIGSTOP)
-        try:
-            wait_until(lambda: metrics(nodes[2]).get("cluster", {}).get(
-                "sessions_taken_over", 0) >= 1, 30, "the takeover by b")
-        finally:
-            os.kill(nodes[0].pid, signal.SIGCONT)
-        wait_until(publisher.finished, 60, "the publisher to send everything")
-        wait_until(publisher.all_acknowledged, 30, "every message to be acknowledged")
-        wait_until(lambda: publisher.acknowledged <= set(subscriber.snapshot()), 30,
-                   "every acknowledged message to arrive")
+        frozen_until(nodes[0].pid, lambda: metrics(nodes[2]).get("cluster", {}).get(
+            "sessions_taken_over", 0) >= 1, 30, "the takeover by b")
+        wait_delivered(publisher, subscriber, acknowledged=30, arrived=30)
     finally:
         tally = Tally.of([publisher], subscriber)
         print(f"QoS {qos}, frozen node merged back (taker b): {tally}")
@@ -300,10 +285,7 @@ def test_a_session_handed_over_by_the_publishers_node_after_a_takeover_gets_qos2
         wait_until(lambda: subscriber.connects > connects, 30,
                    "the subscriber to reconnect to c")
         assert subscriber.sessions_present[-1], "the session was not present on c"
-        wait_until(publisher.finished, 60, "the publisher to send everything")
-        wait_until(publisher.all_acknowledged, 60, "every message to be acknowledged")
-        wait_until(lambda: publisher.acknowledged <= set(subscriber.snapshot()), 60,
-                   "every acknowledged message to arrive")
+        wait_delivered(publisher, subscriber)
     finally:
         tally = Tally.of([publisher], subscriber)
         skipped = metrics(c)["broker"]["handover_duplicates_skipped"]
