@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,15 +15,11 @@ from pathlib import Path
 import pytest
 from e2e._paho_peer import peers  # the paho peer fixture of the e2e tests
 
+from hive_core.testing import free_port  # outside the ephemeral range: see its docstring
+
 __all__ = ["HiveProcess", "free_port", "peers", "render_config"]
 
 STARTED = re.compile(r"Started Hive in (\d+) ms")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class HiveProcess:

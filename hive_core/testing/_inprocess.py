@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from hive_core.config import HiveConfig, parse_config
+from hive_core.testing._ports import free_port
 
 T = TypeVar("T")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class RunningNode:
@@ -113,7 +107,7 @@ def start_node(data_dir: Path, extensions: Iterable[Any] = (), config_xml: str =
     ``config_xml`` is inserted inside ``<hivemq>`` (its ``<listeners>`` is ours). Installed
     extensions (entry points) are loaded only with ``load_installed=True``.
     """
-    port = _free_port()
+    port = free_port()
     listeners = (f"<listeners><tcp-listener><port>{port}</port>"
                  "<bind-address>127.0.0.1</bind-address></tcp-listener></listeners>")
     config = parse_config(f"<hivemq>{listeners}{config_xml}</hivemq>", source="<test node>")

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from hive_core.testing._ports import free_port
 
 __all__ = ["EXTENSION_DISCOVERY", "HiveProcess", "HiveProcesses", "wait_until"]
 
@@ -51,12 +52,6 @@ def wait_until(check: Callable[[], object], timeout: float = 10.0, what: str = "
             raise AssertionError(f"not within {timeout:g} s: {what}"
                                  + (f" (last: {last!r})" if last is not None else ""))
         time.sleep(every)
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _hive_command() -> str:
@@ -131,8 +126,8 @@ class HiveProcess:
 
     def launch(self) -> HiveProcess:
         """Start the process on fresh ports; :meth:`wait_started` waits until it serves."""
-        self.mqtt_port, self.rest_port = _free_port(self.host), _free_port(self.host)
-        self.cluster_port = self.fixed_cluster_port or _free_port(self.host)
+        self.mqtt_port, self.rest_port = free_port(self.host), free_port(self.host)
+        self.cluster_port = self.fixed_cluster_port or free_port(self.host)
         self.config.write_text(self.config_xml())
         self._log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:

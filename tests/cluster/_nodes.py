@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -20,7 +19,7 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from conftest import HiveProcess
+from conftest import HiveProcess, free_port
 
 __all__ = ["MosquittoSub", "cluster_nodes", "get", "metrics", "remote_filters",
            "start_cluster", "wait_for", "wait_for_members", "wait_for_route"]
@@ -48,15 +47,8 @@ def cluster_body(own_port: int, all_ports: Iterable[int], rest_port: int,
 
 
 def distinct_free_ports(count: int) -> list[int]:
-    """``count`` free loopback ports, no two alike (all held open while they are picked)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """``count`` free loopback ports, no two alike."""
+    return [free_port() for _ in range(count)]
 
 
 def start_cluster(hive_factory: Callable[..., HiveProcess], count: int,

@@ -15,14 +15,8 @@ from typing import Any
 
 import pytest
 
-from hive_core.testing import HiveProcesses, RecordingMetrics
+from hive_core.testing import HiveProcesses, RecordingMetrics, free_port
 from hive_ext_api import ENTRY_POINT_GROUP, hookimpl
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _static(*ports: int) -> str:
@@ -32,7 +26,7 @@ def _static(*ports: int) -> str:
 
 def test_hive_processes_form_a_cluster_lose_a_killed_node_and_take_it_back(
         hive_processes: HiveProcesses) -> None:
-    ports = _free_port(), _free_port()
+    ports = free_port(), free_port()
     a, b = (hive_processes.add(cluster_port=port, discovery_xml=_static(*ports))
             for port in ports)
     hive_processes.start_together([a, b])
