@@ -32,4 +32,5 @@ bash scripts/testbed/consul.sh  # Consul 1.8.7 in .tools/bin, for hive-ext-consu
 bash scripts/testbed/netns.sh   # iproute2 for the network namespace tests
 bash scripts/testbed/docker.sh  # dockerd and dnsmasq for hive-ext-docker's tests
 bash scripts/setup.sh
+bash scripts/testbed/container.sh  # (after setup.sh: it uses .venv) docker-compose and offline wheels for tests/container
 bash scripts/testbed/spark.sh   # Java if missing; pyspark, pyarrow, boto3, moto in .venv

@@ -30,7 +30,9 @@ from ._schema import Slot, model_shape
 
 __all__ = ["load_config", "parse_config"]
 
-_ENV_PLACEHOLDER = re.compile(r"\$\{ENV:([^}]*)\}")
+_ENV_PLACEHOLDER = re.compile(r"\$\{ENV:([^}:]*)(?::-([^}]*))?\}")
+"""``${ENV:NAME}``, or ``${ENV:NAME:-default}``: as in a POSIX shell, the default stands when
+NAME is not set or is empty (a container image's config.xml can then offer defaults)."""
 _LINE_PREFIX = re.compile(r"^\[line -?\d+\]: ")
 _MISPLACED = re.compile(re.escape(MISPLACED_PREFIX) + r"(.*?)\] (.*)", re.DOTALL)
 _INDEXED_TAG = re.compile(r"^(.*)\[(\d+)\]$")
@@ -103,7 +105,8 @@ def _doctype_line(data: bytes) -> int | None:
 
 
 def _substitute_environment(root: Element, source: str) -> dict[str, str]:
-    """Replace ``${ENV:NAME}`` in text and attribute values; the values put in, by placeholder.
+    """Replace ``${ENV:NAME}`` and ``${ENV:NAME:-default}`` in text and attribute values; the
+    values taken from the environment, by placeholder (defaults are not secrets).
 
     Done on the parsed tree rather than the raw text, so line numbers stay true and a value
     holding ``<`` or ``&`` (a password, say) is taken literally.
@@ -112,17 +115,20 @@ def _substitute_environment(root: Element, source: str) -> dict[str, str]:
 
     def substitute(value: str, element: Element, where: str) -> str:
         def lookup(match: re.Match[str]) -> str:
-            name = match.group(1)
-            try:
-                used[match.group(0)] = os.environ[name]
-                return os.environ[name]
-            except KeyError:
-                raise ConfigError(
-                    f"environment variable {name} is not set (used as ${{ENV:{name}}})",
-                    source=source,
-                    line=element.sourceline,
-                    path=_path(element) + where,
-                ) from None
+            name, default = match.group(1), match.group(2)
+            value = os.environ.get(name)
+            if value is not None and (value or default is None):
+                if value:
+                    used[match.group(0)] = value
+                return value
+            if default is not None:
+                return default
+            raise ConfigError(
+                f"environment variable {name} is not set (used as ${{ENV:{name}}})",
+                source=source,
+                line=element.sourceline,
+                path=_path(element) + where,
+            )
 
         return _ENV_PLACEHOLDER.sub(lookup, value)
 

@@ -31,7 +31,7 @@ Every element and attribute of Hive's `config.xml`, with its value, its default 
 means. Element names are HiveMQ 4's. Generated from the configuration models by
 `hive config reference` (do not edit by hand: `tests/config/test_reference.py` fails when this
 file and the models differ). `${ENV:NAME}` may stand for any value; it is replaced from the
-environment.
+environment. `${ENV:NAME:-default}` takes `default` when NAME is not set or empty.
 
 A path reads from `<hivemq>` down: `cluster/transport/tcp/bind-port` is
 `<hivemq><cluster><transport><tcp><bind-port>`. `@name` is an attribute; `[]` marks an element

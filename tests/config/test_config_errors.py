@@ -191,6 +191,21 @@ BAD_FILES: list[tuple[str, str, str, int, str]] = [
         "environment variable HIVE_SURELY_UNSET_PORT is not set",
     ),
     (
+        "a default from the placeholder that is not a port",
+        """\
+        <hivemq>
+            <listeners>
+                <tcp-listener>
+                    <port>${ENV:HIVE_SURELY_UNSET_PORT:-mqtt}</port>
+                </tcp-listener>
+            </listeners>
+        </hivemq>
+        """,
+        "hivemq/listeners/tcp-listener/port",
+        4,
+        "port",
+    ),
+    (
         "missing environment variable in an attribute",
         """\
         <hivemq>

@@ -296,6 +296,25 @@ def test_environment_placeholders(monkeypatch: pytest.MonkeyPatch) -> None:
     assert config.cluster.authentication.shared_secret == "a cluster secret & <more>"
 
 
+def test_environment_placeholders_with_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``${ENV:NAME:-default}`` as in a shell: the default when NAME is unset or empty."""
+    monkeypatch.setenv("HIVE_TEST_PORT", "1999")
+    monkeypatch.setenv("HIVE_TEST_EMPTY", "")
+    monkeypatch.delenv("HIVE_TEST_UNSET", raising=False)
+    config = parse_config(
+        """<hivemq>
+             <listeners>
+               <tcp-listener><port>${ENV:HIVE_TEST_PORT:-1883}</port></tcp-listener>
+               <tcp-listener><port>${ENV:HIVE_TEST_UNSET:-1884}</port></tcp-listener>
+               <tcp-listener><port>${ENV:HIVE_TEST_EMPTY:-1885}</port>
+                 <bind-address>${ENV:HIVE_TEST_UNSET:-}127.0.0.1</bind-address></tcp-listener>
+             </listeners>
+           </hivemq>"""
+    )
+    assert [listener.port for listener in config.listeners] == [1999, 1884, 1885]
+    assert config.listeners[2].bind_address == "127.0.0.1"
+
+
 def test_namespaces_and_xsi_attributes_are_accepted() -> None:
     config = parse_config(
         """<?xml version="1.0" encoding="UTF-8"?>
