@@ -84,6 +84,31 @@ ENDED_SESSIONS = 1_000_000
 SIMULTANEOUS_DIALS = 1.0
 """Seconds after a member joined within which a second link from it is a dial that crossed
 this node's own (both decide by node id); later it is the member reached under another address."""
+PROBE_SETTLE = 0.25
+"""Seconds a probe of a node whose link closed keeps its connection: one that is reset or
+closed within it was taken by a process on its way out (see port_answers)."""
+
+
+async def port_answers(address: ClusterNodeAddress) -> bool:
+    """Whether a node's cluster port still takes connections (a crashed process's does
+    not; a live node that closed the link, because it thought this one dead, does)."""
+    try:
+        with anyio.fail_after(1.0):
+            reader, writer = await asyncio.open_connection(address.host, address.port)
+    except (OSError, TimeoutError):
+        return False
+    # A process being killed closes its sockets one by one: its links may be closed while
+    # its listening socket still completes handshakes, and the connection is reset a moment
+    # later. A live node keeps a silent connection open for longer than this wait.
+    try:
+        with anyio.move_on_after(PROBE_SETTLE):
+            if await reader.read(1) == b"":
+                return False
+    except OSError:
+        return False
+    finally:
+        writer.close()
+    return True
 
 
 @dataclass(slots=True)
@@ -709,17 +734,6 @@ class Cluster:
                 probe = member.address if why == "its connection closed" \
                     and self.settings.transport_kind == "tcp" else None
                 asyncio.get_running_loop().create_task(self._take_over(peer_id, probe))
-
-    async def _answers(self, address: ClusterNodeAddress) -> bool:
-        """Whether a node's cluster port still takes connections (a crashed process's does
-        not; a live node that closed the link, because it thought this one dead, does)."""
-        try:
-            with anyio.fail_after(1.0):
-                _reader, writer = await asyncio.open_connection(address.host, address.port)
-        except (OSError, TimeoutError):
-            return False
-        writer.close()
-        return True
 
     def _forget(self, peer_id: str) -> None:
         """A node away for longer than ABSENT_KEEP: no more routing to it."""
@@ -1495,7 +1509,7 @@ class Cluster:
         event = self._taking[failed]
         try:
             assert self.replicas is not None
-            if probe is not None and await self._answers(probe):
+            if probe is not None and await port_answers(probe):
                 log.warning("node %s closed its link to this node but still answers: its "
                             "sessions stay with it", failed)
                 return

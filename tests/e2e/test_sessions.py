@@ -309,20 +309,20 @@ def test_takeover_redelivers_what_the_first_connection_left_unacked(hive):
 
 def test_v311_silent_client_is_closed_after_one_and_a_half_keep_alive(hive):
     with RawClient(hive.port) as raw:
-        assert raw.connect(4, "silent", keep_alive=1).reason_code == 0
+        assert raw.connect(4, "silent", keep_alive=2).reason_code == 0
         started = time.monotonic()
-        raw.expect_closed(timeout=5)
+        raw.expect_closed(timeout=8)
         elapsed = time.monotonic() - started
-    assert 1.3 <= elapsed <= 2.0, elapsed
+    assert 2.8 <= elapsed <= 3.8, elapsed  # 1.5 x 2 s, and not 2 x (room for a busy machine)
 
 
 def test_v5_silent_client_gets_keep_alive_timeout(hive):
     with RawClient(hive.port) as raw:
-        assert raw.connect(5, "silent5", keep_alive=1).reason_code == 0
+        assert raw.connect(5, "silent5", keep_alive=2).reason_code == 0
         started = time.monotonic()
-        raw.expect_disconnect(RC.KEEP_ALIVE_TIMEOUT, timeout=5)
+        raw.expect_disconnect(RC.KEEP_ALIVE_TIMEOUT, timeout=8)
         elapsed = time.monotonic() - started
-    assert 1.3 <= elapsed <= 2.0, elapsed
+    assert 2.8 <= elapsed <= 3.8, elapsed
 
 
 def test_pings_keep_a_client_alive(hive):
