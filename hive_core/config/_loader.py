@@ -30,7 +30,7 @@ from ._schema import Slot, model_shape
 
 __all__ = ["load_config", "parse_config"]
 
-_ENV_PLACEHOLDER = re.compile(r"\$\{ENV:([^}:]*)(?::-([^}]*))?\}")
+_ENV_PLACEHOLDER = re.compile(r"\$\{ENV:([^}]*)\}")
 """``${ENV:NAME}``, or ``${ENV:NAME:-default}``: as in a POSIX shell, the default stands when
 NAME is not set or is empty (a container image's config.xml can then offer defaults)."""
 _LINE_PREFIX = re.compile(r"^\[line -?\d+\]: ")
@@ -115,7 +115,16 @@ def _substitute_environment(root: Element, source: str) -> dict[str, str]:
 
     def substitute(value: str, element: Element, where: str) -> str:
         def lookup(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
+            name, dash, default_text = match.group(1).partition(":-")
+            default = default_text if dash else None
+            if ":" in name or not name:
+                raise ConfigError(
+                    f"{match.group(0)} is not a placeholder: write ${{ENV:NAME}} or "
+                    "${ENV:NAME:-default}",
+                    source=source,
+                    line=element.sourceline,
+                    path=_path(element) + where,
+                )
             value = os.environ.get(name)
             if value is not None and (value or default is None):
                 if value:

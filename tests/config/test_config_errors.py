@@ -206,6 +206,22 @@ BAD_FILES: list[tuple[str, str, str, int, str]] = [
         "port",
     ),
     (
+        "a placeholder's default without its dash",
+        """\
+        <hivemq>
+            <listeners>
+                <tcp-listener>
+                    <port>${ENV:HIVE_SURELY_UNSET_PORT:1883}</port>
+                </tcp-listener>
+            </listeners>
+        </hivemq>
+        """,
+        "hivemq/listeners/tcp-listener/port",
+        4,
+        "${ENV:HIVE_SURELY_UNSET_PORT:1883} is not a placeholder: write ${ENV:NAME} or "
+        "${ENV:NAME:-default}",
+    ),
+    (
         "missing environment variable in an attribute",
         """\
         <hivemq>
