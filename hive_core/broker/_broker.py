@@ -17,7 +17,14 @@ from dataclasses import replace
 from typing import Any
 
 from hive_core.broker._expiry import SessionClock
-from hive_core.broker._handover import WINDOW_AFTER_TAIL, WINDOW_WITHOUT_TAIL, HandOverWindow
+from hive_core.broker._handover import (
+    RECENT_DIRECT_MAX,
+    RECENT_DIRECT_SECONDS,
+    WINDOW_AFTER_TAIL,
+    WINDOW_WITHOUT_TAIL,
+    HandOverWindow,
+    MessageId,
+)
 from hive_core.broker._message import Message
 from hive_core.broker._metrics import BrokerMetrics, BrokerStats
 from hive_core.broker._outbox import Outbox
@@ -75,6 +82,12 @@ class Broker:
         # Sessions handed over to this node whose old node's tail may repeat what arrives here
         # directly (see _handover.py), and when each window closes.
         self._windows: dict[str, HandOverWindow] = {}
+        # What reached each session directly from other nodes in the last 1 to 2 seconds
+        # (two generations, swapped every second): a window opened a moment after a message
+        # arrived, because the claim of the other copy came on another link, still knows it.
+        self._recent_direct: list[tuple[str, MessageId]] = []
+        self._recent_direct_before: list[tuple[str, MessageId]] = []
+        self._recent_swap: asyncio.TimerHandle | None = None
         self.subscriptions = TopicTree()
         self.connections: set[Link] = set()
         self.connected_count = 0
@@ -107,6 +120,9 @@ class Broker:
         for task in list(self._tasks):
             task.cancel()
         self.clock.stop()
+        if self._recent_swap is not None:
+            self._recent_swap.cancel()
+            self._recent_swap = None
         await self.records.commit()
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -365,6 +381,15 @@ class Broker:
         plain = not self.extensions.intercepts_outbound
         deliver = self.outbox.deliver
         windows = self._windows if from_cluster else None
+        mid = message.mid if from_cluster else None
+        recent = None
+        if mid is not None:
+            if self._recent_swap is None:
+                self._recent_swap = asyncio.get_running_loop().call_later(
+                    RECENT_DIRECT_SECONDS, self._swap_recent)
+            elif len(self._recent_direct) > RECENT_DIRECT_MAX:
+                self._swap_recent()  # early: the history stays bounded
+            recent = self._recent_direct
         sent = 0
         for delivery in deliveries:
             session = delivery.session
@@ -387,10 +412,12 @@ class Broker:
                     out.append(data)
                     sent += 1
                 continue
-            if windows and session.client_id in windows \
-                    and not windows[session.client_id].direct(message.mid):
-                metrics.handover_duplicates_skipped += 1
-                continue  # the old node's tail brought it (a handover)
+            if recent is not None:
+                client_id = session.client_id
+                if windows and client_id in windows and not windows[client_id].direct(mid):
+                    metrics.handover_duplicates_skipped += 1
+                    continue  # the old node's tail brought it (a handover)
+                recent.append((client_id, mid))  # type: ignore[arg-type]
             if deliver(session, Pending(message, granted, delivery.subscription_ids, retain)):
                 durable = True
         if sent:
@@ -661,12 +688,33 @@ class Broker:
                 window = self._windows[client_id] = HandOverWindow()
                 opened.append((client_id, window))
         if opened:
+            self._seed_windows(dict(opened))
             asyncio.get_running_loop().call_later(WINDOW_WITHOUT_TAIL, self._close_windows,
                                                   opened)
 
     def _open_window(self, client_id: str, seconds: float) -> None:
         window = self._windows[client_id] = HandOverWindow()
+        self._seed_windows({client_id: window})
         asyncio.get_running_loop().call_later(seconds, self._close_window, client_id, window)
+
+    def _seed_windows(self, windows: dict[str, HandOverWindow]) -> None:
+        """New windows learn what reached their sessions directly in the last seconds."""
+        for history in (self._recent_direct_before, self._recent_direct):
+            for client_id, mid in history:
+                window = windows.get(client_id)
+                if window is not None:
+                    window.direct(mid)
+
+    def _swap_recent(self) -> None:
+        """Every second while messages come from other nodes: the older generation of direct
+        arrivals goes (sooner when a generation outgrows RECENT_DIRECT_MAX)."""
+        if self._recent_swap is not None:
+            self._recent_swap.cancel()
+        self._recent_direct_before = self._recent_direct
+        self._recent_direct = []
+        # A second without arrivals empties the history; the next arrival starts the clock.
+        self._recent_swap = asyncio.get_running_loop().call_later(
+            RECENT_DIRECT_SECONDS, self._swap_recent) if self._recent_direct_before else None
 
     def _close_windows(self, windows: list[tuple[str, HandOverWindow]]) -> None:
         for client_id, window in windows:

@@ -15,7 +15,12 @@ way. Messages without an identity (from a node of protocol 3) are never skipped.
 
 A split that heals is the same case with another tail: the copy of a session that is dropped
 hands its queue to the one kept (MERGE_QUEUE), while the other nodes may route to both for a
-moment. The keeper opens a window for its sessions when the merge starts.
+moment. The keeper opens a window for its sessions when the merge starts, or when a node that
+restarted claims a copy it kept on disk (OWNED).
+
+A window can open a moment after a message it should know of arrived directly: the claim comes
+on one link, the message on another. So the broker keeps what reached each session directly
+from other nodes in the last 1 to 2 seconds, and a new window starts from that.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ WINDOW_AFTER_TAIL = 10.0
 """Seconds a window stays open after the tail arrived (messages routed earlier still land)."""
 WINDOW_WITHOUT_TAIL = 60.0
 """Seconds a window waits for a tail at most (the old node may have failed)."""
+RECENT_DIRECT_SECONDS = 1.0
+"""Direct arrivals are kept in two generations of this many seconds each, for new windows."""
+RECENT_DIRECT_MAX = 200_000
+"""A generation that holds more arrivals than this is swapped early (memory stays bounded)."""
 
 
 class HandOverWindow:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hive_core.broker import Broker, BrokerSettings, Channel
+from hive_core.broker import Broker, BrokerSettings, Channel, Message
 from hive_core.mqtt import (
     Auth,
     ConnAck,
@@ -38,7 +38,7 @@ from hive_core.mqtt import (
     Will,
     encode_packet,
 )
-from hive_core.persistence import MemorySessionStore, Snapshot
+from hive_core.persistence import MemorySessionStore, Snapshot, StoredMessage
 
 P = PropertyId
 RC = ReasonCode
@@ -718,3 +718,34 @@ def test_a_subscribe_writes_its_subscription_not_the_whole_session() -> None:
             await broker.stop()
 
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------- handover windows
+
+
+def test_a_window_opened_after_a_message_arrived_still_skips_its_copy_from_the_tail() -> None:
+    """A restarted node claims a copy of a session this node keeps (OWNED) on its own link;
+    a message routed to both copies may reach this node directly first. The window opened by
+    the claim knows it from the recent arrivals, and the copy in MERGE_QUEUE is skipped."""
+    async def scenario(broker: Broker) -> None:
+        peer = Peer(broker)
+        peer.connect("keeper", clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 600})
+        peer.subscribe("merge/#", qos=2)
+
+        def routed(serial: int) -> Message:
+            message = Message("merge/t", b"%d" % serial, 2, False, None, "elsewhere")
+            message.mid = ("node-c", serial)
+            return message
+
+        broker.publish(routed(1), from_cluster=True)  # directly, before any window
+        await settle()
+        broker.expect_merge(["keeper"])  # the claim comes after
+        tail = [(StoredMessage("merge/t", b"%d" % n, 2, publisher_id="elsewhere"), ("node-c", n))
+                for n in (1, 2)]
+        broker.append_handed_over("keeper", tail)
+        await settle()
+        payloads = [p.payload for p in peer.publishes()]
+        assert payloads == [b"1", b"2"]  # 1 once (directly), 2 from the tail
+        assert broker.metrics.handover_duplicates_skipped == 1
+
+    run(scenario)
