@@ -189,7 +189,8 @@ def subscribes(draw: st.DrawFn, version: int) -> Subscribe:
                 SubscriptionRequest(
                     topic_filter,
                     draw(st.integers(0, 2)),
-                    draw(st.booleans()),
+                    # no local is a protocol error on a shared subscription (MQTT-3.8.3-4)
+                    draw(st.booleans()) and not topic_filter.startswith("$share/"),
                     draw(st.booleans()),
                     draw(st.integers(0, 2)),
                 )
