@@ -16,7 +16,7 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from cluster._nodes import node_id, start_cluster, wait_for_members
+from cluster._nodes import cluster_nodes, node_id, start_cluster, wait_for, wait_for_members
 from conftest import free_port
 
 from hive_core import __version__
@@ -106,6 +106,9 @@ def test_cluster_status_shows_every_member_with_its_numbers(two_nodes: list[obje
 def test_cluster_status_table_fits_100_columns_and_marks_the_nodes_not_asked(
         two_nodes: list[object]) -> None:
     ids = [node_id(n) for n in two_nodes]  # type: ignore[arg-type]
+    # The other node's load comes with its heartbeats: wait for the first to have arrived.
+    wait_for(lambda: all("load" in m for m in cluster_nodes(two_nodes[1])  # type: ignore
+                         if m["id"] == ids[0]), 15, "a heartbeat with node 1's load on node 2")
     done = hive_cli("cluster", "status", "--rest", rest(two_nodes[1]), "--sample", "0.2")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
