@@ -132,6 +132,19 @@ def log_in(driver: WebDriver, node: HiveProcess, password: str = PASSWORD) -> No
     driver.find_element(By.ID, "login-button").click()
 
 
+SEARCH_FIELDS = {"clients": "client-search", "retained": "retained-search",
+                 "subscriptions": "subscriptions-search"}
+
+
+def search_on(driver: WebDriver, node: HiveProcess, page: str, text: str) -> None:
+    """Open ``page`` (clients, retained, subscriptions) of ``node`` and search it for ``text``."""
+    driver.get(url(node, f"/#{page}"))
+    field = until(driver, lambda d: d.find_element(By.ID, SEARCH_FIELDS[page]),
+                  f"the search of {page}")
+    field.send_keys(text)
+    field.submit()
+
+
 def node_rows(driver: WebDriver) -> dict[str, str]:
     """The overview's node table: node id -> state, as shown."""
     rows = driver.find_elements(By.CSS_SELECTOR, "#nodes tbody tr")
@@ -201,10 +214,7 @@ def test_a_client_is_found_from_any_node_and_disconnected_where_it_is(
         # Node 1's page finds it, on node 2.
         log_in(browser, nodes[0])
         until(browser, lambda d: d.find_elements(By.ID, "who"), "the overview")
-        browser.get(url(nodes[0], "/#clients"))
-        search = until(browser, lambda d: d.find_element(By.ID, "client-search"), "the search")
-        search.send_keys("finder")
-        search.submit()
+        search_on(browser, nodes[0], "clients", "finder")
         shown_node = until(browser, lambda d: d.find_element(
             By.CSS_SELECTOR, '#client-results tr[data-client="cc-finder-1"]').find_elements(
             By.TAG_NAME, "td")[1].text, "the client")
@@ -213,10 +223,7 @@ def test_a_client_is_found_from_any_node_and_disconnected_where_it_is(
         # On node 2's page: its details, and the disconnect.
         log_in(browser, nodes[1])
         until(browser, lambda d: d.find_elements(By.ID, "who"), "the overview")
-        browser.get(url(nodes[1], "/#clients"))
-        search = until(browser, lambda d: d.find_element(By.ID, "client-search"), "the search")
-        search.send_keys("cc-finder-1")
-        search.submit()
+        search_on(browser, nodes[1], "clients", "cc-finder-1")
         click(browser, 'a[data-client="cc-finder-1"]', "the client's link")
         until(browser, lambda d: "cc/finder/#" in d.find_element(
             By.ID, "detail-subscriptions").text, "its subscription in the details")
@@ -251,19 +258,13 @@ def test_retained_messages_and_subscriptions_are_browsed(nodes: list[HiveProcess
         subscriber.subscribe("cc/plant/+/alarm", qos=1)
         log_in(browser, nodes[0])
         until(browser, lambda d: d.find_elements(By.ID, "who"), "the overview")
-        browser.get(url(nodes[0], "/#retained"))
-        search = until(browser, lambda d: d.find_element(By.ID, "retained-search"), "search")
-        search.send_keys("cc/plant")
-        search.submit()
+        search_on(browser, nodes[0], "retained", "cc/plant")
         until(browser, lambda d: len(d.find_elements(
             By.CSS_SELECTOR, "#retained-results tbody tr")) == 5, "the 5 retained messages")
         assert "running 3" in browser.find_element(
             By.CSS_SELECTOR, '#retained-results tr[data-topic="cc/plant/3/state"]').text
         screenshot(browser, "retained")
-        browser.get(url(nodes[0], "/#subscriptions"))
-        search = until(browser, lambda d: d.find_element(By.ID, "subscriptions-search"), "search")
-        search.send_keys("alarm")
-        search.submit()
+        search_on(browser, nodes[0], "subscriptions", "alarm")
         until(browser, lambda d: "cc/plant/+/alarm" in d.find_element(
             By.CSS_SELECTOR, f'#subscriptions-remote tr[data-node="{node_id(nodes[2])}"]').text,
             "node 3's subscription on node 1's page")
