@@ -8,7 +8,7 @@ from hive_core.cluster._cluster import (
     Member,
 )
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
-from hive_core.cluster._replication import ReplicatingStore
+from hive_core.cluster._replication import ReplicaFolder, ReplicaShelf, ReplicatingStore
 from hive_core.cluster._routing import RoutingTable
 from hive_core.cluster._transport import (
     MemoryNetwork,
@@ -29,6 +29,7 @@ from hive_core.cluster._wire import (
 __all__ = [
     "MIN_PROTOCOL_VERSION", "PROTOCOL_VERSION", "Cluster", "ClusterMetrics", "ClusterSettings",
     "ClusterStats", "FrameDecoder", "FrameKind", "HealthCheck", "HealthCheckSettings", "Member",
-    "MemoryNetwork", "MemoryTransport", "NodeTransport", "NodeUnreachable", "ReplicatingStore",
+    "MemoryNetwork", "MemoryTransport", "NodeTransport", "NodeUnreachable", "ReplicaFolder",
+    "ReplicaShelf", "ReplicatingStore",
     "RoutingTable", "TcpTransport", "UdpTiming", "UdpTransport", "encode_frame",
 ]

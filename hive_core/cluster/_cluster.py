@@ -34,7 +34,9 @@ from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._replication import (
+    ReplicaFolder,
     Replicas,
+    ReplicaShelf,
     ReplicatingStore,
     Replicator,
     Watermarks,
@@ -84,33 +86,6 @@ ENDED_SESSIONS = 1_000_000
 SIMULTANEOUS_DIALS = 1.0
 """Seconds after a member joined within which a second link from it is a dial that crossed
 this node's own (both decide by node id); later it is the member reached under another address."""
-PROBE_SETTLE = 0.25
-"""Seconds a probe of a node whose link closed keeps its connection: one that is reset or
-closed within it was taken by a process on its way out (see port_answers)."""
-
-
-async def port_answers(address: ClusterNodeAddress) -> bool:
-    """Whether a node's cluster port still takes connections (a crashed process's does
-    not; a live node that closed the link, because it thought this one dead, does)."""
-    try:
-        with anyio.fail_after(1.0):
-            reader, writer = await asyncio.open_connection(address.host, address.port)
-    except (OSError, TimeoutError):
-        return False
-    # A process being killed closes its sockets one by one: its links may be closed while
-    # its listening socket still completes handshakes, and the connection is reset a moment
-    # later. A live node keeps a silent connection open for longer than this wait.
-    try:
-        with anyio.move_on_after(PROBE_SETTLE):
-            if await reader.read(1) == b"":
-                return False
-    except OSError:
-        return False
-    finally:
-        writer.close()
-    return True
-
-
 @dataclass(slots=True)
 class ClusterSettings:
     bind_host: str
@@ -308,7 +283,8 @@ class Cluster:
 
     def __init__(self, node_id: str, settings: ClusterSettings, broker: BrokerPort,
                  extensions: Extensions, transport: NodeTransport | None = None,
-                 store: ReplicatingStore | None = None) -> None:
+                 store: ReplicatingStore | None = None,
+                 replica_shelf: ReplicaShelf | None = None) -> None:
         self.node_id = node_id
         self.settings = settings
         self.broker = broker
@@ -369,13 +345,16 @@ class Cluster:
         self.authentication = PeerAuthentication(settings.shared_secret, settings.connect_timeout)
         # Replication (_replication.py): this node's backups, and the replicas held here.
         replicating = (store is not None and settings.replica_count > 1
-                       and settings.protocol >= 3 and settings.replicas_folder is not None)
+                       and settings.protocol >= 3
+                       and (settings.replicas_folder is not None or replica_shelf is not None))
         self.replicator = Replicator(
             store, self._replica_snapshot, self._watermarks, self._send_snapshot,
             self._send_ops, self._send_release) if replicating and store is not None else None
-        self.replicas = Replicas(settings.replicas_folder, self._acknowledge_replica,
-                                 self._replica_missing) \
-            if replicating and settings.replicas_folder is not None else None
+        shelf = replica_shelf if replica_shelf is not None else (
+            ReplicaFolder(settings.replicas_folder)
+            if settings.replicas_folder is not None else None)
+        self.replicas = Replicas(shelf, self._acknowledge_replica, self._replica_missing) \
+            if replicating and shelf is not None else None
         self._resync_asked: set[str] = set()
         self._taking: dict[str, anyio.Event] = {}  # failed nodes whose sessions are being taken
         self.adopted_from: dict[str, set[str]] = {}  # failed node -> client ids taken from it
@@ -731,8 +710,7 @@ class Cluster:
                     and self.replicas is not None \
                     and self.replicas.holds(peer_id) and peer_id not in self._taking:
                 self._taking[peer_id] = anyio.Event()
-                probe = member.address if why == "its connection closed" \
-                    and self.settings.transport_kind == "tcp" else None
+                probe = member.address if why == "its connection closed" else None
                 asyncio.get_running_loop().create_task(self._take_over(peer_id, probe))
 
     def _forget(self, peer_id: str) -> None:
@@ -1509,7 +1487,7 @@ class Cluster:
         event = self._taking[failed]
         try:
             assert self.replicas is not None
-            if probe is not None and await port_answers(probe):
+            if probe is not None and await self.transport.answers(probe):
                 log.warning("node %s closed its link to this node but still answers: its "
                             "sessions stay with it", failed)
                 return

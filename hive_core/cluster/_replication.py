@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hive_core.broker import SessionRecords
 from hive_core.persistence import (
@@ -353,8 +353,7 @@ class Replica:
     """The copy of one origin node's sessions held here."""
 
     origin: str
-    folder: Path
-    store: FileSessionStore | None = None
+    store: SessionStore | None = None
     applied: int = 0  # the last op written to the store
     complete: bool = False  # its snapshot has arrived whole
     watermarks: Watermarks = field(default_factory=dict)
@@ -377,27 +376,25 @@ Work = Callable[[], Awaitable[None] | None]
 
 
 class Replicas:
-    """The replicas this node holds for other nodes, one store each under ``folder``.
+    """The replicas this node holds for other nodes, one store each on the ``shelf``.
 
     What an origin sends is handled in order, one origin at a time (a snapshot opens a store,
     which takes a moment; the ops after it wait for it).
     """
 
-    def __init__(self, folder: Path, acknowledge: Callable[[str, int], None],
+    def __init__(self, shelf: ReplicaShelf | Path, acknowledge: Callable[[str, int], None],
                  missing: Callable[[str], None] = lambda origin: None) -> None:
-        self.folder = folder
+        self.shelf = ReplicaFolder(shelf) if isinstance(shelf, Path) else shelf
         self._acknowledge = acknowledge
         self._missing = missing  # ops came for a replica this node does not hold (any more)
         self.held: dict[str, Replica] = {}
         self.ops_applied = 0
         self._work: dict[str, deque[Work]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
-        if folder.is_dir():  # replicas kept across a restart: usable if their origin died
-            for child in sorted(folder.iterdir()):
-                if (child / "persistence" / "sessions.db").exists():
-                    watermarks, wills = _read_sidecar(child)
-                    self.held[child.name] = Replica(child.name, child, complete=True,
-                                                    watermarks=watermarks, wills=wills)
+        # Replicas kept across a restart: usable if their origin died.
+        for origin, watermarks, wills in self.shelf.kept():
+            self.held[origin] = Replica(origin, complete=True, watermarks=watermarks,
+                                        wills=wills)
 
     def holds(self, origin: str) -> bool:
         replica = self.held.get(origin)
@@ -461,12 +458,8 @@ class Replicas:
         if first or replica is None or replica.store is None:
             if replica is not None:
                 await self._close(replica)
-            folder = self.folder / origin
-            await asyncio.to_thread(shutil.rmtree, folder, True)
-            replica = self.held[origin] = Replica(origin, folder)
-            store = FileSessionStore(folder)
-            await store.open()
-            replica.store = store
+            replica = self.held[origin] = Replica(origin)
+            replica.store = await self.shelf.create(origin)
         store = replica.store
         replica.wills.update((client_id, fields) for client_id, fields in wills)
         with store.atomic():
@@ -521,7 +514,7 @@ class Replicas:
                 self._acknowledge(replica.origin, applied)
                 # After the acknowledgement: marks that lag the store (a crash in between)
                 # mean messages delivered twice after a takeover, never lost.
-                await asyncio.to_thread(_write_sidecar, replica.folder, watermarks, wills)
+                await self.shelf.keep_marks(replica.origin, watermarks, wills)
         except PersistenceError:
             log.exception("could not write the replica of node %s; it is not acknowledged",
                           replica.origin)
@@ -532,17 +525,15 @@ class Replicas:
         replica = self.held.pop(origin, None)
         if replica is not None:
             await self._close(replica)
-            await asyncio.to_thread(shutil.rmtree, replica.folder, True)
+            await self.shelf.remove(origin)
 
     async def _take(self, origin: str) -> TakenReplica | None:
         replica = self.held.pop(origin, None)
         if replica is None or not replica.complete:
             return None
         await self._close(replica)
-        reader = FileSessionStore(replica.folder)
-        snapshot = await reader.open()
-        await reader.close()
-        await asyncio.to_thread(shutil.rmtree, replica.folder, True)
+        snapshot = await self.shelf.read(origin)
+        await self.shelf.remove(origin)
         records = [SessionRecords(session, snapshot.queues.get(client_id, []),
                                   snapshot.inflight.get(client_id, []))
                    for client_id, session in snapshot.sessions.items()]
@@ -563,6 +554,64 @@ class Replicas:
             worker.cancel()
         for replica in list(self.held.values()):
             await self._close(replica)
+
+
+class ReplicaShelf(Protocol):
+    """Where a node keeps the replicas it holds of other nodes: a store per origin, and the
+    marks and wills beside it. Outlives the process (a restarted node still holds them)."""
+
+    def kept(self) -> list[tuple[str, Watermarks, dict[str, list[Any]]]]:
+        """The replicas found at start: origin, watermarks, wills."""
+        ...
+
+    async def create(self, origin: str) -> SessionStore:
+        """An empty, open store for ``origin``'s replica (an older one is dropped first)."""
+        ...
+
+    async def keep_marks(self, origin: str, watermarks: Watermarks,
+                         wills: dict[str, list[Any]]) -> None:
+        """Write what the replica keeps beside its store (after the store's commit)."""
+        ...
+
+    async def read(self, origin: str) -> Snapshot:
+        """What ``origin``'s replica store holds (its store closed)."""
+        ...
+
+    async def remove(self, origin: str) -> None:
+        ...
+
+
+class ReplicaFolder:
+    """The replicas in ``<data>/replicas/<origin>/``: a file store and ``replica.json`` each."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def kept(self) -> list[tuple[str, Watermarks, dict[str, list[Any]]]]:
+        if not self.folder.is_dir():
+            return []
+        return [(child.name, *_read_sidecar(child)) for child in sorted(self.folder.iterdir())
+                if (child / "persistence" / "sessions.db").exists()]
+
+    async def create(self, origin: str) -> SessionStore:
+        folder = self.folder / origin
+        await asyncio.to_thread(shutil.rmtree, folder, True)
+        store = FileSessionStore(folder)
+        await store.open()
+        return store
+
+    async def keep_marks(self, origin: str, watermarks: Watermarks,
+                         wills: dict[str, list[Any]]) -> None:
+        await asyncio.to_thread(_write_sidecar, self.folder / origin, watermarks, wills)
+
+    async def read(self, origin: str) -> Snapshot:
+        reader = FileSessionStore(self.folder / origin)
+        snapshot = await reader.open()
+        await reader.close()
+        return snapshot
+
+    async def remove(self, origin: str) -> None:
+        await asyncio.to_thread(shutil.rmtree, self.folder / origin, True)
 
 
 def _write_sidecar(folder: Path, watermarks: Watermarks, wills: dict[str, list[Any]]) -> None:

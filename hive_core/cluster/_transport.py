@@ -14,6 +14,8 @@ import ssl
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
+import anyio
+
 from hive_core.net import TlsAcceptor, dial_tls, listen_error
 from hive_ext_api import ClusterNodeAddress
 
@@ -48,8 +50,39 @@ class NodeTransport(Protocol):
         """Stop accepting links (the links already open are the cluster's to close)."""
         ...
 
+    async def answers(self, address: ClusterNodeAddress) -> bool:
+        """Whether the node at ``address`` still takes links: a crashed process's port does
+        not, a live node that closed its link (it thought this one dead) does."""
+        ...
+
 
 # ---------------------------------------------------------------------------------- TCP
+
+PROBE_SETTLE = 0.25
+"""Seconds a probe of a node whose link closed keeps its connection: one that is reset or
+closed within it was taken by a process on its way out (see port_answers)."""
+
+
+async def port_answers(address: ClusterNodeAddress) -> bool:
+    """Whether a node's cluster port still takes connections (a crashed process's does
+    not; a live node that closed the link, because it thought this one dead, does)."""
+    try:
+        with anyio.fail_after(1.0):
+            reader, writer = await asyncio.open_connection(address.host, address.port)
+    except (OSError, TimeoutError):
+        return False
+    # A process being killed closes its sockets one by one: its links may be closed while
+    # its listening socket still completes handshakes, and the connection is reset a moment
+    # later. A live node keeps a silent connection open for longer than this wait.
+    try:
+        with anyio.move_on_after(PROBE_SETTLE):
+            if await reader.read(1) == b"":
+                return False
+    except OSError:
+        return False
+    finally:
+        writer.close()
+    return True
 
 
 class TcpTransport:
@@ -97,6 +130,9 @@ class TcpTransport:
         if self._server is not None:
             self._server.close()
             self._server = None
+
+    async def answers(self, address: ClusterNodeAddress) -> bool:
+        return await port_answers(address)
 
 
 # ---------------------------------------------------------------------------------- memory
@@ -212,6 +248,10 @@ class MemoryTransport:
 
     async def close(self) -> None:
         self.network._unbind(self)
+
+    async def answers(self, address: ClusterNodeAddress) -> bool:
+        return address in self.network._listeners and self.network.reachable(
+            self.host, address.host)
 
 
 class _MemoryEnd(asyncio.Transport):

@@ -519,6 +519,10 @@ class UdpTransport:
             self._socket.close()
             self._socket = None
 
+    async def answers(self, address: ClusterNodeAddress) -> bool:
+        """No probe over UDP: a peer whose link closed is taken for gone."""
+        return False
+
     # -------------------------------------------------------------- test hooks
 
     def drop_outgoing(self, fraction: float, seed: int = 0) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from hive_core.cluster._cluster import PROBE_SETTLE, port_answers
+from hive_core.cluster._transport import PROBE_SETTLE, port_answers
 from hive_core.testing import free_port
 from hive_ext_api import ClusterNodeAddress
 

@@ -1,0 +1,490 @@
+"""One simulated run: real brokers and clusters, simulated network, disks, clock and clients.
+
+Each node is a real :class:`~hive_core.broker.Broker` over a :class:`ReplicatingStore` on a
+simulated disk, and a real :class:`~hive_core.cluster.Cluster` on the simulated network with
+replica-count 2. Each client is an MQTT 5 client with a persistent session written here (its
+side of the QoS flows, keep alive, reconnects). A seeded nemesis kills and restarts nodes,
+freezes them, cuts one node off from the others (its clients stay connected) and moves
+subscribers to other nodes. Afterwards everything heals and settles, and the checker counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hive_core.broker import Broker, BrokerSettings, ClientConnection
+from hive_core.cluster import Cluster, ClusterSettings, ReplicatingStore
+from hive_core.mqtt import (
+    ConnAck,
+    Connect,
+    Disconnect,
+    PacketDecoder,
+    PingReq,
+    PingResp,
+    PropertyId,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    SubAck,
+    Subscribe,
+    SubscriptionRequest,
+    encode_packet,
+)
+from hive_core.persistence import MemorySessionStore
+from hive_core.plugins import ExtensionManager, Extensions
+from hive_ext_api import ClusterNodeAddress, hookimpl
+
+from ._disk import SimShelf, SimStore
+from ._loop import Incarnation, SimLoop
+from ._net import SimNetwork
+
+PORT = 7800
+FAULTS = ("kill", "freeze", "isolate", "move")
+
+
+@dataclass
+class Options:
+    nodes: int = 3
+    replica_count: int = 2
+    traffic: float = 20.0  # seconds of publishing
+    settle: float = 30.0  # seconds after everything healed
+    rate: float = 4.0  # messages per second per publisher
+    faults: tuple[str, ...] = FAULTS
+    heartbeat: tuple[float, float] = (1.0, 3.0)  # interval, timeout
+    keep_alive: int = 4
+
+
+class _Seeds:
+    def __init__(self, addresses: list[ClusterNodeAddress]) -> None:
+        self.addresses = addresses
+
+    @hookimpl
+    def hive_discovery_reload(self) -> list[ClusterNodeAddress]:
+        return list(self.addresses)
+
+    @hookimpl
+    def hive_discovery_reload_interval(self) -> float:
+        return 1.0
+
+
+class SimNode:
+    def __init__(self, world: World, name: str) -> None:
+        self.world = world
+        self.name = name
+        self.disk = MemorySessionStore()  # what survives a kill
+        self.shelf = SimShelf(world.rng)
+        self.incarnation = Incarnation(name)
+        self.incarnation.dead = True
+        self.context = contextvars.Context()
+        self.broker: Broker | None = None
+        self.cluster: Cluster | None = None
+        self.store: SimStore | None = None
+        self.up = False
+
+    @property
+    def alive(self) -> bool:
+        return not self.incarnation.dead
+
+    def start(self) -> None:
+        world = self.world
+        self.incarnation = Incarnation(self.name)
+        self.context = world.loop.in_node(self.incarnation)
+        world.net.revive(self.name)
+        self.shelf = SimShelf(world.rng) if not self.shelf.stores else _reopened(self.shelf)
+        world.loop.create_task(self._start(), context=self.context)
+
+    async def _start(self) -> None:
+        world = self.world
+        store = self.store = SimStore(world.rng, self.disk)
+        snapshot = await store.open()
+        replicating = ReplicatingStore(store)
+        broker = self.broker = Broker(BrokerSettings(), replicating)
+        broker.start(snapshot)
+        manager = ExtensionManager(builtins=(), discover_installed=False)
+        manager.register("seeds", _Seeds([ClusterNodeAddress(n, PORT) for n in world.names]))
+        interval, timeout = world.options.heartbeat
+        settings = ClusterSettings(self.name, PORT, self.name, PORT, heartbeat_interval=interval,
+                                   heartbeat_timeout=timeout, connect_timeout=2.0,
+                                   replica_count=world.options.replica_count)
+        cluster = self.cluster = Cluster(
+            self.name, settings, broker, Extensions(manager),
+            world.net.transport(self.name, self.context), store=replicating,
+            replica_shelf=self.shelf)
+        await cluster.start()
+        self.up = True
+
+    def kill(self) -> None:
+        self.incarnation.dead = True
+        self.up = False
+        self.world.loop.frozen.pop(self.incarnation, None)
+        self.world.net.kill(self.name)
+        if self.store is not None:
+            self.store.crash()
+        self.shelf.crash()
+
+
+def _reopened(shelf: SimShelf) -> SimShelf:
+    """The same replicas, as a restarted process finds them on disk."""
+    again = SimShelf(shelf.rng)
+    again.stores, again.marks = shelf.stores, shelf.marks
+    return again
+
+
+# ------------------------------------------------------------------------------ clients
+
+
+@dataclass
+class Delivery:
+    publisher: str
+    seq: int
+    qos: int
+    new: bool  # a new message for the client, not a resend of an exchange in progress
+    at: float
+
+
+@dataclass
+class Record:
+    """What the checker reads."""
+
+    published: dict[tuple[str, int], float] = field(default_factory=dict)  # first sent at
+    qos_of: dict[str, int] = field(default_factory=dict)  # publisher -> QoS
+    acked: set[tuple[str, int]] = field(default_factory=set)
+    subscribed_at: dict[str, float] = field(default_factory=dict)  # subscriber -> first SUBACK
+    deliveries: dict[str, list[Delivery]] = field(default_factory=dict)
+    session_lost: list[tuple[str, str, float]] = field(default_factory=list)  # client, node, at
+    refusals: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class SimClient(asyncio.Protocol):
+    def __init__(self, world: World, client_id: str, role: str, qos: int, home: str) -> None:
+        self.world = world
+        self.client_id = client_id
+        self.role = role  # "pub" or "sub"
+        self.qos = qos
+        self.home = home  # the node it connects to while that node lives
+        self.context = contextvars.Context()
+        self.transport: Any = None
+        self.node: str | None = None
+        self.connected = False
+        self.had_session = False
+        self.decoder = PacketDecoder(protocol_version=5, server=False)
+        self.pids = itertools.cycle(range(1, 65536))
+        self.outgoing: dict[int, tuple[int, str]] = {}  # pid -> (seq, "publish" | "pubrel")
+        self.unsent: list[int] = []  # seqs published while down or refused: sent at connect
+        self.awaiting_rel: set[int] = set()  # inbound QoS 2 ids, PUBREC sent
+        self.seq = 0
+        self.last_heard = 0.0
+        self.connecting = False
+        self.stopped_publishing = False
+
+    # -- connecting
+
+    def connect(self) -> None:
+        world = self.world
+        if self.connected or self.connecting:
+            return
+        live = [n for n in world.nodes if n.up]
+        if not live:
+            self._retry()
+            return
+        target = world.node(self.home)
+        node = target if target.up else world.rng.choice(live)
+        assert node.broker is not None
+        self.connecting = True
+        self.decoder = PacketDecoder(protocol_version=5, server=False)
+        server = node.context.run(ClientConnection, node.broker)
+        link = world.net.open((f"client-{self.client_id}", self.context, self),
+                              (node.name, node.context, server), partitionable=False)
+        self.node = node.name
+        world.loop.call_soon(server.connection_made, link.ends[1], context=node.context)
+        self.connection_made(link.ends[0])
+        self.send(Connect(self.client_id, 5, clean_start=False, keep_alive=world.options.keep_alive,
+                          properties={PropertyId.SESSION_EXPIRY_INTERVAL: 3600}))
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        self.transport = transport
+        self.last_heard = self.world.loop.now
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.connected = False
+        self.connecting = False
+        self._retry()
+
+    def _retry(self) -> None:
+        if not self.world.stopping:
+            self.world.loop.call_later(self.world.rng.uniform(0.3, 1.5), self.connect,
+                                       context=self.context)
+
+    def drop(self) -> None:
+        """Close the connection (a client that decided its node is gone, or moves)."""
+        if self.transport is not None:
+            self.transport.close()
+
+    def send(self, packet: Any) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(encode_packet(packet, 5))
+
+    def data_received(self, data: bytes) -> None:
+        self.last_heard = self.world.loop.now
+        for packet in self.decoder.feed(data):
+            self.on_packet(packet)
+
+    # -- the protocol
+
+    def on_packet(self, packet: Any) -> None:
+        world, record = self.world, self.world.record
+        if isinstance(packet, ConnAck):
+            self.connecting = False
+            if packet.reason_code != 0:
+                record.refusals += 1
+                self.drop()
+                return
+            self.connected = True
+            if self.had_session and not packet.session_present:
+                record.session_lost.append((self.client_id, self.node or "", world.loop.now))
+                self.awaiting_rel.clear()
+            self.had_session = True
+            if self.role == "sub" and (not packet.session_present
+                                       or self.client_id not in record.subscribed_at):
+                self.send(Subscribe(next(self.pids), [SubscriptionRequest("t/#", self.qos)]))
+            self._resend(packet.session_present)
+            self.world.loop.call_later(world.options.keep_alive, self._keep_alive,
+                                       self.transport, context=self.context)
+        elif isinstance(packet, SubAck):
+            record.subscribed_at.setdefault(self.client_id, world.loop.now)
+        elif isinstance(packet, Publish):
+            self._on_publish(packet)
+        elif isinstance(packet, PubAck):
+            entry = self.outgoing.pop(packet.packet_id, None)
+            if entry is not None and packet.reason_code < 0x80:
+                record.acked.add((self.client_id, entry[0]))
+            elif entry is not None:
+                self.unsent.append(entry[0])
+        elif isinstance(packet, PubRec):
+            entry = self.outgoing.get(packet.packet_id)
+            if entry is not None and packet.reason_code < 0x80:
+                record.acked.add((self.client_id, entry[0]))
+                self.outgoing[packet.packet_id] = (entry[0], "pubrel")
+                self.send(PubRel(packet.packet_id))
+            elif entry is not None:
+                del self.outgoing[packet.packet_id]
+                self.unsent.append(entry[0])
+        elif isinstance(packet, PubComp):
+            self.outgoing.pop(packet.packet_id, None)
+        elif isinstance(packet, PubRel):
+            self.awaiting_rel.discard(packet.packet_id)
+            self.send(PubComp(packet.packet_id))
+        elif isinstance(packet, Disconnect):
+            self.drop()
+
+    def _on_publish(self, packet: Publish) -> None:
+        publisher, _, seq = packet.payload.decode().partition(":")
+        new = True
+        if packet.qos == 2:
+            new = packet.packet_id not in self.awaiting_rel
+            self.awaiting_rel.add(packet.packet_id)  # type: ignore[arg-type]
+            self.send(PubRec(packet.packet_id))  # type: ignore[arg-type]
+        elif packet.qos == 1:
+            self.send(PubAck(packet.packet_id))  # type: ignore[arg-type]
+        self.world.record.deliveries.setdefault(self.client_id, []).append(
+            Delivery(publisher, int(seq), packet.qos, new, self.world.loop.now))
+
+    def _resend(self, session_present: bool) -> None:
+        for pid, (seq, step) in sorted(self.outgoing.items()):
+            if step == "pubrel" and session_present:
+                self.send(PubRel(pid))
+            elif step == "publish":
+                self._send_publish(seq, pid, dup=session_present)
+            else:  # the broker forgot the exchange: the message is sent again as new
+                del self.outgoing[pid]
+                self.unsent.append(seq)
+        unsent, self.unsent = self.unsent, []
+        for seq in unsent:
+            self._publish(seq)
+
+    def _keep_alive(self, transport: Any) -> None:
+        if transport is not self.transport or self.transport is None:
+            return
+        silent = self.world.loop.now - self.last_heard
+        if silent > 1.5 * self.world.options.keep_alive:
+            self.drop()  # no answer to the last PINGREQ: the node is gone for this client
+            return
+        self.send(PingReq())
+        self.world.loop.call_later(self.world.options.keep_alive, self._keep_alive, transport,
+                                   context=self.context)
+
+    # -- publishing
+
+    def publish_next(self) -> None:
+        self.seq += 1
+        self.world.record.published[(self.client_id, self.seq)] = self.world.loop.now
+        self._publish(self.seq)
+
+    def _publish(self, seq: int) -> None:
+        if not self.connected:
+            self.unsent.append(seq)
+            return
+        pid = next(self.pids)
+        while pid in self.outgoing:
+            pid = next(self.pids)
+        self.outgoing[pid] = (seq, "publish")
+        self._send_publish(seq, pid, dup=False)
+
+    def _send_publish(self, seq: int, pid: int, dup: bool) -> None:
+        self.send(Publish(f"t/{self.client_id}", f"{self.client_id}:{seq}".encode(), self.qos,
+                          dup=dup, packet_id=pid))
+
+    @property
+    def pending(self) -> int:
+        return len(self.outgoing) + len(self.unsent)
+
+
+# ------------------------------------------------------------------------------ the world
+
+
+class World:
+    def __init__(self, seed: int, options: Options) -> None:
+        self.seed = seed
+        self.options = options
+        self.rng = random.Random(seed)
+        self.loop = SimLoop()
+        self.net = SimNetwork(self.loop, self.rng)
+        self.names = [f"n{i}" for i in range(1, options.nodes + 1)]
+        self.nodes = [SimNode(self, name) for name in self.names]
+        self.clients: list[SimClient] = []
+        self.record = Record()
+        self.schedule: list[str] = []  # what the nemesis did, when
+        self.stopping = False
+
+    def node(self, name: str) -> SimNode:
+        return self.nodes[self.names.index(name)]
+
+    def note(self, what: str) -> None:
+        self.schedule.append(f"{self.loop.now:8.3f} {what}")
+
+    async def until(self, condition: Callable[[], bool], timeout: float) -> bool:
+        deadline = self.loop.now + timeout
+        while not condition():
+            if self.loop.now > deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+    def meshed(self) -> bool:
+        names = set(self.names)
+        return all(n.up and n.cluster is not None
+                   and set(n.cluster.members) == names - {n.name} for n in self.nodes)
+
+    async def run(self) -> None:
+        options, rng = self.options, self.rng
+        for node in self.nodes:
+            node.start()
+        if not await self.until(self.meshed, 30):
+            raise AssertionError("the nodes never formed a full mesh")
+        for index, name in enumerate(self.names):
+            for role, qos in (("sub", 1), ("sub", 2), ("pub", 1), ("pub", 2)):
+                client = SimClient(self, f"{role}{qos}-{index + 1}", role, qos, name)
+                self.record.qos_of[client.client_id] = qos
+                self.clients.append(client)
+                client.connect()
+        subscribers = [c for c in self.clients if c.role == "sub"]
+        await self.until(lambda: all(c.client_id in self.record.subscribed_at
+                                     for c in subscribers), 30)
+        publishers = [c for c in self.clients if c.role == "pub"]
+        nemesis = self.loop.create_task(self._nemesis())
+        end = self.loop.now + options.traffic
+        while self.loop.now < end:
+            for publisher in publishers:
+                if publisher.pending < 20:
+                    publisher.publish_next()
+            await asyncio.sleep(rng.expovariate(options.rate))
+        nemesis.cancel()
+        await self._heal_all()
+        # Publishers finish what they have in flight; subscribers get what is theirs.
+        await self.until(lambda: all(p.pending == 0 for p in publishers), options.settle)
+        await asyncio.sleep(options.settle)
+        self.stopping = True
+
+    async def _nemesis(self) -> None:
+        rng, options = self.rng, self.options
+        node_faults = [f for f in options.faults if f != "move"]
+        try:
+            while True:
+                await asyncio.sleep(rng.uniform(1.0, 3.0))
+                fault = rng.choice(options.faults)
+                if fault == "move":
+                    client = rng.choice([c for c in self.clients if c.role == "sub"])
+                    client.home = rng.choice([n for n in self.names if n != client.home])
+                    self.note(f"move {client.client_id} to {client.home}")
+                    client.drop()
+                    continue
+                if not node_faults:
+                    continue
+                await self._heal_all()
+                victim = rng.choice(self.nodes)
+                if fault == "kill":
+                    self.note(f"kill {victim.name}")
+                    victim.kill()
+                    await asyncio.sleep(rng.uniform(0.5, 4.0))
+                    self.note(f"restart {victim.name}")
+                    victim.start()
+                elif fault == "freeze":
+                    seconds = rng.uniform(1.0, 6.0)
+                    self.note(f"freeze {victim.name} for {seconds:.1f} s")
+                    self.loop.freeze(victim.incarnation, seconds)
+                    await asyncio.sleep(seconds)
+                elif fault == "isolate":
+                    seconds = rng.uniform(1.0, 8.0)
+                    self.note(f"isolate {victim.name} for {seconds:.1f} s")
+                    self.net.isolate(victim.name)
+                    await asyncio.sleep(seconds)
+                    self.note("heal")
+                    self.net.heal()
+        except asyncio.CancelledError:
+            pass
+
+    async def _heal_all(self) -> None:
+        if self.net.groups:
+            self.note("heal")
+            self.net.heal()
+        for node in self.nodes:
+            if not node.alive:
+                self.note(f"restart {node.name}")
+                node.start()
+        await self.until(self.meshed, 20)
+
+
+def run_world(seed: int, options: Options | None = None) -> World:
+    """One whole run; the world as it ended (the checker reads ``record``)."""
+    from ._loop import simulated_time
+
+    world = World(seed, options or Options())
+    loop = world.loop
+    errors = world.record.errors
+
+    def on_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = context.get("message", "")
+        exception = context.get("exception")
+        errors.append(f"{message}: {exception!r}")
+
+    loop.set_exception_handler(on_error)
+    logging.getLogger("hive").setLevel(logging.CRITICAL)
+    try:
+        with simulated_time(loop):
+            loop.run_until_complete(world.run())
+    finally:
+        for node in world.nodes:
+            node.incarnation.dead = True
+        loop.close()
+    return world
