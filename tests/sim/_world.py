@@ -27,7 +27,6 @@ from hive_core.mqtt import (
     Disconnect,
     PacketDecoder,
     PingReq,
-    PingResp,
     PropertyId,
     PubAck,
     PubComp,
