@@ -380,8 +380,15 @@ class Broker:
         qos = message.qos
         plain = not self.extensions.intercepts_outbound
         deliver = self.outbox.deliver
-        windows = self._windows if from_cluster else None
-        mid = message.mid if from_cluster else None
+        if from_cluster:
+            mid = message.mid
+        elif cluster is not None and qos and cluster.has_peers:
+            # Its identity before any delivery: a copy of a session being handed over or
+            # merged may get it from another node too, and must know it when it comes.
+            mid = cluster.identify(message)
+        else:
+            mid = None
+        windows = self._windows
         recent = None
         if mid is not None:
             if self._recent_swap is None:

@@ -372,6 +372,8 @@ class Channel:
 
     async def _connect_in_cluster(self, connect: Connect, ack: dict[PropertyId, Any]) -> None:
         """Authenticated; the session lives on another node: bring it here, then connect."""
+        self.version = connect.protocol_version  # a refusal answers in the client's version
+        self.client_id = connect.client_id
         try:
             await self.broker.fetch_session_elsewhere(connect.client_id)
         except SessionUnavailable as exc:

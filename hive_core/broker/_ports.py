@@ -47,6 +47,11 @@ class ClusterPort(Protocol):
         """The other nodes with plain subscribers for ``topic``, and the shared groups there."""
         ...
 
+    def identify(self, message: Message) -> tuple[str, int]:
+        """Give a local publisher's message its identity across the cluster (origin node,
+        serial), before it is delivered anywhere; forward() sends it with that identity."""
+        ...
+
     def forward(self, message: Message, nodes: frozenset[str]) -> None:
         """Send a local publisher's message to ``nodes`` (once each)."""
         ...

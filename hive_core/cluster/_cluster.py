@@ -959,8 +959,7 @@ class Cluster:
         """Send a local publisher's message to every interested node, once per node."""
         props = message.properties
         raw_props = encode_properties(props) if props else b""
-        self._serial = serial = self._serial + 1
-        message.mid = (self.node_id, serial)  # the same message, wherever it ends up queued
+        serial = self.identify(message)[1]  # the same message, wherever it ends up queued
         frame = encode_publish_frame(  # once, whatever the fan-out
             message.topic, message.payload, message.qos, message.retain, raw_props,
             message.expiry_at, message.publisher_id, serial)
@@ -981,6 +980,13 @@ class Cluster:
                     member.link.send_encoded(sent)
             forwarding.sent(node_id, sent)  # kept until acknowledged, sent again if need be
             self.metrics.publishes_forwarded += 1
+
+    def identify(self, message: Message) -> tuple[str, int]:
+        mid = message.mid
+        if mid is None:
+            self._serial = serial = self._serial + 1
+            mid = message.mid = (self.node_id, serial)
+        return mid
 
     def pick_shared(self, key: SharedKey, remote: frozenset[str], local: bool) -> str | None:
         """Which node delivers this message to group ``key``: None for this node."""

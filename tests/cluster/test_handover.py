@@ -24,7 +24,7 @@ from cluster.test_membership import (
 )
 from hive_core.broker import ClientConnection
 from hive_core.cluster import MemoryNetwork, _cluster
-from hive_core.mqtt import ConnAck, Connect, Publish
+from hive_core.mqtt import ConnAck, Connect, PacketDecoder, Publish, ReasonCode, encode_packet
 from hive_core.plugins import ExtensionManager, Extensions
 from hive_ext_api import AuthDecision, ConnectInfo, hookimpl
 
@@ -195,3 +195,25 @@ def _connect(node: Node, client_id: str, password: bytes) -> Client:
                         password=password))
     return client
 
+
+
+def test_an_mqtt5_client_refused_during_a_session_fetch_gets_an_mqtt5_connack() -> None:
+    """The refusal is written in the client's protocol version (it was an MQTT 3 CONNACK
+    with return code 3, which an MQTT 5 client cannot read)."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, _n3 = nodes
+        offline_subscriber(n1, "dev5", "q")
+        await until(lambda: n2.cluster.owner_of("dev5") == "n1")
+        stall(n1)
+        wire = _Wire()
+        wire.decoder = PacketDecoder(protocol_version=5, server=False)
+        connection = ClientConnection(n2.broker)
+        connection.connection_made(wire)
+        connection.data_received(encode_packet(Connect("dev5", 5, clean_start=False), 5))
+        await until(lambda: any(isinstance(p, ConnAck) for p in wire.packets), timeout=3,
+                    what="a CONNACK")
+        ack = next(p for p in wire.packets if isinstance(p, ConnAck))
+        assert ack.reason_code == ReasonCode.SERVER_UNAVAILABLE
+        assert wire.closed
+
+    run_cluster(scenario)

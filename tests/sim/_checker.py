@@ -68,8 +68,12 @@ def check(world: World) -> Verdict:
                 if delivery.qos == 2:
                     verdict.qos2_duplicates += 1
                     if len(verdict.details) < 20:
-                        verdict.details.append(f"{sub.client_id} got {key} twice at QoS 2 "
-                                               f"(again at {delivery.at:.3f})")
+                        first = next(d for d in got if (d.publisher, d.seq) == key)
+                        verdict.details.append(
+                            f"{sub.client_id} got {key} twice at QoS 2: at {first.at:.3f} "
+                            f"from {first.node} (id {first.packet_id}), again at "
+                            f"{delivery.at:.3f} from {delivery.node} (id {delivery.packet_id}"
+                            f"{', DUP' if delivery.dup else ''})")
                 else:
                     verdict.qos1_duplicates += 1
                 continue

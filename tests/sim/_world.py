@@ -148,6 +148,9 @@ class Delivery:
     qos: int
     new: bool  # a new message for the client, not a resend of an exchange in progress
     at: float
+    node: str = ""  # the node that delivered it
+    packet_id: int | None = None
+    dup: bool = False
 
 
 @dataclass
@@ -297,7 +300,8 @@ class SimClient(asyncio.Protocol):
         elif packet.qos == 1:
             self.send(PubAck(packet.packet_id))  # type: ignore[arg-type]
         self.world.record.deliveries.setdefault(self.client_id, []).append(
-            Delivery(publisher, int(seq), packet.qos, new, self.world.loop.now))
+            Delivery(publisher, int(seq), packet.qos, new, self.world.loop.now, self.node or "",
+                     packet.packet_id, packet.dup))
 
     def _resend(self, session_present: bool) -> None:
         for pid, (seq, step) in sorted(self.outgoing.items()):
@@ -464,7 +468,7 @@ class World:
         await self.until(self.meshed, 20)
 
 
-def run_world(seed: int, options: Options | None = None) -> World:
+def run_world(seed: int, options: Options | None = None, verbose: bool = False) -> World:
     """One whole run; the world as it ended (the checker reads ``record``)."""
     from ._loop import simulated_time
 
@@ -478,7 +482,8 @@ def run_world(seed: int, options: Options | None = None) -> World:
         errors.append(f"{message}: {exception!r}")
 
     loop.set_exception_handler(on_error)
-    logging.getLogger("hive").setLevel(logging.CRITICAL)
+    # A replay shows the nodes' log lines (with the simulated time); a batch keeps quiet.
+    logging.getLogger("hive").setLevel(logging.INFO if verbose else logging.CRITICAL)
     try:
         with simulated_time(loop):
             loop.run_until_complete(world.run())
