@@ -42,7 +42,7 @@ def run_seeds(seeds: Iterable[int], options: Options) -> Iterator[dict[str, Any]
                 answer = json.dumps(run_seed(seed, options)).encode()
                 with os.fdopen(write, "wb") as out:
                     out.write(answer)
-            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            except BaseException as exc:
                 code = 1
                 sys.stderr.write(f"seed {seed}: {exc!r}\n")
             finally:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sim._runner import hash_seed_fixed, run_seed, run_seeds, verdict_line  # noqa: E402
-from sim._world import FAULTS, Options  # noqa: E402
+from sim._runner import hash_seed_fixed, run_seed, run_seeds, verdict_line
+from sim._world import FAULTS, Options
 
 
 def seeds_from(text: str) -> list[int]:
