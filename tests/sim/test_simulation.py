@@ -1,0 +1,81 @@
+"""The cluster under a seeded nemesis, in simulation (see ``tests/sim/run.py`` for any seeds).
+
+Each seed runs three real brokers and clusters (replica-count 2) on a simulated clock, network
+and disks, with persistent MQTT 5 subscribers and publishers at QoS 1 and 2 on every node, and
+checks the invariants of ``_checker.py``. The seeds run in a child process under
+PYTHONHASHSEED=0, each forked from one parent, so a failing seed printed here replays alike
+with ``python tests/sim/run.py --seeds N --faults F``.
+
+Which faults are in CI: subscribers moving between nodes. Kills, freezes and partitions still
+break invariants in a share of the seeds (the open work of the cluster-correctness issue); the
+command above measures them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RUN = Path(__file__).with_name("run.py")
+
+REGRESSIONS = [
+    # A session handed over to its publisher's node got a local message directly and again
+    # in the old node's tail: the message had no identity yet when it was delivered locally.
+    (1, "move"),
+]
+"""(seed, faults) that broke an invariant once: each must keep passing."""
+
+
+def simulate(seeds: str, faults: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(RUN), "--seeds", seeds, "--faults", faults],
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.mark.parametrize(("seed", "faults"), REGRESSIONS)
+def test_a_seed_that_failed_once_passes(seed: int, faults: str) -> None:
+    done = simulate(str(seed), faults, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+OPEN = {
+    1084: "a subscriber moved at t=19.3 stops getting PUBRELs for its QoS 2 window on its new "
+          "node and the window never empties: 3 acknowledged messages never arrive",
+}
+"""Seeds of the CI range that still break an invariant, with what breaks: an open defect each,
+named here so that it cannot go unnoticed. A fix removes its line (a seed listed here that
+passes fails the test, so the list only shrinks)."""
+
+
+def test_subscribers_moving_between_nodes_lose_nothing_and_get_qos2_once() -> None:
+    done = simulate("1000-1149", "move", timeout=300)
+    broken = {int(line.split()[1].rstrip(":")) for line in done.stdout.splitlines()
+              if line.startswith("seed ") and ": ok" not in line}
+    assert "150 seeds," in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+    assert broken == set(OPEN), (
+        f"broken seeds {sorted(broken)}, open {sorted(OPEN)}:\n" + done.stdout[-6000:])
+
+
+def test_the_checker_sees_a_lost_message() -> None:
+    """The checker is not blind: a subscriber that drops what it gets counts as lost."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from sim._checker import check
+    from sim._world import Options, SimClient, run_world
+
+    original = SimClient._on_publish
+    forgotten: list[object] = []
+
+    def forgetful(self: SimClient, packet: object) -> None:
+        original(self, packet)  # type: ignore[arg-type]
+        deliveries = self.world.record.deliveries[self.client_id]
+        if self.client_id == "sub1-1" and len(deliveries) == 3 and not forgotten:
+            forgotten.append(deliveries.pop())
+
+    SimClient._on_publish = forgetful  # type: ignore[method-assign]
+    try:
+        verdict = check(run_world(5, Options(traffic=3.0, settle=5.0, faults=())))
+    finally:
+        SimClient._on_publish = original  # type: ignore[method-assign]
+    assert verdict.lost == 1 and verdict.broken == ["lost"]
