@@ -153,7 +153,9 @@ class SimLink:
     def _schedule(self, side: int, item: bytes | None) -> None:
         sender, receiver = self.ends[side], self.ends[1 - side]
         loop = self.network.loop
-        at = max(sender.last_at, loop.now + self.network.latency())
+        # Strictly later than what this end sent before: timers due at the same moment
+        # need not run in the order they were made, and a link keeps its order.
+        at = max(sender.last_at + 1e-6, loop.now + self.network.latency())
         sender.last_at = at
         loop.call_at(at, receiver.arrive, item, context=receiver.context)
         if item is CLOSE:

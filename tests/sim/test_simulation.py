@@ -40,10 +40,7 @@ def test_a_seed_that_failed_once_passes(seed: int, faults: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-OPEN = {
-    1084: "a subscriber moved at t=19.3 stops getting PUBRELs for its QoS 2 window on its new "
-          "node and the window never empties: 3 acknowledged messages never arrive",
-}
+OPEN: dict[int, str] = {}
 """Seeds of the CI range that still break an invariant, with what breaks: an open defect each,
 named here so that it cannot go unnoticed. A fix removes its line (a seed listed here that
 passes fails the test, so the list only shrinks)."""
