@@ -17,14 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from hive_core.broker._expiry import SessionClock
-from hive_core.broker._handover import (
-    RECENT_DIRECT_MAX,
-    RECENT_DIRECT_SECONDS,
-    WINDOW_AFTER_TAIL,
-    WINDOW_WITHOUT_TAIL,
-    HandOverWindow,
-    MessageId,
-)
+from hive_core.broker._handover import takes
 from hive_core.broker._message import Message
 from hive_core.broker._metrics import BrokerMetrics, BrokerStats
 from hive_core.broker._outbox import Outbox
@@ -79,15 +72,6 @@ class Broker:
         # Sessions another node is taking over: (session, its queue when exported) until the
         # other node confirms or declines (release_session).
         self._held: dict[str, tuple[Session, set[int]]] = {}
-        # Sessions handed over to this node whose old node's tail may repeat what arrives here
-        # directly (see _handover.py), and when each window closes.
-        self._windows: dict[str, HandOverWindow] = {}
-        # What reached each session directly from other nodes in the last 1 to 2 seconds
-        # (two generations, swapped every second): a window opened a moment after a message
-        # arrived, because the claim of the other copy came on another link, still knows it.
-        self._recent_direct: list[tuple[str, MessageId]] = []
-        self._recent_direct_before: list[tuple[str, MessageId]] = []
-        self._recent_swap: asyncio.TimerHandle | None = None
         self.subscriptions = TopicTree()
         self.connections: set[Link] = set()
         self.connected_count = 0
@@ -120,9 +104,6 @@ class Broker:
         for task in list(self._tasks):
             task.cancel()
         self.clock.stop()
-        if self._recent_swap is not None:
-            self._recent_swap.cancel()
-            self._recent_swap = None
         await self.records.commit()
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -388,15 +369,6 @@ class Broker:
             mid = cluster.identify(message)
         else:
             mid = None
-        windows = self._windows
-        recent = None
-        if mid is not None:
-            if self._recent_swap is None:
-                self._recent_swap = asyncio.get_running_loop().call_later(
-                    RECENT_DIRECT_SECONDS, self._swap_recent)
-            elif len(self._recent_direct) > RECENT_DIRECT_MAX:
-                self._swap_recent()  # early: the history stays bounded
-            recent = self._recent_direct
         sent = 0
         for delivery in deliveries:
             session = delivery.session
@@ -419,12 +391,9 @@ class Broker:
                     out.append(data)
                     sent += 1
                 continue
-            if recent is not None:
-                client_id = session.client_id
-                if windows and client_id in windows and not windows[client_id].direct(mid):
-                    metrics.handover_duplicates_skipped += 1
-                    continue  # the old node's tail brought it (a handover)
-                recent.append((client_id, mid))  # type: ignore[arg-type]
+            if mid is not None and qos and not takes(session, mid):
+                metrics.handover_duplicates_skipped += 1
+                continue  # it came another way first (a handover's tail, a merge, a rescue)
             if deliver(session, Pending(message, granted, delivery.subscription_ids, retain)):
                 durable = True
         if sent:
@@ -674,65 +643,13 @@ class Broker:
         handover = await cluster.fetch_session(client_id)
         if handover is None:
             return
-        # Opened before the import subscribes it here: from then on messages arrive directly.
-        self._open_window(client_id, WINDOW_WITHOUT_TAIL)
         try:
             self.import_session(handover.records)
             await self.records.commit()
         except BaseException:
-            self._windows.pop(client_id, None)
             handover.decline()
             raise
         handover.confirm()
-
-    def expect_merge(self, client_ids: Collection[str]) -> None:
-        """Other nodes may hold copies of these sessions and drop them for this node's (a
-        split heals): their queues come (MERGE_QUEUE), and what the other nodes route to both
-        copies meanwhile is delivered once (see _handover.py)."""
-        opened = []
-        for client_id in client_ids:
-            if client_id in self.sessions and client_id not in self._windows:
-                window = self._windows[client_id] = HandOverWindow()
-                opened.append((client_id, window))
-        if opened:
-            self._seed_windows(dict(opened))
-            asyncio.get_running_loop().call_later(WINDOW_WITHOUT_TAIL, self._close_windows,
-                                                  opened)
-
-    def _open_window(self, client_id: str, seconds: float) -> None:
-        window = self._windows[client_id] = HandOverWindow()
-        self._seed_windows({client_id: window})
-        asyncio.get_running_loop().call_later(seconds, self._close_window, client_id, window)
-
-    def _seed_windows(self, windows: dict[str, HandOverWindow]) -> None:
-        """New windows learn what reached their sessions directly in the last seconds."""
-        for history in (self._recent_direct_before, self._recent_direct):
-            for client_id, mid in history:
-                window = windows.get(client_id)
-                if window is not None:
-                    window.direct(mid)
-
-    def _swap_recent(self) -> None:
-        """Every second while messages come from other nodes: the older generation of direct
-        arrivals goes (sooner when a generation outgrows RECENT_DIRECT_MAX)."""
-        if self._recent_swap is not None:
-            self._recent_swap.cancel()
-        self._recent_direct_before = self._recent_direct
-        self._recent_direct = []
-        # A second without arrivals empties the history; the next arrival starts the clock.
-        self._recent_swap = asyncio.get_running_loop().call_later(
-            RECENT_DIRECT_SECONDS, self._swap_recent) if self._recent_direct_before else None
-
-    def _close_windows(self, windows: list[tuple[str, HandOverWindow]]) -> None:
-        for client_id, window in windows:
-            self._close_window(client_id, window)
-
-    def _close_window(self, client_id: str, window: HandOverWindow) -> None:
-        if self._windows.get(client_id) is window:
-            del self._windows[client_id]
-            if window.skipped:
-                log.debug("handover of %r: %d messages that arrived twice delivered once",
-                          client_id, window.skipped)
 
     def import_session(self, records: SessionRecords, keep_positions: bool = False) -> None:
         """Take over a session another node handed over (before this node's CONNACK)."""
@@ -748,22 +665,17 @@ class Broker:
 
     def append_handed_over(self, client_id: str, messages: list[Queued]) -> None:
         """What the old node queued for a session while handing it over: queue it here,
-        but not what reached this node directly as well (the handover's window)."""
+        but not what the session took already (it reached this node directly as well)."""
         session = self.sessions.get(client_id)
-        window = self._windows.get(client_id)
-        if window is not None:
-            # Stays open a while: messages routed before the old node let go still land.
-            asyncio.get_running_loop().call_later(
-                WINDOW_AFTER_TAIL, self._close_window, client_id, window)
         for stored, mid in messages:
-            if window is not None and not window.from_tail(mid):
-                self.metrics.handover_duplicates_skipped += 1
-                continue
             pending = pending_from(stored)
             pending.message.mid = mid
             if session is None:
                 count = self.metrics.count_drop("session-gone")
                 self.outbox.drop_warning(pending, client_id, "session-gone", count)
+                continue
+            if not takes(session, mid):
+                self.metrics.handover_duplicates_skipped += 1
                 continue
             self.outbox.deliver(session, pending)
         self.flush()
@@ -887,6 +799,9 @@ class Broker:
                 if own is None:
                     continue
                 delivery = own
+            if message.qos and not takes(session, message.mid):
+                self.metrics.handover_duplicates_skipped += 1
+                continue  # it reached the session another way first
             granted = min(delivery.qos, message.qos)
             retain = message.retain and delivery.retain_as_published
             self.outbox.deliver(session, Pending(message, granted, delivery.subscription_ids,

@@ -171,11 +171,6 @@ class BrokerPort(Protocol):
         """[connections, sessions, messages in, messages out], for the peers' heartbeats."""
         ...
 
-    def expect_merge(self, client_ids: Collection[str]) -> None:
-        """Other nodes' copies of these sessions may be dropped for this node's: their queues
-        follow (a split heals)."""
-        ...
-
     def merge_queue(self, client_id: str, messages: list[Queued]) -> None:
         """What a dropped copy of this session had queued: queue it here."""
         ...

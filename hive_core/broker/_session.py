@@ -86,7 +86,8 @@ class Session:
 
     __slots__ = (
         "client_id", "connection", "disconnected_at", "expiry_interval", "inbound_qos2",
-        "inflight", "next_packet_id", "protocol_version", "queue", "subscriptions", "will",
+        "inflight", "next_packet_id", "protocol_version", "queue", "seen", "subscriptions",
+        "will",
     )
 
     def __init__(self, client_id: str, protocol_version: int, expiry_interval: int) -> None:
@@ -101,6 +102,9 @@ class Session:
         self.next_packet_id = 1
         self.disconnected_at: float | None = None
         self.will: Will | None = None
+        # The identities of the messages from other nodes (or routed across the cluster)
+        # this session took, newest last (see _handover.py); made on first use.
+        self.seen: dict[tuple[str, int], None] | None = None
 
     @property
     def persistent(self) -> bool:

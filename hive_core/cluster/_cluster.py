@@ -619,11 +619,10 @@ class Cluster:
         self.members[peer_id] = Member(peer_id, address, str(hello.get("version", "")),
                                        protocol, link, incarnation, merging=merging)
         if merging:
+            # A session here may have a copy there (a takeover while apart), and the members
+            # route to both for a moment: each session takes each message once (its identity).
             log.info("Starting cluster merge process. This may take a while. Please do not "
                      "shut down Hive. (node %s is back after being unreachable)", peer_id)
-            # A session here may have a copy there (a takeover while apart), and the members
-            # that route to both meanwhile: from now on, each message is kept once.
-            self.broker.expect_merge(self.broker.owned_sessions())
         if self.health is not None and hello.get("health_port"):
             self.health.watch(peer_id, incarnation, str(hello.get("health_host") or address.host),
                               int(hello["health_port"]))
@@ -1267,8 +1266,6 @@ class Cluster:
                         self.owned_since.get(client_id, 0), self.node_id < node_id)
                 if theirs > mine:
                     dropped.append((client_id, theirs))
-                else:
-                    self.broker.expect_merge((client_id,))
                 continue
             ended = self.ended_sessions.get(client_id, 0)
             # Ended after that copy was made. Only with replication: then a session that

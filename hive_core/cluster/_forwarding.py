@@ -121,7 +121,12 @@ class Forwarding:
         dropped; how many. The count of places goes on: if the same process comes back, its
         count of what it handled must not make it skip new frames as old ones."""
         out = self.outgoing.get(peer)
-        self.incoming.pop(peer, None)
+        seen = self.incoming.pop(peer, None)
+        if seen is not None and self.given_up.get(peer, (None, 0))[0] != seen.incarnation:
+            # What this node handled of the peer's frames stays known: if the peer comes
+            # back, a copy of its share rescued elsewhere meanwhile still tells which of those
+            # frames this node never handled (see handled_before).
+            self.given_up[peer] = (seen.incarnation, seen.handled)
         if out is None:
             return 0
         dropped = len(out.frames)

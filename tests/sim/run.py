@@ -31,6 +31,21 @@ def seeds_from(text: str) -> list[int]:
     return seeds
 
 
+def _in_simulation(record: logging.LogRecord) -> bool:
+    """Each log line says when (simulated) and which node wrote it."""
+    import asyncio
+
+    from sim._loop import NODE
+
+    node = NODE.get()
+    record.node = node.name if node is not None else "-"
+    try:
+        record.sim_time = asyncio.get_running_loop().time()
+    except RuntimeError:
+        record.sim_time = 0.0
+    return True
+
+
 def main() -> int:
     if not hash_seed_fixed():
         os.execve(sys.executable, [sys.executable, *sys.argv],
@@ -50,7 +65,9 @@ def main() -> int:
     seeds = seeds_from(args.seeds)
     begun = time.monotonic()
     if args.verbose:
-        logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
+        logging.basicConfig(level=logging.INFO,
+                            format="%(sim_time)9.3f %(node)-4s %(levelname)-7s %(message)s")
+        logging.getLogger().handlers[0].addFilter(_in_simulation)
         results = [run_seed(seeds[0], options, verbose=True)]
     else:
         results = []
