@@ -363,7 +363,7 @@ class Broker:
         deliver = self.outbox.deliver
         if from_cluster:
             mid = message.mid
-        elif cluster is not None and qos and cluster.has_peers:
+        elif cluster is not None and qos:  # alone for now, it may route to absent nodes
             # Its identity before any delivery: a copy of a session being handed over or
             # merged may get it from another node too, and must know it when it comes.
             mid = cluster.identify(message)
