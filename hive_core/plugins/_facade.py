@@ -352,6 +352,10 @@ class Extensions:
             merged.update(dict.fromkeys(answer))
         return list(merged)
 
+    def discovering(self) -> list[str]:
+        """The active extensions that answer discovery reloads, by name."""
+        return [impl.plugin_name for impl in self._impls["hive_discovery_reload"]]
+
     async def discovery_reload_interval(self, default: float = 60.0) -> float:
         """An extension's answer, else ``default`` (the configured ``<reload-interval>``)."""
         answer = await self.resolved(self.first("hive_discovery_reload_interval"))
