@@ -388,6 +388,12 @@ class HiveNode:
     def extension_counter_names(self) -> set[str]:
         return set(self.services.metrics.counters)
 
+    def extension_metric_descriptions(self) -> dict[str, str]:
+        metrics = self.services.metrics
+        described = {name: c.description for name, c in metrics.counters.items()}
+        described.update((name, d) for name, (_read, d) in metrics.gauges.items())
+        return described
+
     def extension_failures(self) -> dict[str, int]:
         return dict(self.extensions.failures)
 
