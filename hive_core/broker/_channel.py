@@ -551,6 +551,8 @@ class Channel:
             return
         if topic.startswith("$SYS/") or topic == "$SYS":
             # The broker's own namespace: clients may read it, not write it.
+            log.debug("publish of %r to %r refused: clients may not publish under $SYS/ "
+                      "(0x%02X)", session.client_id, topic, RC.NOT_AUTHORIZED)
             if qos:
                 self._ack_publish(packet, RC.NOT_AUTHORIZED, False)
             return
@@ -617,8 +619,10 @@ class Channel:
             self._publish_refused(packet, code)
 
     def _publish_refused(self, packet: Publish, code: int) -> None:
-        log.debug("publish of %r to %r stopped by an extension (0x%02X)", self.client_id,
-                  packet.topic, code)
+        # DEBUG: a refused client may retry at its own pace, and every refusal would be a line.
+        log.debug("publish of %r to %r refused: %s (0x%02X)", self.client_id, packet.topic,
+                  "not authorized by an extension" if code == RC.NOT_AUTHORIZED
+                  else "stopped by an extension", code)
         if packet.qos:
             self._ack_publish(packet, code, False)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -61,3 +62,11 @@ def test_a_name_no_extension_has_stops_the_node_naming_the_element(
     assert error.path == "hivemq/cluster/discovery/extension/name"
     assert "no extension named consul-discvery is installed" in str(error)
     assert "discovery extensions: Seer" in str(error)
+
+
+def test_a_static_node_does_not_say_that_other_discoveries_started(
+        hive_node_factory: Any, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO"):
+        hive_node_factory(config_xml=cluster_xml("<static/>"))
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert not [m for m in said if "multicast" in m or "broadcast" in m], said
