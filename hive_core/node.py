@@ -302,9 +302,10 @@ class HiveNode:
             if self.config.rest_api.enabled:  # before the join, so health answers during it
                 self.rest_api = RestApi(self, self.config.rest_api.auth, self.backups)
                 await self.rest_api.start(self.config.rest_api.effective_listeners())
+            # The control center's view; a node without one still answers its peers' questions.
+            views = NodeViews(self.services.node_id, broker, lambda: self.cluster,
+                              self.extensions)
             if self.config.control_center.enabled:
-                views = NodeViews(self.services.node_id, broker, lambda: self.cluster,
-                                  self.extensions)
                 self.control_center = ControlCenter(self.config.control_center, views, self,
                                                     self.backups)
                 await self.control_center.start()
@@ -314,6 +315,7 @@ class HiveNode:
                 settings.replicas_folder = self.data_dir / "replicas"
                 cluster = self.cluster = Cluster(self.services.node_id, settings, broker,
                                                  self.extensions, store=replicating)
+                cluster.client_queries.details = views.local_client_details
                 self.services.members_from(cluster.view)
                 await cluster.start(tasks)
             if not self._stopping.is_set():
