@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
           "(Ctrl-C or SIGTERM stops it cleanly)", flush=True)
     # Short waits: the signal handler only sets a flag, and the stop happens here, between two
     # calls into the JVM (an exception raised inside a py4j call breaks its connection).
-    while not query.awaitTermination(0.5):
+    while not query.awaitTermination(1):
         if stop_asked.is_set():
             print("hive-spark stream: stopping (a batch not committed yet is taken again at "
                   "the next start)", flush=True)
