@@ -2,7 +2,7 @@
 
     hive certs ca --out ca/
     hive certs node --ca ca/ --name node1 --ip 10.0.0.1 --dns node1.internal --out node1/ \
-        [--p12 --password secret]
+        [--p12 [--password-stdin]]
     hive certs node --ca ca/ --name node1 --name node2 --name node3 --out nodes/
 
 With several --name, each node's files go into its own folder under --out (nodes/node1/...),
@@ -12,7 +12,9 @@ apply (they name one node's addresses).
 A CA folder holds ``ca.pem`` (the certificate: every node's trust store) and ``ca-key.pem``.
 A node folder holds ``NAME.pem`` (certificate chain and key: a key store), ``NAME-cert.pem``,
 ``NAME-key.pem`` and a copy of ``ca.pem``; with ``--p12`` also ``NAME.p12`` (key store) and
-``ca.p12`` (trust store), both protected by the password. Files holding a key are made 0600.
+``ca.p12`` (trust store), both protected by the password: from ``$HIVE_CERTS_PASSWORD``, else
+standard input with ``--password-stdin``, else a prompt (never the command line, which other
+users see in the process list). Files holding a key are made 0600.
 Keys are ECDSA P-256. Node certificates serve both ends of a node link (serverAuth and
 clientAuth), so one certificate is a node's server keystore and its client-authentication one.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import getpass
 import ipaddress
 import json
 import os
@@ -271,9 +274,37 @@ class _Progress:
             print(file=sys.stderr, flush=True)
 
 
+PASSWORD_VARIABLE = "HIVE_CERTS_PASSWORD"
+
+
+def _p12_password(args: argparse.Namespace) -> str:
+    """The PKCS#12 stores' password: the environment, standard input, or a prompt."""
+    if args.password_stdin:
+        password: str | None = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = os.environ.get(PASSWORD_VARIABLE)
+    if password is None:
+        if not sys.stdin.isatty():
+            raise CertsError(f"--p12 needs the PKCS#12 stores' password: set "
+                             f"${PASSWORD_VARIABLE} or give --password-stdin (no terminal to "
+                             "prompt on)")
+        password = getpass.getpass("PKCS#12 password: ")
+        if getpass.getpass("Again: ") != password:
+            raise CertsError("the passwords differ")
+    if not password:
+        raise CertsError("--p12 needs a password that is not empty")
+    return password
+
+
 def _node_command(args: argparse.Namespace) -> int:
-    if args.p12 and not args.password:
-        raise CertsError("--p12 needs --password (the PKCS#12 stores' password)")
+    if args.password is not None:
+        raise CertsError("--password no longer takes the password on the command line (other "
+                         "users see it in the process list, and it stays in the shell's "
+                         f"history): set ${PASSWORD_VARIABLE}, give --password-stdin, or "
+                         "answer the prompt")
+    if args.password_stdin and not args.p12:
+        raise CertsError("--password-stdin goes with --p12")
+    password = _p12_password(args) if args.p12 else None
     names: list[str] = args.name
     if len(set(names)) != len(names):
         raise CertsError("--name: each node's name once")
@@ -291,8 +322,7 @@ def _node_command(args: argparse.Namespace) -> int:
     try:
         for done, name in enumerate(names, 1):
             node = make_node_certificate(ca, name, args.ip, args.dns, args.days)
-            paths = write_node(node, name, folders[name],
-                               args.password if args.p12 else None, args.force)
+            paths = write_node(node, name, folders[name], password, args.force)
             made.append({"name": name, "folder": str(folders[name]),
                          **_described(node.certificate, paths)})
             progress.step(done, name)
@@ -346,7 +376,10 @@ def add_certs_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
     node.add_argument("--out", type=Path, required=True, help="folder for the node's files")
     node.add_argument("--p12", action="store_true",
                       help="also write NAME.p12 (key store) and ca.p12 (trust store)")
-    node.add_argument("--password", default=None, help="the PKCS#12 stores' password")
+    node.add_argument("--password-stdin", action="store_true",
+                      help=f"read the PKCS#12 stores' password from standard input (else "
+                           f"${PASSWORD_VARIABLE}, else a prompt)")
+    node.add_argument("--password", default=None, help=argparse.SUPPRESS)  # refused: see above
     node.add_argument("--days", type=int, default=NODE_DAYS,
                       help=f"validity (default {NODE_DAYS}, never past the CA's)")
     node.add_argument("--force", action="store_true", help="replace files that exist")

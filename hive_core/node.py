@@ -42,7 +42,7 @@ from hive_core.net import (
 )
 from hive_core.node_views import NodeViews
 from hive_core.persistence import DataFolderLock, MemorySessionStore, keep_previous_data
-from hive_core.plugins import ExtensionManager, Extensions, HookTime
+from hive_core.plugins import DISABLED_BY_OPERATOR, ExtensionManager, Extensions, HookTime
 from hive_ext_api import ClusterMember, ExtensionContext
 
 log = logging.getLogger("hive")
@@ -213,6 +213,27 @@ class HiveNode:
         return ExtensionContext(name, folder, self.services, logging.getLogger(f"hive.ext.{name}"),
                                 self.config, self.data_dir)
 
+    def _check_discovery_choice(self) -> None:
+        """``<discovery><extension><name>`` must name an installed discovery extension (one
+        that is installed but refused to start or disabled has been logged already)."""
+        cluster = self.config.cluster
+        if not cluster.enabled or cluster.discovery_kind != "extension":
+            return
+        chosen = getattr(cluster.effective_discovery(), "name", None)
+        if chosen is None:
+            return
+        discovering = self.extensions.discovering()
+        record = next((r for r in self.extensions.manager.records if r.name == chosen), None)
+        if record is not None and (not record.active or chosen in discovering):
+            return
+        known = ", ".join(sorted(n for n in discovering if not n.startswith("hive_core"))) \
+            or "none"
+        why = (f"extension {chosen} does not answer discovery" if record is not None
+               else f"no extension named {chosen} is installed")
+        raise ConfigError(f"{why} (discovery extensions: {known}; `hive extensions` lists "
+                          "every extension)", source="config.xml",
+                          path="hivemq/cluster/discovery/extension/name")
+
     # ------------------------------------------------------------------ running
 
     async def run(self, started: Callable[[], None] | None = None,
@@ -256,7 +277,7 @@ class HiveNode:
         assert self._stopping is not None
         log.info("Starting Hive %s, data folder %s", __version__, self.data_dir)
         for record in self.extensions.manager.records:
-            if not record.active:
+            if not record.active and record.reason != DISABLED_BY_OPERATOR:  # INFO said so
                 log.warning("Extension %s is not active: %s", record.name, record.reason)
         if self.config.cluster.enabled:  # before the store opens: what it holds now
             await anyio.to_thread.run_sync(keep_previous_data, self.data_dir)
@@ -277,12 +298,14 @@ class HiveNode:
         try:
             await self.extensions.start(self._context)
             extensions_started = True
+            self._check_discovery_choice()
             if self.config.rest_api.enabled:  # before the join, so health answers during it
                 self.rest_api = RestApi(self, self.config.rest_api.auth, self.backups)
                 await self.rest_api.start(self.config.rest_api.effective_listeners())
+            # The control center's view; a node without one still answers its peers' questions.
+            views = NodeViews(self.services.node_id, broker, lambda: self.cluster,
+                              self.extensions)
             if self.config.control_center.enabled:
-                views = NodeViews(self.services.node_id, broker, lambda: self.cluster,
-                                  self.extensions)
                 self.control_center = ControlCenter(self.config.control_center, views, self,
                                                     self.backups)
                 await self.control_center.start()
@@ -292,6 +315,7 @@ class HiveNode:
                 settings.replicas_folder = self.data_dir / "replicas"
                 cluster = self.cluster = Cluster(self.services.node_id, settings, broker,
                                                  self.extensions, store=replicating)
+                cluster.client_queries.details = views.local_client_details
                 self.services.members_from(cluster.view)
                 await cluster.start(tasks)
             if not self._stopping.is_set():
@@ -365,6 +389,12 @@ class HiveNode:
 
     def extension_counter_names(self) -> set[str]:
         return set(self.services.metrics.counters)
+
+    def extension_metric_descriptions(self) -> dict[str, str]:
+        metrics = self.services.metrics
+        described = {name: c.description for name, c in metrics.counters.items()}
+        described.update((name, d) for name, (_read, d) in metrics.gauges.items())
+        return described
 
     def extension_failures(self) -> dict[str, int]:
         return dict(self.extensions.failures)

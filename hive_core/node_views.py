@@ -7,6 +7,7 @@ into the broker's sessions itself.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -47,7 +48,7 @@ class NodeViews:
                 "subscriptions": len(session.subscriptions), "queued": len(session.queue),
                 "inflight": len(session.inflight)}
 
-    def find_clients(self, text: str, limit: int) -> list[dict[str, Any]]:
+    async def find_clients(self, text: str, limit: int) -> list[dict[str, Any]]:
         found = [self._summary(session) for client_id, session in self.broker.sessions.items()
                  if text in client_id]
         found.sort(key=lambda item: item["client_id"])
@@ -58,12 +59,41 @@ class NodeViews:
             elsewhere = sorted((client_id, owner) for client_id, owner
                                in cluster.owner_directory().items()
                                if text in client_id and client_id not in here)
-            found += [{"client_id": client_id, "node": owner, "connected": None,
+            elsewhere = elsewhere[:limit - len(found)]
+            answers = await self._ask_owners(cluster, elsewhere)
+            found += [_summary_of(answers.get(client_id)) or
+                      {"client_id": client_id, "node": owner, "connected": None,
                        "persistent": None, "subscriptions": None, "queued": None,
-                       "inflight": None} for client_id, owner in elsewhere[:limit - len(found)]]
+                       "inflight": None} for client_id, owner in elsewhere]
         return found
 
-    def client_details(self, client_id: str) -> dict[str, Any] | None:
+    @staticmethod
+    async def _ask_owners(cluster: Cluster, owned: list[tuple[str, str]]
+                          ) -> dict[str, dict[str, Any] | None]:
+        """The owners' answers about their clients, asked at once (one question per node)."""
+        by_owner: dict[str, list[str]] = {}
+        for client_id, owner in owned:
+            by_owner.setdefault(owner, []).append(client_id)
+        answers: dict[str, dict[str, Any] | None] = {}
+        for answer in await asyncio.gather(*(cluster.client_details_from(owner, ids)
+                                             for owner, ids in by_owner.items())):
+            answers.update(answer)
+        return answers
+
+    async def client_details(self, client_id: str) -> dict[str, Any] | None:
+        """One session's details, from this node or from the member that holds it."""
+        details = self.local_client_details(client_id)
+        cluster = self.cluster
+        if details is not None or cluster is None:
+            return None if details is None else {**details, "here": True}
+        owner = cluster.owner_directory().get(client_id)
+        if owner is None:
+            return None
+        answer = (await cluster.client_details_from(owner, [client_id])).get(client_id)
+        return {**answer, "here": False} if isinstance(answer, dict) else None
+
+    def local_client_details(self, client_id: str) -> dict[str, Any] | None:
+        """One session of this node (what this node answers a peer's question with)."""
         session = self.broker.sessions.get(client_id)
         if session is None:
             return None
@@ -132,6 +162,17 @@ class NodeViews:
         return [{"name": r.name, "version": r.version, "source": r.source, "active": r.active,
                  "reason": r.reason or None, "failures": failures.get(r.name, 0)}
                 for r in self.extensions.manager.records]
+
+
+_SUMMARY = ("client_id", "node", "connected", "persistent", "subscriptions", "queued",
+            "inflight")
+
+
+def _summary_of(details: Any) -> dict[str, Any] | None:
+    """A search row from a peer's answer (None when it had no such session)."""
+    if not isinstance(details, dict):
+        return None
+    return {key: details.get(key) for key in _SUMMARY}
 
 
 def _preview(payload: bytes, size: int = 200) -> str:

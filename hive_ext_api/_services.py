@@ -75,10 +75,37 @@ class ExtensionContext:
     @property
     def extension_discovery(self) -> bool:
         """Whether the node's ``<cluster>`` is enabled and asks extensions for its nodes
-        (``<discovery><extension/>``). True without a node configuration: an extension started
-        by hand, in a test, is told what to do by its caller (API 1.2)."""
+        (``<discovery><extension/>``), and, when ``<discovery><extension><name>`` names one
+        extension, whether it is this one. True without a node configuration: an extension
+        started by hand, in a test, is told what to do by its caller (API 1.2)."""
         if self.node_config is None:
             return True
         cluster = getattr(self.node_config, "cluster", None)
-        return bool(getattr(cluster, "enabled", False)) and \
-            getattr(cluster, "discovery_kind", None) == "extension"
+        if not (bool(getattr(cluster, "enabled", False))
+                and getattr(cluster, "discovery_kind", None) == "extension"):
+            return False
+        chosen = self.discovery_choice
+        return chosen is None or chosen == self.name
+
+    @property
+    def discovery_choice(self) -> str | None:
+        """The extension ``<discovery><extension><name>`` names, or None (API 1.4)."""
+        cluster = getattr(self.node_config, "cluster", None)
+        discovery = getattr(cluster, "discovery", None)
+        return getattr(getattr(discovery, "extension", None), "name", None)
+
+    def discovery_idle_reason(self) -> str:
+        """Why :attr:`extension_discovery` is False, for a discovery extension's INFO line."""
+        chosen = self.discovery_choice
+        if chosen is not None and chosen != self.name:
+            return f"<discovery><extension><name> names {chosen}"
+        return "this node's <cluster> does not use <discovery><extension/>"
+
+    @property
+    def discovery_named(self) -> bool:
+        """Whether this extension is the one ``<discovery><extension><name>`` names, so it runs
+        even on its default settings; without a name, a discovery extension with no settings
+        of its own stays idle (several may be installed together). True without a node
+        configuration, like :attr:`extension_discovery` (API 1.4)."""
+        return self.node_config is None or (
+            self.extension_discovery and self.discovery_choice == self.name)

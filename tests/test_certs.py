@@ -6,8 +6,11 @@ raises on whichever side refuses, as it would on a node link.
 
 from __future__ import annotations
 
+import os
 import ssl
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,16 +60,41 @@ def common_name(certificate: dict) -> str:  # type: ignore[type-arg]
 
 
 @pytest.fixture
-def pki(tmp_path: Path) -> Path:
-    """A CA and two nodes made with the CLI, in process; the second also as PKCS#12."""
+def pki(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A CA and two nodes made with the CLI, in process; the second also as PKCS#12 (its
+    password from the environment, never the command line)."""
     assert main(["certs", "ca", "--out", str(tmp_path / "ca")]) == 0
     assert main(["certs", "node", "--ca", str(tmp_path / "ca"), "--name", "node1",
                  "--ip", "127.0.0.1", "--dns", "localhost", "--out",
                  str(tmp_path / "node1")]) == 0
-    assert main(["certs", "node", "--ca", str(tmp_path / "ca"), "--name", "node2",
-                 "--ip", "127.0.0.1", "--out", str(tmp_path / "node2"), "--p12",
-                 "--password", PASSWORD]) == 0
+    with monkeypatch.context() as env:
+        env.setenv("HIVE_CERTS_PASSWORD", PASSWORD)
+        assert main(["certs", "node", "--ca", str(tmp_path / "ca"), "--name", "node2",
+                     "--ip", "127.0.0.1", "--out", str(tmp_path / "node2"), "--p12"]) == 0
     return tmp_path
+
+
+def test_the_p12_password_is_read_from_standard_input_not_the_command_line(
+        pki: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "hive_core.cli", "certs", "node", "--ca",
+                           str(pki / "ca"), "--name", "node3", "--out", str(pki / "node3"),
+                           "--p12", "--password-stdin"], input="from stdin\n",
+                          capture_output=True, text=True, timeout=60,
+                          env={k: v for k, v in os.environ.items()
+                               if k != "HIVE_CERTS_PASSWORD"})
+    assert done.returncode == 0, done.stderr
+    key, certificate, _ = pkcs12.load_key_and_certificates(
+        (pki / "node3/node3.p12").read_bytes(), b"from stdin")
+    assert key is not None and certificate is not None
+
+
+def test_a_password_on_the_command_line_is_refused(
+        pki: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["certs", "node", "--ca", str(pki / "ca"), "--name", "n", "--p12",
+                 "--password", PASSWORD, "--out", str(pki / "n")]) == 2
+    assert "--password no longer takes the password on the command line" in \
+        capsys.readouterr().err
+    assert not (pki / "n").exists()
 
 
 def test_ca_and_node_files_are_written_and_keys_are_private(pki: Path) -> None:
@@ -166,8 +194,9 @@ def test_bad_node_arguments_are_refused(pki: Path, capsys: pytest.CaptureFixture
                  "--out", str(pki / "n")]) == 2
     assert "--ip" in capsys.readouterr().err
     assert main(["certs", "node", "--ca", ca, "--name", "n", "--p12",
-                 "--out", str(pki / "n")]) == 2
-    assert "--p12 needs --password" in capsys.readouterr().err
+                 "--out", str(pki / "n")]) == 2  # no terminal to prompt on here
+    assert "--p12 needs the PKCS#12 stores' password: set $HIVE_CERTS_PASSWORD or give " \
+        "--password-stdin" in capsys.readouterr().err
     assert main(["certs", "node", "--ca", str(pki / "nowhere"), "--name", "n",
                  "--out", str(pki / "n")]) == 2
     assert "cannot read the CA" in capsys.readouterr().err

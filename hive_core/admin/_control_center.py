@@ -74,12 +74,14 @@ class ControlCenterNode(Protocol):
         sessions, messages in, messages out])."""
         ...
 
-    def find_clients(self, text: str, limit: int) -> list[dict[str, Any]]:
-        """Clients whose id contains ``text``: this node's sessions, and the cluster's."""
+    async def find_clients(self, text: str, limit: int) -> list[dict[str, Any]]:
+        """Clients whose id contains ``text``: this node's sessions, and the cluster's (as the
+        nodes that hold them answer; their rows hold None where a node does not answer)."""
         ...
 
-    def client_details(self, client_id: str) -> dict[str, Any] | None:
-        """One session of this node: state, subscriptions, queue; None when not here."""
+    async def client_details(self, client_id: str) -> dict[str, Any] | None:
+        """One session: state, subscriptions, queue, from this node or the node that holds
+        it; None when no node has it (or its node does not answer)."""
         ...
 
     def disconnect_client(self, client_id: str) -> str | None:
@@ -364,15 +366,16 @@ class ControlCenter:
         return Reply(200, {"node_id": self.node.node_id, "nodes": nodes,
                            "replication": replication, "sample_interval": SAMPLE_INTERVAL})
 
-    def _clients(self, request: Request) -> Reply:
+    async def _clients(self, request: Request) -> Reply:
         text = _query(request, "q")
-        return Reply(200, {"items": self.node.find_clients(text, LIST_LIMIT)})
+        return Reply(200, {"items": await self.node.find_clients(text, LIST_LIMIT)})
 
-    def _client(self, request: Request) -> Reply:
-        details = self.node.client_details(request.params["id"])
+    async def _client(self, request: Request) -> Reply:
+        details = await self.node.client_details(request.params["id"])
         if details is None:
             return Reply(404, {"title": "Not found",
-                               "detail": f"no session of {request.params['id']!r} here"})
+                               "detail": f"no session of {request.params['id']!r} in the "
+                                         "cluster (or its node did not answer)"})
         return Reply(200, details)
 
     def _disconnect(self, request: Request) -> Reply:

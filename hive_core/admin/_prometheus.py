@@ -180,10 +180,13 @@ def _extensions(node: NodeStatus) -> Iterator[Metric]:
                     "extension", sorted(node.extension_failures().items()))
     yield _hook_seconds(node)
     counters = node.extension_counter_names()
+    descriptions = node.extension_metric_descriptions()
     for name, value in sorted(node.extension_metrics().items()):
+        described = descriptions.get(name, "").strip().rstrip(".")
         yield _family("counter" if name in counters else "gauge",
-                      f"hive_extension_{_name(name)}", f"The extension metric {name}.",
-                      value=value)
+                      f"hive_extension_{_name(name)}",
+                      f"{described[:1].upper()}{described[1:]} (extension metric {name})."
+                      if described else f"The extension metric {name}.", value=value)
 
 
 def _hook_seconds(node: NodeStatus) -> Metric:

@@ -37,6 +37,10 @@ class NodeStatus(Protocol):
         """Which of ``extension_metrics`` are counters (the rest are gauges)."""
         ...
 
+    def extension_metric_descriptions(self) -> dict[str, str]:
+        """What each of ``extension_metrics`` is, as its extension described it."""
+        ...
+
     def extension_failures(self) -> dict[str, int]:
         """Failed hook calls (raised, or past the deadline), by extension."""
         ...

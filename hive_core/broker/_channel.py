@@ -553,6 +553,8 @@ class Channel:
             return
         if topic.startswith("$SYS/") or topic == "$SYS":
             # The broker's own namespace: clients may read it, not write it.
+            log.debug("publish of %r to %r refused: clients may not publish under $SYS/ "
+                      "(0x%02X)", session.client_id, topic, RC.NOT_AUTHORIZED)
             if qos:
                 self._ack_publish(packet, RC.NOT_AUTHORIZED, False)
             return
@@ -585,17 +587,18 @@ class Channel:
     def _past_receive_maximum(self, session: Session) -> bool:
         """A QoS 1/2 PUBLISH beyond the receive maximum: True when the connection was closed.
 
-        Strategy ``disconnect`` closes with 0x93 as MQTT 5 describes. Strategy ``throttle``
-        handles the PUBLISH and stops reading until the acknowledgements waiting for the disk
-        are out (counting PUBRELs still owed by the client would wait for packets that are not
-        read any more).
+        Strategy ``disconnect`` (the default) closes an MQTT 5 client with 0x93 (MQTT 5, 3.3.4).
+        Strategy ``throttle``, and ``disconnect`` for an MQTT 3 client (which was never told a
+        receive maximum and has no 0x93), handles the PUBLISH and stops reading until the
+        acknowledgements waiting for the disk are out (counting PUBRELs still owed by the
+        client would wait for packets that are not read any more).
         """
         limit = self.broker.settings.server_receive_maximum
-        if self.broker.settings.receive_maximum_strategy == "disconnect":
+        if self.broker.settings.receive_maximum_strategy == "disconnect" and self.version == 5:
             # A waiting PUBREC is in inbound_qos2 already: count only waiting PUBACKs.
             pending = len(session.inbound_qos2) + sum(
                 data[0] == PUBACK for data in self._acks_waiting)
-            if pending >= limit and self.version == 5:
+            if pending >= limit:
                 self._refuse(RC.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
                 return True
             return False
@@ -618,8 +621,10 @@ class Channel:
             self._publish_refused(packet, code)
 
     def _publish_refused(self, packet: Publish, code: int) -> None:
-        log.debug("publish of %r to %r stopped by an extension (0x%02X)", self.client_id,
-                  packet.topic, code)
+        # DEBUG: a refused client may retry at its own pace, and every refusal would be a line.
+        log.debug("publish of %r to %r refused: %s (0x%02X)", self.client_id, packet.topic,
+                  "not authorized by an extension" if code == RC.NOT_AUTHORIZED
+                  else "stopped by an extension", code)
         if packet.qos:
             self._ack_publish(packet, code, False)
 

@@ -16,7 +16,7 @@ class BrokerSettings:
     max_message_expiry: int = 0xFFFFFFFF + 1  # HiveMQ's default: above the field's range, so no cap
     max_packet_size: int = 268_435_460
     server_receive_maximum: int = 100
-    receive_maximum_strategy: Literal["throttle", "disconnect"] = "throttle"
+    receive_maximum_strategy: Literal["throttle", "disconnect"] = "disconnect"
     topic_alias_enabled: bool = True
     topic_alias_maximum: int = 5
     maximum_qos: int = 2

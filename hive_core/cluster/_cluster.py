@@ -30,6 +30,7 @@ from hive_core.broker import (
     SharedKey,
 )
 from hive_core.cluster._auth import PeerAuthentication
+from hive_core.cluster._client_queries import ClientQueries
 from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
 from hive_core.cluster._link import PeerLink
@@ -290,6 +291,7 @@ class Cluster:
         self.broker = broker
         self.extensions = extensions
         self.members: dict[str, Member] = {}
+        self.client_queries = ClientQueries()  # the control center's questions to the owners
         self.table = RoutingTable()
         self.metrics = ClusterMetrics()
         self.address = ClusterNodeAddress(settings.external_host, settings.external_port)
@@ -551,6 +553,14 @@ class Cluster:
         self._links.add(link)
         link.send(FrameKind.HELLO, self._hello())
 
+    async def client_details_from(self, node_id: str, client_ids: list[str],
+                                  timeout: float = 2.0) -> dict[str, dict[str, Any] | None]:
+        """The details of sessions that member ``node_id`` holds ({} when it does not answer)."""
+        member = self.members.get(node_id)
+        if member is None:
+            return {}
+        return await self.client_queries.ask(member.link, client_ids, timeout)
+
     def _new_link(self, outbound: bool = False) -> PeerLink:
         link = PeerLink(self._on_frame, self._on_lost, outbound, self.authentication)
         link.stale_after = self.settings.heartbeat_timeout
@@ -807,6 +817,9 @@ class Cluster:
         member = self.members.get(peer_id) if peer_id else None
         if member is None or member.link is not link:
             return  # a frame before the handshake, or on a link that lost the tie-break
+        if kind is FrameKind.CLIENT_QUERY or kind is FrameKind.CLIENT_ANSWER:
+            self.client_queries.on_frame(link, kind, body)
+            return
         if kind is FrameKind.SHARED_PUBLISH:
             if self.forwarding.arrived(member.node_id):
                 self.metrics.publishes_received += 1

@@ -69,6 +69,10 @@ class FrameKind(IntEnum):
     # of sessions that node keeps (back after a split): route its filters there from now on
     ROUTED = 53  # token: the ROUTE_TO is in effect here (after every message routed before it)
     # Before anything else on a link of a cluster with a shared secret (see _auth.py):
+    # The control center asks the node that holds a session (an older peer skips these, and the
+    # question times out): [token, client ids] -> [token, JSON {client id: details or null}]
+    CLIENT_QUERY = 60
+    CLIENT_ANSWER = 61
     AUTH_CHALLENGE = 50  # a fresh nonce; sent by both ends as soon as the link is open
     AUTH_PROOF = 51  # the answer to the peer's challenge: proof of holding the shared secret
 

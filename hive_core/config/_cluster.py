@@ -306,6 +306,12 @@ class ExtensionDiscovery(ConfigModel, tag="extension"):
 
     reload_interval: PositiveInt = element(tag="reload-interval", default=60)
     """Seconds between two asks of the extension for the current node list."""
+    name: str | None = element(tag="name", default=None)
+    """Hive addition: the discovery extension to ask, by its name in ``hive extensions``
+    (``s3-discovery``, ``consul-discovery``, ``docker-discovery``); the other discovery
+    extensions installed stay idle, and the named one runs even on its default settings.
+    Without it, every installed discovery extension that has settings of its own answers, and
+    one with none stays idle."""
 
 
 class Discovery(ConfigModel, tag="discovery"):

@@ -66,11 +66,13 @@ class ReceiveMaximum(ConfigModel, tag="receive-maximum"):
     server_receive_maximum: UInt16 = element(tag="server-receive-maximum", default=100)
     """QoS 1/2 PUBLISHes a client may have waiting for their acknowledgement (announced in
     MQTT 5 CONNACKs)."""
-    strategy: Literal["throttle", "disconnect"] = element(tag="strategy", default="throttle")
-    """Hive addition: what happens to a client that sends more. ``throttle``: the node stops
-    reading from it until acknowledgements have gone out (nothing is refused or dropped;
-    clients such as paho that resend a backlog at once after a reconnect keep working);
-    ``disconnect``: DISCONNECT with 0x93 (receive maximum exceeded), as MQTT 5 describes."""
+    strategy: Literal["throttle", "disconnect"] = element(tag="strategy", default="disconnect")
+    """Hive addition: what happens to a client that sends more. ``disconnect``: an MQTT 5
+    client gets DISCONNECT with 0x93 (receive maximum exceeded), as MQTT 5 (3.3.4) says; an
+    MQTT 3 client, never told a maximum, is throttled. ``throttle``: the node stops reading
+    from the client until acknowledgements have gone out (nothing is refused or dropped), for
+    clients that ignore the announced maximum, such as paho resending a backlog larger than
+    it at once after a reconnect."""
 
 
 class KeepAlive(ConfigModel, tag="keep-alive"):

@@ -8,11 +8,12 @@ from hive_core.plugins._local import ACCEPTED as LOCAL_EXTENSION_FORMS
 from hive_core.plugins._local import LocalExtensionError, import_local_extension, module_version
 from hive_core.plugins._manager import (
     BUILTIN_PLUGINS,
+    DISABLED_BY_OPERATOR,
     DISABLED_ENV,
     ExtensionManager,
     ExtensionRecord,
 )
 
-__all__ = ["BUILTIN_PLUGINS", "DISABLED_ENV", "HOOK_BUCKETS_SECONDS", "LOCAL_EXTENSION_FORMS",
-           "ExtensionManager", "ExtensionRecord", "Extensions", "HookTime", "LocalExtensionError",
-           "WarningGate", "import_local_extension", "module_version"]
+__all__ = ["BUILTIN_PLUGINS", "DISABLED_BY_OPERATOR", "DISABLED_ENV", "HOOK_BUCKETS_SECONDS",
+           "LOCAL_EXTENSION_FORMS", "ExtensionManager", "ExtensionRecord", "Extensions", "HookTime",
+           "LocalExtensionError", "WarningGate", "import_local_extension", "module_version"]

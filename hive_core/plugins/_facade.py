@@ -258,7 +258,10 @@ class Extensions:
                 self.manager.deactivate(name, f"failed to start: {exc!r}")
         for record in self.manager.active():
             version = record.version if record.version not in ("", "unknown") else None
-            log.info("Extension %s %s started", record.name, version or "(version unknown)")
+            # Hive's own plugins are part of Hive: a static node's log does not say that
+            # multicast and broadcast discovery "started" (idle, they do nothing).
+            log.log(logging.DEBUG if record.source == "built-in" else logging.INFO,
+                    "Extension %s %s started", record.name, version or "(version unknown)")
         self.refresh()
 
     async def stop(self, context_for: Callable[[str], ExtensionContext]) -> None:
@@ -351,6 +354,10 @@ class Extensions:
         for answer in answers:
             merged.update(dict.fromkeys(answer))
         return list(merged)
+
+    def discovering(self) -> list[str]:
+        """The active extensions that answer discovery reloads, by name."""
+        return [impl.plugin_name for impl in self._impls["hive_discovery_reload"]]
 
     async def discovery_reload_interval(self, default: float = 60.0) -> float:
         """An extension's answer, else ``default`` (the configured ``<reload-interval>``)."""

@@ -30,6 +30,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
 """Hive's own plugins, registered like any installed extension (and disabled the same way)."""
 
 DISABLED_ENV = "HIVE_DISABLED_EXTENSIONS"
+DISABLED_BY_OPERATOR = "disabled by the operator"  # the reason of an extension left out by name
 """Comma-separated extension names not to load, on top of <extensions><disabled>."""
 
 
@@ -108,7 +109,8 @@ class ExtensionManager:
             version = module_version(plugin) if isinstance(plugin, ModuleType) else str(
                 getattr(plugin, "__version__", "") or "unknown")
         if name in self.disabled:
-            record = ExtensionRecord(name, version, "registered", False, "disabled by the operator")
+            log.info("Extension %s is disabled by the operator", name)
+            record = ExtensionRecord(name, version, "registered", False, DISABLED_BY_OPERATOR)
         else:
             problem = _api_range_problem(name, plugin)
             record = ExtensionRecord(name, version, "registered", problem is None, problem or "",
@@ -156,8 +158,7 @@ class ExtensionManager:
     def _load(self, name: str, source: str, target: str, entry_point: EntryPoint | None) -> None:
         if name in self.disabled:
             log.info("Extension %s is disabled by the operator", name)
-            self.records.append(ExtensionRecord(name, "", source, False,
-                                                "disabled by the operator"))
+            self.records.append(ExtensionRecord(name, "", source, False, DISABLED_BY_OPERATOR))
             return
         try:
             loaded = entry_point.load() if entry_point is not None else importlib.import_module(

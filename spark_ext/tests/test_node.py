@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,8 +12,9 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from prometheus_client.parser import text_string_to_metric_families
 
-from _procs import HiveNode, wait_for
+from _procs import HiveNode, free_port, wait_for
 from hive_ext_spark import read_segment
 from hive_ext_spark._segment import Event
 
@@ -89,13 +91,16 @@ def test_no_acknowledged_publish_is_lost_to_kill_9_and_numbers_continue(
     publisher = client(node, "flat-out", mqtt.MQTTv311)
     lock = threading.Lock()
     mids: dict[int, int] = {}
+    early: set[int] = set()  # acknowledged before publish() returned its mid
     stop = threading.Event()
 
     def on_publish(c: mqtt.Client, userdata: object, mid: int, rc: object,
                    props: object) -> None:
-        with lock:
+        with lock:  # paho calls this holding its own lock: never call paho holding ours
             if mid in mids:
                 acked.add(mids.pop(mid))
+            else:
+                early.add(mid)
 
     publisher.on_publish = on_publish
 
@@ -104,7 +109,11 @@ def test_no_acknowledged_publish_is_lost_to_kill_9_and_numbers_continue(
         while not stop.is_set():
             info = publisher.publish(f"load/{n % 10}", str(n).encode(), qos=1)
             with lock:
-                mids[info.mid] = n
+                if info.mid in early:
+                    early.discard(info.mid)
+                    acked.add(n)
+                else:
+                    mids[info.mid] = n
             n += 1
             if n % 50 == 0:
                 time.sleep(0.001)
@@ -154,3 +163,31 @@ def test_an_unwritable_folder_refuses_the_extension(hive_run: Callable[..., Hive
     blocker.write_text("not a folder")
     node = hive_run(f"folder = {blocker}/events\n")
     node.wait_for_log(r"folder .*a-file/events")
+
+
+def test_the_recorded_count_is_a_counter_with_help_texts_in_prometheus(
+        hive_run: Callable[..., HiveNode]) -> None:
+    """``spark-events.recorded`` counts (a counter, ``_total``), names do not stutter
+    (``events_events``), and each metric has a HELP text of its own."""
+    rest = free_port()
+    node = hive_run(body="<rest-api><enabled>true</enabled><listeners><http>"
+                         f"<port>{rest}</port><bind-address>127.0.0.1</bind-address>"
+                         "</http></listeners></rest-api>")
+    publisher = client(node, "counted", mqtt.MQTTv311)
+    for n in range(3):
+        publisher.publish("count/me", str(n).encode(), qos=1).wait_for_publish(5)
+    publisher.disconnect()
+    with urllib.request.urlopen(f"http://127.0.0.1:{rest}/api/v1/metrics/prometheus",
+                                timeout=5) as response:
+        families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+    ours = {name: f for name, f in families.items()
+            if name.startswith("hive_extension_spark_events_")}
+    recorded = ours["hive_extension_spark_events_recorded"]
+    assert recorded.type == "counter"
+    assert [(s.name, s.value) for s in recorded.samples] == [
+        ("hive_extension_spark_events_recorded_total", 3.0)]
+    assert "hive_extension_spark_events_recovered" in ours
+    assert not [name for name in ours if "events_events" in name]
+    helps = [f.documentation for f in ours.values()]
+    assert len(set(helps)) == len(helps) and not [h for h in helps if "extension metric" in h
+                                                  and h.startswith("The extension metric")]

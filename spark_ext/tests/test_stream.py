@@ -153,6 +153,14 @@ def test_example_queries(spark: Any, tmp_path: Path,
     shown = capsys.readouterr().out
     assert re.search(r"\|meter-1\|meters/1\|12 +\|2026-03-01 23:59:05\|", shown), shown
     assert re.search(r"\|meter-2\|meters/2\|21 +\|2026-03-01 23:59:10\|", shown), shown
+    # --conf as on `stream`: a setting reaches the session; a malformed one is refused (2).
+    assert cli.main(["query", "per-minute", "--parquet", str(out),
+                     "--conf", "spark.hive.test.marker=on"]) == 0
+    assert spark.conf.get("spark.hive.test.marker") == "on"
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["query", "latest", "--parquet", str(out), "--conf", "no-equals-sign"])
+    assert refused.value.code == 2
+    assert "--conf 'no-equals-sign': expected KEY=VALUE" in capsys.readouterr().err
 
 
 def test_the_job_reads_an_s3_prefix_and_a_folder_once_each(spark: Any, tmp_path: Path,

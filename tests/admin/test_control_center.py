@@ -189,9 +189,20 @@ def test_the_overview_shows_every_node_with_live_rates(nodes: list[HiveProcess],
         until(browser, busy, "node 3's connection and message rate on node 1's overview", 30)
         charts = browser.find_elements(By.CSS_SELECTOR, "#charts svg.chart")
         assert len(charts) == 3
-        until(browser, lambda d: d.find_elements(
+        lines = until(browser, lambda d: d.find_elements(
             By.CSS_SELECTOR, f'#charts svg[data-node="{node_id(nodes[2])}"] polyline'),
             "a chart line for node 3")
+        # In and out in two colours, with axes, their units and a legend.
+        colours = {line.get_attribute("class"): line.value_of_css_property("stroke")
+                   for line in lines}
+        assert set(colours) == {"line-in", "line-out"}
+        assert colours["line-in"] != colours["line-out"], colours
+        chart = browser.find_element(By.CSS_SELECTOR, f'#charts svg[data-node="{third}"]')
+        assert chart.find_elements(By.CSS_SELECTOR, ".x-axis")
+        assert chart.find_elements(By.CSS_SELECTOR, ".y-axis")
+        labels = [t.text for t in chart.find_elements(By.TAG_NAME, "text")]
+        assert "msg/s" in labels and "now" in labels and "time" in labels, labels
+        assert any("in" in t and "out" in t and "messages/s" in t for t in labels), labels
         print(f"overview: {screenshot(browser, 'overview')}")
     finally:
         client.loop_stop()
@@ -204,6 +215,8 @@ def test_a_client_is_found_from_any_node_and_disconnected_where_it_is(
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="cc-finder-1",
                          protocol=mqtt.MQTTv5)
     client.on_disconnect = lambda c, u, flags, reason, props: reasons.append(reason.value)
+    subscribed: list[int] = []
+    client.on_subscribe = lambda c, u, mid, codes, props: subscribed.append(mid)
     properties = mqtt.Properties(mqtt.PacketTypes.CONNECT)
     properties.SessionExpiryInterval = 300
     client.connect("127.0.0.1", nodes[1].port, clean_start=False, properties=properties)
@@ -211,14 +224,24 @@ def test_a_client_is_found_from_any_node_and_disconnected_where_it_is(
     try:
         wait_for(lambda: client.is_connected(), 10, "the client to connect")
         client.subscribe("cc/finder/#", qos=1)
-        # Node 1's page finds it, on node 2.
+        wait_for(lambda: subscribed, 10, "the SUBACK")
+        # Node 1's page finds it, on node 2, with what node 2 knows of it (the node link).
         log_in(browser, nodes[0])
         until(browser, lambda d: d.find_elements(By.ID, "who"), "the overview")
         search_on(browser, nodes[0], "clients", "finder")
-        shown_node = until(browser, lambda d: d.find_element(
+        row = until(browser, lambda d: [td.text for td in d.find_element(
             By.CSS_SELECTOR, '#client-results tr[data-client="cc-finder-1"]').find_elements(
-            By.TAG_NAME, "td")[1].text, "the client")
-        assert shown_node == node_id(nodes[1])
+            By.TAG_NAME, "td")], "the client")
+        assert row == ["cc-finder-1", node_id(nodes[1]), "true", "true", "1", "0", "0"], row
+        # Its details on node 1's page too: the subscription, where it is connected.
+        click(browser, 'a[data-client="cc-finder-1"]', "the client's link on node 1")
+        until(browser, lambda d: "cc/finder/#" in d.find_element(
+            By.ID, "detail-subscriptions").text, "its subscription in node 1's details")
+        fields = browser.find_element(By.ID, "detail-fields").text
+        assert node_id(nodes[1]) in fields and "3.1.1" not in fields and "5.0" in fields, fields
+        assert not browser.find_element(By.ID, "disconnect").is_displayed()
+        assert "disconnect it from that node's control center" in browser.find_element(
+            By.ID, "disconnect-result").text
         screenshot(browser, "client-found-elsewhere")
         # On node 2's page: its details, and the disconnect.
         log_in(browser, nodes[1])

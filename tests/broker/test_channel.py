@@ -434,15 +434,32 @@ def test_more_qos2_in_flight_than_the_server_receive_maximum_is_refused_with_0x9
     run(scenario, server_receive_maximum=3, receive_maximum_strategy="disconnect")
 
 
-def test_past_the_receive_maximum_reading_pauses_until_the_acknowledgements_are_out() -> None:
-    """The default: a client that sends a backlog at once (paho after a reconnect) is slowed
-    down, not disconnected; nothing is refused."""
+def test_the_default_strategy_refuses_an_mqtt5_client_past_the_receive_maximum() -> None:
+    async def scenario(broker: Broker) -> None:
+        pub = Peer(broker)
+        pub.connect("p")
+        pub.send(*[Publish("t", b"x", qos=2, packet_id=pid) for pid in range(1, 4)])
+        assert not pub.io.closed
+        pub.send(Publish("t", b"x", qos=2, packet_id=4))
+        assert [p.reason_code for p in pub.new() if isinstance(p, Disconnect)] == [0x93]
+        assert pub.io.closed
+
+    run(scenario, server_receive_maximum=3)
+
+
+@pytest.mark.parametrize(("version", "strategy"), [(5, "throttle"), (4, "throttle"),
+                                                   (4, "disconnect")])
+def test_past_the_receive_maximum_reading_pauses_until_the_acknowledgements_are_out(
+        version: int, strategy: str) -> None:
+    """Strategy throttle, and any strategy for an MQTT 3 client (never told a maximum, no
+    0x93): a client that sends a backlog at once (paho after a reconnect) is slowed down, not
+    disconnected; nothing is refused."""
     async def scenario(broker: Broker) -> None:
         sub = Peer(broker)
         sub.connect("s", clean_start=False, properties=PERSISTENT)
         sub.subscribe("t", qos=1)
         sub.channel.connection_lost()  # acknowledgements now wait for the store
-        pub = Peer(broker)
+        pub = Peer(broker, version)
         pub.connect("p")
         pub.send(*[Publish("t", b"x", qos=1, packet_id=pid) for pid in range(1, 6)])
         assert not pub.io.reading and not pub.io.closed
@@ -453,7 +470,7 @@ def test_past_the_receive_maximum_reading_pauses_until_the_acknowledgements_are_
         assert pub.new() == [PubAck(pid) for pid in range(1, 6)]
         assert len(broker.sessions["s"].queue) == 5
 
-    run(scenario, server_receive_maximum=3)
+    run(scenario, server_receive_maximum=3, receive_maximum_strategy=strategy)
 
 
 def test_unacknowledged_deliveries_are_sent_again_with_dup_after_a_reconnect() -> None:

@@ -28,10 +28,10 @@ PASSWORD = "cluster-secret"
 HANDSHAKE_FAILED = r"WARNING - cluster TLS handshake with 127\.0\.0\.1:{port} failed: {reason}"
 
 
-def hive_certs(*args: str | Path) -> None:
+def hive_certs(*args: str | Path, stdin: str | None = None) -> None:
     """Run `hive certs ...` as the operator would."""
     subprocess.run([sys.executable, "-m", "hive_core.cli", "certs", *map(str, args)],
-                   check=True, capture_output=True, timeout=20)
+                   check=True, capture_output=True, timeout=20, input=stdin, text=True)
 
 
 def make_ca(folder: Path) -> Path:
@@ -41,7 +41,7 @@ def make_ca(folder: Path) -> Path:
 
 def make_node(ca: Path, name: str, folder: Path) -> Path:
     hive_certs("node", "--ca", ca, "--name", name, "--ip", "127.0.0.1", "--dns", "localhost",
-               "--out", folder, "--p12", "--password", PASSWORD)
+               "--out", folder, "--p12", "--password-stdin", stdin=PASSWORD + "\n")
     return folder
 
 

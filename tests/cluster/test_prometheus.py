@@ -288,3 +288,42 @@ def test_time_in_extension_hooks_is_a_histogram_by_hook(hive_factory: Any) -> No
              if k[0] == "hive_extension_hook_seconds_count" and ("extension", "timed") in k[1]}
     assert hooks == {"hive_intercept_publish_inbound", "hive_intercept_publish_outbound",
                      "hive_authorize_subscribe"}
+
+
+COUNTING_EXTENSION = '''
+from hive_ext_api import hookimpl
+
+
+@hookimpl
+def hive_extension_start(context):
+    metrics = context.services.metrics
+    metrics.counter("counting.widgets", "widgets made since the node started").inc(3)
+    metrics.counter("counting.plain").inc()
+    metrics.gauge("counting.queue-bytes", lambda: 42.0, "bytes waiting in the queue")
+'''
+
+
+def test_extension_metrics_carry_their_own_help_text(hive_factory: Any) -> None:
+    """Each extension metric's HELP is what the extension said it is; a counter is a counter
+    (``_total``), a gauge a gauge."""
+    rest = free_port()
+    node = hive_factory(body=rest_body(rest), rest=rest, start=False)
+    (node.folder / "counting.py").write_text(COUNTING_EXTENSION)
+    node.args = ["--extension", "./counting.py"]
+    node.start()
+    url = f"http://127.0.0.1:{node.ports['rest']}/api/v1/metrics/prometheus"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    widgets = families["hive_extension_counting_widgets"]
+    assert (widgets.type, widgets.documentation) == (
+        "counter", "Widgets made since the node started (extension metric counting.widgets).")
+    assert [(s.name, s.value) for s in widgets.samples] == [
+        ("hive_extension_counting_widgets_total", 3.0)]
+    assert families["hive_extension_counting_plain"].documentation == \
+        "The extension metric counting.plain."
+    queue = families["hive_extension_counting_queue_bytes"]
+    assert (queue.type, queue.documentation) == (
+        "gauge", "Bytes waiting in the queue (extension metric counting.queue-bytes).")
+    assert [(s.name, s.value) for s in queue.samples] == [
+        ("hive_extension_counting_queue_bytes", 42.0)]

@@ -141,6 +141,10 @@ FIELDS: dict[str, str] = {
     "BroadcastDiscovery.cluster_name": CLUSTER + "test_lan_loopback.py::test_two_clusters_on_one_group_stay_apart",
     "ExtensionDiscovery.reload_interval":
         CLUSTER + "test_membership.py::test_extension_discovery_reloads_at_the_configured_interval",
+    "ExtensionDiscovery.name":
+        "tests/extensions/test_discovery_choice.py::test_the_name_chooses_one_and_the_others_are_told_why_they_idle"
+        + " + tests/extensions/test_discovery_choice.py::"
+        "test_a_name_no_extension_has_stops_the_node_naming_the_element",
     "Heartbeat.enabled": EFFECTS + "test_heartbeat_enabled_false_and_udp_external_address_reach_the_cluster",
     "Heartbeat.interval":
         CLUSTER + "test_cluster_e2e.py::test_a_frozen_node_is_dropped_by_heartbeat_and_comes_back_when_it_thaws",

@@ -158,7 +158,11 @@ def throw(port: int, writes: list[bytes], read: bool) -> None:
 
 
 class Keeper:
-    """A paho subscriber and a paho publisher exchanging QoS 1 messages on a background loop."""
+    """A paho subscriber and a paho publisher exchanging QoS 1 messages on a background loop.
+
+    paho calls ``on_publish`` holding its own ``_out_message_mutex``, and ``publish()`` takes that
+    mutex: ``publish()`` is never called holding ``self.lock``, or the two threads deadlock.
+    """
 
     def __init__(self, port: int) -> None:
         self.topic = f"keep/{uuid.uuid4().hex}"
@@ -166,6 +170,7 @@ class Keeper:
         self.received: set[bytes] = set()
         self.lock = threading.Lock()
         self.sent: dict[int, bytes] = {}
+        self.early: set[int] = set()  # acknowledged before publish() returned its mid
         self.subscribed = threading.Event()
         name = self.topic[5:]
         self.sub = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"keeper-sub-{name}",
@@ -189,6 +194,8 @@ class Keeper:
             payload = self.sent.pop(mid, None)
             if payload is not None:
                 self.acked.add(payload)
+            else:
+                self.early.add(mid)
 
     def start(self) -> None:
         self.sub.connect("127.0.0.1", self.port, keepalive=30)
@@ -202,16 +209,21 @@ class Keeper:
         n = 0
         while not self.stop.is_set():
             payload = f"m{n}".encode()
-            with self.lock:
-                info = self.pub.publish(self.topic, payload, 1)
-                if info.rc == mqtt.MQTT_ERR_SUCCESS:
-                    self.sent[info.mid] = payload
+            info = self.pub.publish(self.topic, payload, 1)  # not under self.lock: see above
+            if info.rc == mqtt.MQTT_ERR_SUCCESS:
+                with self.lock:
+                    if info.mid in self.early:
+                        self.early.discard(info.mid)
+                        self.acked.add(payload)
+                    else:
+                        self.sent[info.mid] = payload
             n += 1
             time.sleep(0.01)
 
     def finish(self) -> None:
         self.stop.set()
         self.thread.join(WAIT)
+        assert not self.thread.is_alive(), "the keeper's publish loop is stuck"
         deadline = time.monotonic() + WAIT
         while time.monotonic() < deadline:
             with self.lock:
@@ -221,6 +233,25 @@ class Keeper:
         for client in (self.pub, self.sub):
             client.disconnect()
             client.loop_stop()
+
+
+def test_the_keeper_never_deadlocks_with_pahos_network_thread(hive: Any) -> None:
+    """A slow on_publish (paho's network thread holding its mutex) must not stall the keeper."""
+    keeper = Keeper(hive.port)
+
+    def slow_on_publish(client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
+        time.sleep(0.02)  # widens the window a busy machine opens by chance
+        keeper._on_publish(client, userdata, mid, rc, props)
+
+    keeper.pub.on_publish = slow_on_publish
+    keeper.start()
+    time.sleep(1.5)
+    finisher = threading.Thread(target=keeper.finish, daemon=True)
+    finisher.start()
+    finisher.join(2 * WAIT + 5)
+    assert not finisher.is_alive(), "the keeper deadlocked with paho's network thread"
+    with keeper.lock:
+        assert len(keeper.acked) >= 20 and keeper.acked <= keeper.received
 
 
 def test_live_listener_survives_random_and_corrupted_input(hive: Any) -> None:

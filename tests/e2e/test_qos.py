@@ -270,6 +270,56 @@ def test_exceeding_server_receive_maximum_disconnects_0x93(hive_factory):
         pub.expect_disconnect(RC.RECEIVE_MAXIMUM_EXCEEDED)
 
 
+def test_flow_control2_a_default_node_disconnects_past_its_receive_maximum_0x93(hive):
+    """The Eclipse Paho interoperability test ``test_flow_control2`` (client_test5.py) on a
+    node with no configuration: announced Receive Maximum + 1 QoS 2 PUBLISHes, none of their
+    PUBRECs answered, must end in a DISCONNECT 0x93 the client reads (MQTT 5, 3.3.4)."""
+    with RawClient(hive.port) as client:
+        connack = client.connect(5, "flow-control2", RECEIVE_MAXIMUM=2,
+                                 SESSION_EXPIRY_INTERVAL=0)
+        server_receive_maximum = connack.properties.get(P.RECEIVE_MAXIMUM, 65535)
+        assert server_receive_maximum == 100
+        client.send_raw(b"".join(
+            encode_packet(Publish("flow/t", b"message %d" % i, 2, False, False, i), 5)
+            for i in range(1, server_receive_maximum + 2)))
+        disconnect = client.expect_disconnect(RC.RECEIVE_MAXIMUM_EXCEEDED)
+        assert disconnect.reason_code == 0x93
+
+
+def test_a_default_paho_v5_publisher_loses_nothing(hive_factory):
+    """paho keeps 20 QoS 1/2 messages in flight (it ignores the CONNACK's Receive Maximum):
+    far inside the default 100, so a default node's 0x93 never hits it, even when every
+    acknowledgement waits for the disk (persistent sessions)."""
+    from cluster._nodes import metrics
+    from conftest import free_port
+
+    rest = free_port()
+    node = hive_factory(
+        body="<rest-api><enabled>true</enabled><listeners><http>"
+             f"<port>{rest}</port><bind-address>127.0.0.1</bind-address></http></listeners>"
+             "</rest-api>", rest=rest)
+    subscriber = Paho(node.port, 5, client_id="default-sub", clean=False)
+    publisher = Paho(node.port, 5, client_id="default-pub", clean=False)
+    disconnects: queue.Queue[int] = queue.Queue()
+    publisher.client.on_disconnect = lambda c, u, f, reason, p: disconnects.put(reason.value)
+    try:
+        assert subscriber.subscribe("rx/#", 2) == [2]
+        sent = [publisher.client.publish("rx/t", b"%d" % i, 1 + i % 2) for i in range(400)]
+        for info in sent:
+            info.wait_for_publish(WAIT)
+            assert info.is_published() and info.rc == 0
+        got = [int(subscriber.get().payload) for _ in range(400)]
+        for qos in (1, 2):  # ordered per QoS (MQTT 4.6): a QoS 2 message waits for its PUBREL
+            assert [n for n in got if 1 + n % 2 == qos] == list(range(qos - 1, 400, 2))
+        assert publisher.client.is_connected() and disconnects.empty()
+        counters = metrics(node)["broker"]
+        assert counters["receive_maximum_throttled"] == 0
+        assert counters["protocol_errors"] == 0
+    finally:
+        publisher.stop()
+        subscriber.stop()
+
+
 def test_server_receive_maximum_frees_slots_on_pubrel(hive_factory):
     node = hive_factory(body="<mqtt><receive-maximum><server-receive-maximum>2"
                              "</server-receive-maximum></receive-maximum></mqtt>")
@@ -677,15 +727,19 @@ def test_redelivery_respects_receive_maximum_of_the_new_connection(hive):
         assert sub.expect(Publish).payload == b"3"
 
 
-def test_a_client_sending_past_the_receive_maximum_is_throttled_not_refused(hive_factory):
-    """paho keeps 20 in flight whatever the CONNACK says; the node slows it down instead."""
+@pytest.mark.parametrize("strategy", ["<strategy>throttle</strategy>", ""])
+def test_a_client_sending_past_the_receive_maximum_is_throttled_not_refused(hive_factory,
+                                                                           strategy):
+    """paho keeps 20 in flight whatever the CONNACK says; the node slows it down instead:
+    with strategy ``throttle``, and with the default ``disconnect`` for an MQTT 3.1.1 client,
+    which was never told a receive maximum and has no 0x93 to be told it went past it."""
     from cluster._nodes import metrics
     from conftest import free_port
 
     rest = free_port()
     node = hive_factory(
         body="<mqtt><receive-maximum><server-receive-maximum>2</server-receive-maximum>"
-             "<strategy>throttle</strategy></receive-maximum></mqtt>"
+             f"{strategy}</receive-maximum></mqtt>"
              "<rest-api><enabled>true</enabled><listeners><http>"
              f"<port>{rest}</port><bind-address>127.0.0.1</bind-address></http></listeners>"
              "</rest-api>", rest=rest)

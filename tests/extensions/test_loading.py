@@ -199,13 +199,30 @@ def test_installed_extension_runs_in_a_node(dists: Distributions, hive_node_fact
     assert result[0][1].ReasonString == "blocked by demo"
 
 
-def test_node_applies_config_disabled(dists: Distributions, hive_node_factory: Any) -> None:
+def test_node_applies_config_disabled(dists: Distributions, hive_node_factory: Any,
+                                      caplog: pytest.LogCaptureFixture) -> None:
     dists.add("demo", GOOD_EXTENSION)
-    node = hive_node_factory(load_installed=True, config_xml=(
-        "<extensions><disabled><extension>demo</extension></disabled></extensions>"))
+    with caplog.at_level("INFO"):
+        node = hive_node_factory(load_installed=True, config_xml=(
+            "<extensions><disabled><extension>demo</extension></disabled></extensions>"))
     demo = record(node.extensions.manager, "demo")
     assert not demo.active and demo.reason == "disabled by the operator"
     assert not node.extensions.authenticates
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "demo" in r.getMessage()]
+    assert said == [("INFO", "Extension demo is disabled by the operator")]  # once, no WARNING
+
+
+def test_a_registered_extension_disabled_by_name_says_so_once_at_info(
+        hive_node_factory: Any, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv(DISABLED_ENV, "demo_module")
+    demo = types.ModuleType("demo_module")
+    with caplog.at_level("INFO"):
+        node = hive_node_factory(extensions=[demo])
+    assert not record(node.extensions.manager, "demo_module").active
+    said = [(r.levelname, r.getMessage()) for r in caplog.records
+            if "demo_module" in r.getMessage()]
+    assert said == [("INFO", "Extension demo_module is disabled by the operator")]
 
 
 def _hive_extensions(folder: Path, *args: str) -> str:

@@ -226,6 +226,27 @@ class TestAuthorization:
         assert message.topic == "public/news"
         listener.no_message(0.3)
 
+    def test_a_refused_publish_is_logged_at_debug(
+            self, hive_node: Any, caplog: pytest.LogCaptureFixture) -> None:
+        with caplog.at_level("DEBUG", logger="hive.connection"), raw(hive_node) as publisher:
+            publisher.connect(5, "logged-pub")
+            publisher.publish("secret/plans", b"x", qos=1)
+            assert publisher.expect(PubAck).reason_code == ReasonCode.NOT_AUTHORIZED
+            publisher.publish("secret/qos0", b"x", qos=0)
+            publisher.publish("$SYS/fake", b"x", qos=1)
+            assert publisher.expect(PubAck).reason_code == ReasonCode.NOT_AUTHORIZED
+            publisher.publish("public/sync", b"x", qos=1)  # everything before is handled
+            assert publisher.expect(PubAck).reason_code in (0, 0x10)  # 0x10: no subscriber
+        said = [(r.levelname, r.getMessage()) for r in caplog.records
+                if "logged-pub" in r.getMessage() and "refused" in r.getMessage()]
+        assert said == [
+            ("DEBUG", "publish of 'logged-pub' to 'secret/plans' refused: not authorized "
+                      "by an extension (0x87)"),
+            ("DEBUG", "publish of 'logged-pub' to 'secret/qos0' refused: not authorized "
+                      "by an extension (0x87)"),
+            ("DEBUG", "publish of 'logged-pub' to '$SYS/fake' refused: clients may not "
+                      "publish under $SYS/ (0x87)")], said
+
     def test_refused_subscription_gets_suback_0x87(self, hive_node: Any,
                                                     clients: Clients) -> None:
         client = clients("sub5")

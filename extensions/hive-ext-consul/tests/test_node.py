@@ -3,6 +3,7 @@ Consul agent."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Callable
@@ -102,4 +103,34 @@ def test_installed_under_the_extensions_entry_point() -> None:
 
     (entry_point,) = entry_points(group="hive.extensions", name="consul-discovery")
     assert entry_point.load() is hive_ext_consul
-    assert hive_ext_consul.HIVE_API == ">=1.2,<2"
+    assert hive_ext_consul.HIVE_API == ">=1.4,<2"
+
+
+def test_with_no_settings_of_its_own_it_stays_idle_with_one_info_line(
+        hive_node_factory: Any, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Several discovery packages installed together: one nobody set up stays out quietly
+    (no WARNING every minute about an agent that is not there)."""
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    with caplog.at_level("INFO"):
+        node = hive_node_factory(config_xml=cluster_xml(free_port()), load_installed=True)
+        time.sleep(1.5)  # a reload or two
+    assert node.extension("consul-discovery").active
+    lines = [r for r in caplog.records if r.getMessage().startswith("consul-discovery:")]
+    idle = [r for r in lines if "consul-discovery: idle: no settings of its own" in r.getMessage()]
+    assert len(idle) == 1 and idle[0].levelname == "INFO", [r.getMessage() for r in lines]
+    assert all(r.levelno < logging.WARNING for r in lines), [r.getMessage() for r in lines]
+    assert "consul-discovery.queries" not in node.services.metrics.counters
+
+
+def test_named_in_the_node_configuration_it_runs_on_its_defaults(
+        hive_node_factory: Any, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    with caplog.at_level("INFO"):
+        node = hive_node_factory(config_xml=cluster_xml(free_port(), (
+            "<extension><reload-interval>1</reload-interval><name>consul-discovery</name>"
+            "</extension>")), load_installed=True)
+    assert node.extension("consul-discovery").active
+    assert "every setting has its default" in caplog.text
+    assert "consul-discovery.queries" in node.services.metrics.counters

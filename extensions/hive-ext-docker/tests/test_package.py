@@ -41,8 +41,29 @@ def test_imports_the_extension_api_only() -> None:
             assert not any(n.split(".")[0] == "hive_core" for n in names), f"{path}: {names}"
 
 
+def test_a_node_with_no_settings_keeps_the_extension_idle_with_one_info_line(
+        hive_processes: Any) -> None:
+    """Installed beside other discovery extensions and not set up: idle, no ERROR."""
+    node = hive_processes.add(host=f"{loopback_prefix()}.10").start()
+    assert node.members() == {node.node_id}  # serving, alone
+    node.stop()
+    lines = [line for line in node.log.splitlines() if "docker-discovery" in line]
+    idle = [line for line in lines if "docker-discovery: idle: no settings of its own" in line]
+    assert len(idle) == 1 and " INFO " in idle[0], lines
+    assert not [line for line in lines if " ERROR " in line or " WARNING " in line], lines
+
+
+def test_a_node_naming_it_without_settings_refuses_the_extension(hive_processes: Any) -> None:
+    node = hive_processes.add(host=f"{loopback_prefix()}.10", discovery_xml=(
+        "<discovery><extension><reload-interval>1</reload-interval>"
+        "<name>docker-discovery</name></extension></discovery>")).start()
+    node.stop()
+    assert re.search("Extension docker-discovery refused to start: not configured: no "
+                     ".*docker-discovery.properties and no HIVE_DOCKER_DISCOVERY_", node.log), \
+        node.log
+
+
 @pytest.mark.parametrize(("environment", "reason"), [
-    ({}, "not configured: no .*docker-discovery.properties and no HIVE_DOCKER_DISCOVERY_"),
     ({"HIVE_DOCKER_DISCOVERY_MODE": "engine", "HIVE_DOCKER_DISCOVERY_LABEL": "a",
       "HIVE_DOCKER_DISCOVERY_NETWORK": "n", "HIVE_DOCKER_DISCOVERY_API_TIMEOUT": "10"},
      r"api-timeout='10' \(\$HIVE_DOCKER_DISCOVERY_API_TIMEOUT\): seconds, more than 0 and at "

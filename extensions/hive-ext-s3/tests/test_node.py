@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -107,4 +109,62 @@ def test_installed_under_the_extensions_entry_point() -> None:
 
     (entry_point,) = entry_points(group="hive.extensions", name="s3-discovery")
     assert entry_point.load() is hive_ext_s3
-    assert hive_ext_s3.HIVE_API == ">=1.2,<2"
+    assert hive_ext_s3.HIVE_API == ">=1.4,<2"
+
+
+def _lines_of(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage().startswith(f"{name}:")
+            or f"Extension {name} " in r.getMessage()]
+
+
+def test_with_no_settings_of_its_own_it_stays_idle_with_one_info_line(
+        hive_node_factory: Any, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Several discovery packages installed together: one nobody set up stays out quietly."""
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    with caplog.at_level("INFO"):
+        node = hive_node_factory(config_xml=cluster_xml(free_port()), load_installed=True)
+    assert node.extension("s3-discovery").active
+    lines = _lines_of(caplog, "s3-discovery")
+    idle = [r for r in lines if "s3-discovery: idle: no settings of its own" in r.getMessage()]
+    assert len(idle) == 1 and idle[0].levelname == "INFO", [r.getMessage() for r in lines]
+    assert all(r.levelno < logging.WARNING for r in lines), [r.getMessage() for r in lines]
+
+
+def test_named_in_the_node_configuration_it_needs_its_settings(
+        hive_node_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    node = hive_node_factory(config_xml=cluster_xml(free_port(), (
+        "<extension><name>s3-discovery</name></extension>")), load_installed=True)
+    record = node.extension("s3-discovery")
+    assert not record.active and "no configuration at" in record.reason
+
+
+def test_an_s3_node_with_other_discovery_packages_installed(
+        hive_node_factory: Any, s3: S3Server, bucket: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        wait_until: Callable[..., float]) -> None:
+    """Only the S3 extension answers; Consul and Docker discovery (when installed: they are in
+    CI) stay idle with one INFO line each, with no settings (a name chooses too)."""
+    configure(tmp_path, monkeypatch, s3.properties(bucket, file_prefix=PREFIX))
+    monkeypatch.delenv("HIVE_DISABLED_EXTENSIONS", raising=False)  # undo only_this_extension
+    for name in [n for n in os.environ if n.startswith(("HIVE_CONSUL_", "HIVE_DOCKER_"))]:
+        monkeypatch.delenv(name)
+    for discovery in ("<extension><reload-interval>1</reload-interval></extension>",
+                      "<extension><reload-interval>1</reload-interval>"
+                      "<name>s3-discovery</name></extension>"):
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            node = hive_node_factory(config_xml=cluster_xml(free_port(), discovery),
+                                     load_installed=True)
+            wait_until(lambda: len(records(s3, bucket)) == 1, 5, "this node's record")
+            node.stop()
+        for other in ("consul-discovery", "docker-discovery"):
+            if not any(r.name == other for r in node.extensions.manager.records):
+                continue  # not installed here
+            lines = _lines_of(caplog, other)
+            idle = [r for r in lines if f"{other}: idle" in r.getMessage()]
+            assert len(idle) == 1 and idle[0].levelname == "INFO", \
+                [r.getMessage() for r in lines]
+            assert all(r.levelno < logging.WARNING for r in lines), \
+                [r.getMessage() for r in lines]

@@ -47,35 +47,54 @@ function fill(tbody, rows) {
 
 // ------------------------------------------------------------------------------ overview
 
+const SVG = "http://www.w3.org/2000/svg";
+
+function svgEl(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+// One node's messages in and out per second over the sampled minutes: two coloured lines, a
+// y axis in messages/s (0 and the top), a time axis (the window's start and "now"), a legend.
 function chart(node) {
-  const width = 560, height = 140, pad = 30;
+  const width = 560, height = 170, left = 48, right = 12, top = 26, bottom = 28;
   const points = node.series;
-  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  svg.setAttribute("class", "chart");
-  svg.setAttribute("data-node", node.id);
-  const title = document.createElementNS(svg.namespaceURI, "text");
-  title.setAttribute("x", pad);
-  title.setAttribute("y", 14);
-  title.textContent = `${node.id}${node.this_node ? " (this node)" : ""}`;
-  svg.append(title);
-  if (points.length < 2) return svg;
-  const t0 = points[0][0], t1 = points[points.length - 1][0];
-  const top = Math.max(1, ...points.map((p) => Math.max(p[1], p[2])));
-  const x = (t) => pad + ((t - t0) / Math.max(1, t1 - t0)) * (width - 2 * pad);
-  const y = (v) => height - pad + 10 - (v / top) * (height - pad - 10);
-  for (const [index, css] of [[1, "line-in"], [2, "line-out"]]) {
-    const path = document.createElementNS(svg.namespaceURI, "polyline");
-    path.setAttribute("points", points.map((p) => `${x(p[0]).toFixed(1)},${y(p[index]).toFixed(1)}`).join(" "));
-    path.setAttribute("class", css);
-    svg.append(path);
+  const svg = svgEl("svg", {viewBox: `0 0 ${width} ${height}`, class: "chart", "data-node": node.id});
+  svg.append(svgEl("text", {x: left, y: 14, class: "title"},
+    `${node.id}${node.this_node ? " (this node)" : ""}`));
+  const legend = svgEl("text", {x: width - right, y: 14, "text-anchor": "end", class: "legend"});
+  legend.append(svgEl("tspan", {class: "key-in"}, "━ in"), svgEl("tspan", {dx: 10, class: "key-out"}, "━ out"),
+    svgEl("tspan", {dx: 10}, "(messages/s)"));
+  svg.append(legend);
+  const x0 = left, x1 = width - right, y0 = height - bottom, y1 = top;
+  svg.append(svgEl("line", {x1: x0, y1: y0, x2: x1, y2: y0, class: "axis x-axis"}),
+    svgEl("line", {x1: x0, y1: y0, x2: x0, y2: y1, class: "axis y-axis"}));
+  const peak = Math.max(1, ...points.map((p) => Math.max(p[1], p[2])));
+  const ticks = [[0, "0"], [peak, peak >= 100 ? String(Math.round(peak)) : peak.toFixed(1)]];
+  for (const [value, label] of ticks) {
+    const y = y0 - (value / peak) * (y0 - y1);
+    svg.append(svgEl("text", {x: x0 - 4, y: y + 4, "text-anchor": "end", class: "y-tick"}, label));
   }
-  const scale = document.createElementNS(svg.namespaceURI, "text");
-  scale.setAttribute("x", width - pad);
-  scale.setAttribute("y", 14);
-  scale.setAttribute("text-anchor", "end");
-  scale.textContent = `max ${Math.round(top)}/s · in ━ out ━`;
-  svg.append(scale);
+  svg.append(svgEl("text", {x: 12, y: (y0 + y1) / 2, "text-anchor": "middle", class: "unit",
+    transform: `rotate(-90 12 ${(y0 + y1) / 2})`}, "msg/s"));
+  if (points.length < 2) {
+    svg.append(svgEl("text", {x: (x0 + x1) / 2, y: (y0 + y1) / 2, "text-anchor": "middle"}, "collecting samples"));
+    return svg;
+  }
+  const t0 = points[0][0], t1 = points[points.length - 1][0];
+  const span = Math.max(1, t1 - t0);
+  const x = (t) => x0 + ((t - t0) / span) * (x1 - x0);
+  const y = (v) => y0 - (v / peak) * (y0 - y1);
+  const ago = span >= 120 ? `-${Math.round(span / 60)} min` : `-${Math.round(span)} s`;
+  svg.append(svgEl("text", {x: x0, y: y0 + 16, "text-anchor": "start", class: "x-tick"}, ago),
+    svgEl("text", {x: x1, y: y0 + 16, "text-anchor": "end", class: "x-tick"}, "now"),
+    svgEl("text", {x: (x0 + x1) / 2, y: y0 + 16, "text-anchor": "middle", class: "unit"}, "time"));
+  for (const [index, css] of [[1, "line-in"], [2, "line-out"]]) {
+    svg.append(svgEl("polyline", {class: css,
+      points: points.map((p) => `${x(p[0]).toFixed(1)},${y(p[index]).toFixed(1)}`).join(" ")}));
+  }
   return svg;
 }
 
@@ -128,14 +147,19 @@ async function clientDetails(item) {
   button.dataset.client = item.client_id;
   let details;
   try {
+    // The node that holds the session answers through this one (the node link).
     details = await call("/clients/" + encodeURIComponent(item.client_id));
   } catch (error) {
-    fields.replaceChildren(el("dt", {text: "Node"}), el("dd", {text: `${item.node} (open that node's control center for the details)`}));
+    fields.replaceChildren(el("dt", {text: "Node"}), el("dd", {text: `${item.node} (it did not answer: ${error.message})`}));
     fill(document.querySelector("#detail-subscriptions tbody"), []);
     button.hidden = true;
     return;
   }
-  button.hidden = !details.connected;
+  button.hidden = !details.connected || !details.here;
+  if (details.connected && !details.here) {
+    document.getElementById("disconnect-result").textContent =
+      `Connected to node ${details.node}: disconnect it from that node's control center.`;
+  }
   const shown = ["node", "connected", "persistent", "protocol_version", "remote_address",
     "username", "listener", "session_expiry_interval", "queued", "inflight", "disconnected_at", "will"];
   fields.replaceChildren(...shown.flatMap((key) => [el("dt", {text: key.replaceAll("_", " ")}),

@@ -67,8 +67,6 @@ def hive_extension_start(context: ExtensionContext) -> None:
     except OSError as exc:
         raise ExtensionRefused(f"{settings.source}: folder {settings.folder}: {exc}") from None
     if metrics is not None:
-        metrics.gauge("spark-events.recorded", lambda: float(event_log.recorded),
-                      "events recorded since the node started")
         metrics.gauge("spark-events.backlog-bytes", lambda: float(event_log.backlog_bytes()),
                       "landed segments the Spark job (or S3) has not taken yet")
     _log = event_log

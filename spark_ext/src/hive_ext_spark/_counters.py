@@ -21,8 +21,9 @@ class LogCounters:
         self.landed = counter("segments-landed", "segments closed and renamed to their final name")
         self.removed = counter("segments-removed", "landed segments removed by retention")
         self.write_errors = counter("write-errors", "segments that could not be created or landed")
-        self.recovered = counter("events-recovered", "events found in segments a killed node "
-                                                     "left open, landed at start")
+        self.recorded = counter("recorded", "events recorded since the node started")
+        self.recovered = counter("recovered", "events found in segments a killed node left "
+                                              "open, landed at start")
         self.s3_uploads = counter("s3-uploads", "segments shipped to S3")
         self.s3_failures = counter("s3-failures", "failed attempts to ship a segment to S3")
 

@@ -180,6 +180,7 @@ class EventLog:
                 seg.deadline = time.monotonic() + self.segment_max_age_s
             seg.last_seq = seq
             self.recorded += 1
+            self.counters.recorded.inc()
 
     def _switch(self, size: int) -> OpenSegment | None:
         """Under the lock: hand the active segment to the writer, activate one that fits."""

@@ -1,7 +1,7 @@
 """``hive-spark``: the Spark side of hive-ext-spark.
 
     hive-spark stream --input FOLDER|s3://B/P --output OUT --checkpoint CKPT [...]
-    hive-spark query per-minute|latest --parquet OUT [--limit N]
+    hive-spark query per-minute|latest --parquet OUT [--limit N] [--master URL] [--conf K=V]
     hive-spark dump SEGMENT|FOLDER            (the events of landed segments, as JSON lines)
 """
 
@@ -45,9 +45,10 @@ def _dump(paths: Sequence[str]) -> int:
 
 def _query(args: argparse.Namespace) -> int:
     from hive_ext_spark.queries import QUERIES, register
-    from hive_ext_spark.stream import session
+    from hive_ext_spark.stream import session, spark_conf
 
-    spark = session(args.master, app_name=f"hive-spark query {args.name}")
+    spark = session(args.master, app_name=f"hive-spark query {args.name}",
+                    conf=spark_conf(args.conf, "hive-spark query"))
     register(spark, args.parquet)
     spark.sql(QUERIES[args.name]).show(args.limit, truncate=False)
     return 0
@@ -61,7 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     query.add_argument("name", choices=("per-minute", "latest"))
     query.add_argument("--parquet", required=True)
     query.add_argument("--limit", type=int, default=50)
-    query.add_argument("--master")
+    query.add_argument("--master", help="Spark master URL (default: local)")
+    query.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                       help="a Spark setting; repeat for several")
     dump = commands.add_parser("dump", help="print the events of landed segments")
     dump.add_argument("paths", nargs="+", metavar="SEGMENT|FOLDER")
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -111,12 +113,14 @@ def arguments(argv: Sequence[str] | None = None,
     return parser.parse_args(argv)
 
 
-def _conf(pairs: Sequence[str]) -> dict[str, str]:
+def spark_conf(pairs: Sequence[str], command: str = "hive-spark stream") -> dict[str, str]:
+    """``--conf KEY=VALUE`` arguments as settings; a malformed one exits with status 2."""
     conf = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--conf {pair!r}: expected KEY=VALUE")
+        if not sep or not key.strip():
+            print(f"{command}: --conf {pair!r}: expected KEY=VALUE", file=sys.stderr)
+            raise SystemExit(2)
         conf[key.strip()] = value.strip()
     return conf
 
@@ -127,12 +131,38 @@ def run(args: argparse.Namespace) -> int:
                   for i in args.input]
     except ValueError as exc:
         raise SystemExit(f"hive-spark stream: {exc}") from None
-    spark = session(args.master, conf=_conf(args.conf))
+    spark = session(args.master, conf=spark_conf(args.conf))
+    stop_asked = _stop_on_signals()  # after the session: pyspark sets a SIGINT handler too
     query = start(spark, inputs, args.output, args.checkpoint, args.topic_depth, args.trigger,
                   args.available_now)
-    print(f"hive-spark stream: query {query.id} running, writing {args.output}", flush=True)
-    query.awaitTermination()
+    print(f"hive-spark stream: query {query.id} running, writing {args.output} "
+          "(Ctrl-C or SIGTERM stops it cleanly)", flush=True)
+    # Short waits: the signal handler only sets a flag, and the stop happens here, between two
+    # calls into the JVM (an exception raised inside a py4j call breaks its connection).
+    while not query.awaitTermination(1):
+        if stop_asked.is_set():
+            print("hive-spark stream: stopping (a batch not committed yet is taken again at "
+                  "the next start)", flush=True)
+            query.stop()
+            break
+    spark.stop()
+    if stop_asked.is_set():
+        print("hive-spark stream: stopped", flush=True)
     return 0
+
+
+def _stop_on_signals() -> threading.Event:
+    """SIGINT (Ctrl-C) and SIGTERM ask the job to stop; a second one ends the process at once."""
+    asked = threading.Event()
+
+    def ask(signum: int, frame: object) -> None:
+        if asked.is_set():
+            os._exit(128 + signum)
+        asked.set()
+
+    signal.signal(signal.SIGINT, ask)
+    signal.signal(signal.SIGTERM, ask)
+    return asked
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -40,7 +41,7 @@ from hive_ext_consul._agent import (
     consul_client,
     instance_from,
 )
-from hive_ext_consul._config import ConsulSettings, config_path, load_settings
+from hive_ext_consul._config import CONFIG_ENV, ConsulSettings, config_path, load_settings
 
 NAME = "consul-discovery"
 T = TypeVar("T")
@@ -94,10 +95,15 @@ class ConsulDiscovery:
     def hive_extension_start(self, context: ExtensionContext) -> None:
         self.log = context.log
         if not context.extension_discovery:
-            self.log.info("%s: idle: this node's <cluster> does not use <discovery><extension/>",
-                          NAME)
+            self.log.info("%s: idle: %s", NAME, context.discovery_idle_reason())
             return
         path = config_path(context.data_dir)
+        if not context.discovery_named and not path.exists() and not os.environ.get(CONFIG_ENV):
+            # Several discovery extensions may be installed: one nobody set up stays out.
+            self.log.info("%s: idle: no settings of its own (no %s); write them there, or "
+                          "name it in <discovery><extension><name>%s</name> to use the local "
+                          "agent with every default", NAME, path, context.name)
+            return
         settings = load_settings(path)  # ConfigError refuses
         if not path.exists():
             self.log.info("%s: no %s: every setting has its default", NAME, path)

@@ -27,11 +27,14 @@ from hive_ext_docker._dns import DnsSource, nodes_from_response
 from hive_ext_docker._engine import EngineSource, nodes_from_containers
 from hive_ext_docker._settings import (
     CONFIG_ENV,
+    ENV_PREFIX,
     FILE_NAME,
     KEYS,
     DnsSettings,
     EngineSettings,
     Label,
+    config_path,
+    environment_overrides,
     load_settings,
     parse_settings,
 )
@@ -39,7 +42,7 @@ from hive_ext_docker._source import ERROR_KINDS, Found, NodeSource, SourceError
 
 __version__ = "1.0.0"
 
-HIVE_API = ">=1.2,<2"  # 1.2: read_properties, OutageLog, ExtensionContext.extension_discovery
+HIVE_API = ">=1.4,<2"  # 1.2: read_properties, OutageLog, extension_discovery; 1.4: discovery_named
 
 __all__ = [
     "CONFIG_ENV",
@@ -76,8 +79,14 @@ class DockerDiscoveryPlugin:
     @hookimpl
     def hive_extension_start(self, context: ExtensionContext) -> None:
         if not context.extension_discovery:
-            context.log.info("docker-discovery: idle, this node's cluster does not use "
-                             "<discovery><extension/>")
+            context.log.info("docker-discovery: idle: %s", context.discovery_idle_reason())
+            return
+        path, named = config_path(os.environ, context.data_dir)
+        if not (context.discovery_named or named or path.exists()
+                or environment_overrides(os.environ)):
+            # Several discovery extensions may be installed: one nobody set up stays out.
+            context.log.info("docker-discovery: idle: no settings of its own (no %s, no %s* "
+                             "variables); set at least mode to use it", path, ENV_PREFIX)
             return
         settings = load_settings(os.environ, context.data_dir)  # SettingError refuses
         source: NodeSource = (EngineSource(settings) if isinstance(settings, EngineSettings)

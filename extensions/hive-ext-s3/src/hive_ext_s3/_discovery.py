@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -30,7 +31,7 @@ from hive_ext_api import (
 )
 
 from hive_ext_s3._bucket import BucketUnavailable, NodeBucket, s3_client
-from hive_ext_s3._config import S3Settings, config_path, load_settings
+from hive_ext_s3._config import CONFIG_ENV, S3Settings, config_path, load_settings
 from hive_ext_s3._record import MalformedRecord, NodeRecord, now_ms, parse_record
 
 NAME = "s3-discovery"
@@ -80,10 +81,15 @@ class S3Discovery:
     def hive_extension_start(self, context: ExtensionContext) -> None:
         self.log = context.log
         if not context.extension_discovery:
-            self.log.info("%s: idle: this node's <cluster> does not use <discovery><extension/>",
-                          NAME)
+            self.log.info("%s: idle: %s", NAME, context.discovery_idle_reason())
             return
-        settings = load_settings(config_path(context.data_dir))  # ConfigError refuses
+        path = config_path(context.data_dir)
+        if not context.discovery_named and not path.exists() and not os.environ.get(CONFIG_ENV):
+            # Several discovery extensions may be installed: one nobody set up stays out.
+            self.log.info("%s: idle: no settings of its own (no %s); write them there (at "
+                          "least s3-bucket-name) to use it", NAME, path)
+            return
+        settings = load_settings(path)  # ConfigError refuses
         client = s3_client(settings)
         self.start(settings, NodeBucket(client, settings.bucket_name, settings.file_prefix),
                    context.services.metrics if context.services is not None else None)
