@@ -33,7 +33,7 @@ class SimNetwork:
                                                          contextvars.Context]] = {}
         self.groups: dict[str, int] = {}  # host -> side of the partition (absent: 0)
         self.dead: set[str] = set()
-        self.links: set[SimLink] = set()
+        self.links: dict[SimLink, None] = {}  # in the order made: a heal releases in it
 
     def latency(self) -> float:
         return self.rng.uniform(0.0002, 0.003)
@@ -68,7 +68,7 @@ class SimNetwork:
         """A link between ``a`` and ``b`` (host, context its callbacks run in, protocol);
         ``partitionable``: a partition cuts it (node links; not a client's)."""
         link = SimLink(self, a, b, partitionable)
-        self.links.add(link)
+        self.links[link] = None
         return link
 
 
@@ -159,7 +159,7 @@ class SimLink:
         sender.last_at = at
         loop.call_at(at, receiver.arrive, item, context=receiver.context)
         if item is CLOSE:
-            self.network.links.discard(self)
+            self.network.links.pop(self, None)
 
     def release(self) -> None:
         """The partition healed: what was held goes, in order."""
