@@ -1358,13 +1358,17 @@ class Cluster:
         yet: its filters are routed to it from now on and what they match is kept for it (as
         for an absent member) until the link is up, then sent (REPLAY). ROUTED answers."""
         token, keeper = int(body[0]), str(body[1])
+        if keeper != self.node_id:
+            # Linked to the keeper or not, its filters are routed to it from now on: a link
+            # that closes before the keeper's own FILTERS arrived leaves them in the table
+            # (kept for it while it is away), not missing.
+            for topic_filter in body[5]:
+                self.table.add(keeper, str(topic_filter))
+            self.broker.remote_routes_changed()
         if keeper != self.node_id and keeper not in self.members:
             address = ClusterNodeAddress(str(body[2]), int(body[3]))
             self._absent[keeper] = time.monotonic() + ABSENT_KEEP
             self._absent_at[keeper] = (address, int(body[4]))
-            for topic_filter in body[5]:
-                self.table.add(keeper, str(topic_filter))
-            self.broker.remote_routes_changed()
             log.info("node %s keeps sessions node %s held: routing its %d filters to it until "
                      "it is linked here", keeper, member.node_id, len(body[5]))
             self._dial(address)
