@@ -109,7 +109,7 @@ def _ipv4(value: str, what: str) -> ipaddress.IPv4Address:
 class ClusterTls(ConfigModel, tag="tls"):
     """<tls> inside <transport><tcp>: encrypts node-to-node traffic (discovery stays plain).
 
-    Key and trust store paths are PEM or PKCS#12 files, as for listeners (see Keystore).
+    Key and trust store paths are PEM, PKCS#12, JKS or JCEKS files, as for listeners (see Keystore).
     """
 
     enabled: XmlBool = element(tag="enabled", default=False)
