@@ -45,6 +45,7 @@ from hive_core.cluster._replication import (
 from hive_core.cluster._routing import RoutingTable
 from hive_core.cluster._transport import NodeTransport, NodeUnreachable, TcpTransport
 from hive_core.cluster._udp import UdpTransport
+from hive_core.cluster._upgrade import ProtocolWindow
 from hive_core.cluster._wire import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
@@ -323,6 +324,7 @@ class Cluster:
         # Addresses dialled and the node each reached: a node behind NAT, or listed under two
         # addresses, is one node, not a new one at every discovery reload.
         self._reached: dict[ClusterNodeAddress, str] = {}
+        self._protocols = ProtocolWindow(settings.protocol)  # whom it can cluster with
         self._dialled: dict[PeerLink, ClusterNodeAddress] = {}
         self._unreachable = WarningGate(log)  # one warning per address and minute
         self._shared_turn: dict[SharedKey, int] = {}
@@ -600,9 +602,10 @@ class Cluster:
             link.close()  # discovery listed this node itself
             return
         protocol = min(int(hello["protocol"]), self.settings.protocol)
-        if protocol < max(int(hello.get("min_protocol", 1)), MIN_PROTOCOL_VERSION):
-            log.error("node %s speaks node protocol %s, this node %d to %d: not joining",
-                      peer_id, hello["protocol"], MIN_PROTOCOL_VERSION, self.settings.protocol)
+        refusal = self._protocols.refusal(peer_id, hello)
+        if refusal is not None:
+            if refusal:
+                log.error("%s", refusal)
             link.close()
             return
         existing = self.members.get(peer_id)
