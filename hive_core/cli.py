@@ -91,6 +91,9 @@ def _run(args: argparse.Namespace) -> int:
     except TLSConfigError as exc:
         print(f"hive: TLS: {exc}", file=sys.stderr)
         return USAGE
+    except ConfigError as exc:  # what is only checked as the node starts (the environment's)
+        print(f"hive: {exc}", file=sys.stderr)
+        return USAGE
     except OSError as exc:
         print(f"hive: cannot start: {exc}", file=sys.stderr)
         return UNREACHABLE

@@ -8,6 +8,7 @@ from hive_core.cluster._cluster import (
     Member,
 )
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
+from hive_core.cluster._progress import progress_interval
 from hive_core.cluster._replication import ReplicatingStore
 from hive_core.cluster._routing import RoutingTable
 from hive_core.cluster._transport import (
@@ -31,4 +32,5 @@ __all__ = [
     "ClusterStats", "FrameDecoder", "FrameKind", "HealthCheck", "HealthCheckSettings", "Member",
     "MemoryNetwork", "MemoryTransport", "NodeTransport", "NodeUnreachable", "ReplicatingStore",
     "RoutingTable", "TcpTransport", "UdpTiming", "UdpTransport", "encode_frame",
+    "progress_interval",
 ]

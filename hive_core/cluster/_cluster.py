@@ -29,6 +29,7 @@ from hive_core.broker import (
     SessionUnavailable,
     SharedKey,
 )
+from hive_core.cluster import _progress as progress
 from hive_core.cluster._auth import PeerAuthentication
 from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
@@ -130,6 +131,7 @@ class ClusterSettings:
     replica_count: int = 1  # <replication><replica-count>: this node and replica_count - 1 backups
     replicas_folder: Path | None = None  # where the replicas of other nodes are kept
     protocol: int = PROTOCOL_VERSION  # the highest node protocol spoken (lower: test an upgrade)
+    progress_interval: float = 10.0  # seconds between "still ongoing" lines of a long sync
     disaster_window: float = 60.0  # seconds within which departures count as one disaster
 
 
@@ -426,7 +428,8 @@ class Cluster:
             await started.wait()
         log.info("Starting cluster join process. This may take a while. "
                  "Please do not shut down Hive.")
-        await self._join()
+        async with progress.still_ongoing(progress.JOIN, self.settings.progress_interval):
+            await self._join()
         log.info("Finished cluster join process successfully.")
         self._log_view()
 
@@ -475,6 +478,8 @@ class Cluster:
             self._leaving_since = time.monotonic()
             log.info("Starting cluster replication process. This may take a while. "
                      "Please do not shut down Hive.")
+            progress.while_true(lambda: not self._stopping,  # until stop() has the answer
+                                progress.REPLICATION, self.settings.progress_interval)
 
     async def stop(self) -> None:
         if self._leaving_since is not None and self.replicator is not None:
@@ -648,6 +653,9 @@ class Cluster:
             # A session here may have a copy there (a takeover while apart), and the members
             # that route to both meanwhile: from now on, each message is kept once.
             self.broker.expect_merge(self.broker.owned_sessions())
+            merge, interval = self.members[peer_id], self.settings.progress_interval
+            progress.while_true(lambda: merge.merging and self.members.get(peer_id) is merge
+                                and not self._stopping, progress.MERGE, interval)
         if self.health is not None and hello.get("health_port"):
             self.health.watch(peer_id, incarnation, str(hello.get("health_host") or address.host),
                               int(hello["health_port"]))
