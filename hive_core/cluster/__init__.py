@@ -8,6 +8,7 @@ from hive_core.cluster._cluster import (
     Member,
 )
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
+from hive_core.cluster._latency import LatencySnapshot
 from hive_core.cluster._progress import progress_interval
 from hive_core.cluster._replication import ReplicatingStore
 from hive_core.cluster._routing import RoutingTable
@@ -28,9 +29,9 @@ from hive_core.cluster._wire import (
 )
 
 __all__ = [
-    "MIN_PROTOCOL_VERSION", "PROTOCOL_VERSION", "Cluster", "ClusterMetrics", "ClusterSettings",
-    "ClusterStats", "FrameDecoder", "FrameKind", "HealthCheck", "HealthCheckSettings", "Member",
-    "MemoryNetwork", "MemoryTransport", "NodeTransport", "NodeUnreachable", "ReplicatingStore",
-    "RoutingTable", "TcpTransport", "UdpTiming", "UdpTransport", "encode_frame",
-    "progress_interval",
+    "MIN_PROTOCOL_VERSION", "PROTOCOL_VERSION", "Cluster", "ClusterMetrics",
+    "ClusterSettings", "ClusterStats", "FrameDecoder", "FrameKind", "HealthCheck",
+    "HealthCheckSettings", "LatencySnapshot", "Member", "MemoryNetwork", "MemoryTransport",
+    "NodeTransport", "NodeUnreachable", "ReplicatingStore", "RoutingTable", "TcpTransport",
+    "UdpTiming", "UdpTransport", "encode_frame", "progress_interval",
 ]

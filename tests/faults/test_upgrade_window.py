@@ -29,6 +29,9 @@ pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[2]
 PREVIOUS_RELEASE = "af375d091f7481c7016ad6ac1d245dcf07286fba"  # node protocol 3 (2 to 3)
 PROTOCOL_1_BUILD = "bbd077e31a79655e7d7b8d64c262cef4ee7f5cde"  # before node protocol 2
+# Node protocol 4 before PUBLISH frames could carry the origin's routing time (issue 23): a
+# peer that does not offer arrival stamps must get frames it reads.
+UNSTAMPED_BUILD = "0a5805aa5b1198b70ab8cba844b73402ba8d5b1c"
 
 
 def installed_build(commit: str, folder: Path) -> Path:
@@ -119,6 +122,41 @@ def test_the_previous_releases_wheel_joins_serves_and_is_upgraded_in_place(
     nodes[1].wait_for_log(joined.format(PROTOCOL_VERSION), timeout=15)
     for node in nodes:
         assert "Traceback" not in node.log
+
+
+def test_a_build_without_arrival_stamps_reads_every_publish_frame_of_this_one(
+        hive_factory: Any, tmp_path: Path) -> None:
+    """This release stamps PUBLISH frames with the origin's routing time for peers that offer
+    it; the protocol 4 build before it does not, and must get frames it reads."""
+    unstamped = installed_build(UNSTAMPED_BUILD, tmp_path / "unstamped")
+    assert protocol_of(unstamped) == 4
+    nodes = three_nodes(hive_factory, start=False)
+    run_build(nodes[0], unstamped)
+    for node in nodes:
+        node.start()
+    wait_for_members(nodes, 3, timeout=30)
+    old_side = Subscriber([nodes[0].port], "stamps/#", 1)
+    new_side = Subscriber([nodes[1].port], "stamps/#", 1)
+    old_side.start()
+    new_side.start()
+    time.sleep(0.5)
+    try:
+        for first, port in ((1, nodes[2].port), (1001, nodes[0].port)):
+            publisher = Publisher([port], "stamps/x", 1, count=200, rate=400, first=first)
+            publisher.start()
+            wait_until(publisher.all_acknowledged, 30, "acknowledgements")
+            publisher.stop()
+            for subscriber in (old_side, new_side):
+                wait_until(lambda s=subscriber, p=publisher: p.acknowledged <= set(s.snapshot()),
+                           20, "the messages on both sides")
+    finally:
+        old_side.stop()
+        new_side.stop()
+    latency = metrics(nodes[1])["cluster"]["delivery_latency"]
+    assert latency[node_id(nodes[2])]["count"] >= 200  # stamped between current nodes
+    assert node_id(nodes[0]) not in latency  # the old build stamps nothing
+    for node in nodes:
+        assert "Traceback" not in node.log and "bad PUBLISH" not in node.log
 
 
 def test_a_build_of_node_protocol_1_is_refused_with_what_to_do(
