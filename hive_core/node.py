@@ -27,6 +27,7 @@ from hive_core.cluster import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     Cluster,
+    ClusterClients,
     ClusterSettings,
     ClusterStats,
     HealthCheckSettings,
@@ -304,6 +305,10 @@ class HiveNode:
                 cluster = self.cluster = Cluster(self.services.node_id, settings, broker,
                                                  self.extensions, store=replicating)
                 self.services.members_from(cluster.view)
+                cluster.client_services = ClusterClients(
+                    cluster.node_id, self.services.clients, self.services.disconnect,
+                    lambda: cluster.members, cluster.owner_of)
+                self.services.cluster_from(cluster.client_services)
                 await cluster.start(tasks)
             if not self._stopping.is_set():
                 self.listeners = await open_mqtt_listeners(

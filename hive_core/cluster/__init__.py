@@ -1,5 +1,6 @@
 """Many nodes, one logical broker: membership, node transport, routing between nodes."""
 
+from hive_core.cluster._client_services import ClusterClients
 from hive_core.cluster._cluster import (
     Cluster,
     ClusterMetrics,
@@ -29,7 +30,7 @@ from hive_core.cluster._wire import (
 )
 
 __all__ = [
-    "MIN_PROTOCOL_VERSION", "PROTOCOL_VERSION", "Cluster", "ClusterMetrics",
+    "MIN_PROTOCOL_VERSION", "PROTOCOL_VERSION", "Cluster", "ClusterClients", "ClusterMetrics",
     "ClusterSettings", "ClusterStats", "FrameDecoder", "FrameKind", "HealthCheck",
     "HealthCheckSettings", "LatencySnapshot", "Member", "MemoryNetwork", "MemoryTransport",
     "NodeTransport", "NodeUnreachable", "ReplicatingStore", "RoutingTable", "TcpTransport",

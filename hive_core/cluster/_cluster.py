@@ -31,6 +31,7 @@ from hive_core.broker import (
 )
 from hive_core.cluster import _progress as progress
 from hive_core.cluster._auth import PeerAuthentication
+from hive_core.cluster._client_services import SERVICE_FRAMES, ClusterClients
 from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
 from hive_core.cluster._latency import Latencies, LatencySnapshot
@@ -335,6 +336,7 @@ class Cluster:
         self._reached: dict[ClusterNodeAddress, str] = {}
         self._protocols = ProtocolWindow(settings.protocol)  # whom it can cluster with
         self.delivery_times = Latencies()  # routed on a peer until delivered here, by peer
+        self.client_services: ClusterClients | None = None  # extensions' questions, both ways
         self._dialled: dict[PeerLink, ClusterNodeAddress] = {}
         self._unreachable = WarningGate(log)  # one warning per address and minute
         self._shared_turn: dict[SharedKey, int] = {}
@@ -971,6 +973,8 @@ class Cluster:
                 member.load_at = time.time()
         elif kind is FrameKind.BYE:
             self._remove(member.node_id, "it shut down")
+        elif kind in SERVICE_FRAMES and self.client_services is not None:
+            self.client_services.on_frame(member, kind, body)
 
     def _broadcast(self, kind: FrameKind, body: Any) -> None:
         for member in self.members.values():

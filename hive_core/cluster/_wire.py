@@ -71,6 +71,11 @@ class FrameKind(IntEnum):
     ROUTE_TO = 52  # [token, node, host, port, incarnation, filters]: the sender drops copies
     # of sessions that node keeps (back after a split): route its filters there from now on
     ROUTED = 53  # token: the ROUTE_TO is in effect here (after every message routed before it)
+    # Extension services across the cluster (_client_services.py); older nodes skip them:
+    CLIENTS_ASK = 60  # request id: which clients are connected to the receiver?
+    CLIENTS = 61  # [request id, [[client id, protocol, username, listener, host, port], ...]]
+    DISCONNECT_ASK = 62  # [request id, client id, reason code]: close it if connected there
+    DISCONNECTED = 63  # [request id, whether it was connected there (and is closed now)]
     # Before anything else on a link of a cluster with a shared secret (see _auth.py):
     AUTH_CHALLENGE = 50  # a fresh nonce; sent by both ends as soon as the link is open
     AUTH_PROOF = 51  # the answer to the peer's challenge: proof of holding the shared secret

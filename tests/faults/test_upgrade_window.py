@@ -9,6 +9,7 @@ the current one (3). Move it forward at every release that changes the node prot
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -17,8 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import paho.mqtt.client as mqtt
 import pytest
 from cluster._nodes import metrics, node_id, wait_for_members
+from cluster.test_extension_services import ADMIN_EXTENSION
 
 from faults._traffic import Publisher, Subscriber, wait_until
 from faults.test_failover import three_nodes
@@ -132,6 +135,8 @@ def test_a_build_without_arrival_stamps_reads_every_publish_frame_of_this_one(
     assert protocol_of(unstamped) == 4
     nodes = three_nodes(hive_factory, start=False)
     run_build(nodes[0], unstamped)
+    (nodes[1].folder / "admin.py").write_text(ADMIN_EXTENSION)
+    nodes[1].args = ["--extension", "./admin.py"]
     for node in nodes:
         node.start()
     wait_for_members(nodes, 3, timeout=30)
@@ -152,6 +157,25 @@ def test_a_build_without_arrival_stamps_reads_every_publish_frame_of_this_one(
     finally:
         old_side.stop()
         new_side.stop()
+    # Extension services across the cluster: the old build skips the question (an unknown
+    # frame kind); the answer comes after the wait, without its clients, and says so.
+    admin = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="admin")
+    answers: list[bytes] = []
+    admin.on_message = lambda _c, _u, message: answers.append(message.payload)
+    admin.connect("127.0.0.1", nodes[1].port)
+    admin.loop_start()
+    try:
+        admin.subscribe("admin/answer", 1)
+        time.sleep(0.3)
+        admin.publish("admin/cluster-clients", b"", 1)
+        wait_until(lambda: bool(answers), 15, "the list of clients")
+    finally:
+        admin.disconnect()
+        admin.loop_stop()
+    listed = {(row[0], row[1]) for row in json.loads(answers[0])}
+    assert ("admin", node_id(nodes[1])) in listed
+    assert not [row for row in listed if row[1] == node_id(nodes[0])]
+    nodes[1].wait_for_log(rf"no list of clients from node\(s\) {node_id(nodes[0])} within 3 s")
     latency = metrics(nodes[1])["cluster"]["delivery_latency"]
     assert latency[node_id(nodes[2])]["count"] >= 200  # stamped between current nodes
     assert node_id(nodes[0]) not in latency  # the old build stamps nothing
