@@ -27,10 +27,12 @@ from hive_core.cluster import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     Cluster,
+    ClusterClients,
     ClusterSettings,
     ClusterStats,
     HealthCheckSettings,
     ReplicatingStore,
+    progress_interval,
 )
 from hive_core.config import ConfigError, HiveConfig
 from hive_core.net import (
@@ -118,7 +120,16 @@ def cluster_settings(config: HiveConfig) -> ClusterSettings:
         shared_secret=cluster.authentication.shared_secret,
         replica_count=cluster.replication.replica_count,
         protocol=node_protocol(),
+        progress_interval=sync_progress_interval(),
     )
+
+
+def sync_progress_interval() -> float:
+    """Seconds between the "still ongoing" lines of a long join, merge or replication."""
+    try:
+        return progress_interval()
+    except ValueError as exc:
+        raise ConfigError(str(exc), source="environment") from None
 
 
 def node_protocol() -> int:
@@ -131,10 +142,11 @@ def node_protocol() -> int:
     try:
         protocol = int(value)
     except ValueError:
-        raise ConfigError(f"HIVE_NODE_PROTOCOL={value!r}: expected a number") from None
+        raise ConfigError(f"HIVE_NODE_PROTOCOL={value!r}: expected a number",
+                          source="environment") from None
     if not MIN_PROTOCOL_VERSION <= protocol <= PROTOCOL_VERSION:
         raise ConfigError(f"HIVE_NODE_PROTOCOL={protocol}: this Hive speaks node protocol "
-                          f"{MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}")
+                          f"{MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}", source="environment")
     return protocol
 
 
@@ -317,6 +329,10 @@ class HiveNode:
                                                  self.extensions, store=replicating)
                 cluster.client_queries.details = views.local_client_details
                 self.services.members_from(cluster.view)
+                cluster.client_services = ClusterClients(
+                    cluster.node_id, self.services.clients, self.services.disconnect,
+                    lambda: cluster.members, cluster.owner_of)
+                self.services.cluster_from(cluster.client_services)
                 await cluster.start(tasks)
             if not self._stopping.is_set():
                 self.listeners = await open_mqtt_listeners(

@@ -34,12 +34,34 @@ class HiveServices(Protocol):
         """Publish as the node itself (the publisher id is empty, so no-local never hides it)."""
         ...
 
+    async def cluster_clients(self) -> list[ClientInfo]:
+        """The clients connected anywhere in the cluster now, sorted by client id, each with
+        ``node``: the id of the node it is connected to (API 1.4).
+
+        Every member is asked and waited for 3 s at most; a node that does not answer (an
+        earlier build, or one too busy) is logged and its clients are missing. On a node
+        without a cluster, the same as :meth:`clients`.
+        """
+        ...
+
+    async def cluster_disconnect(self, client_id: str, reason_code: int = 0x98) -> str | None:
+        """Close a client's connection wherever in the cluster it is connected (MQTT 5
+        clients get DISCONNECT ``reason_code``), as HiveMQ's ``ClientService`` does (API 1.4).
+
+        Returns the id of the node it was connected to, or None when no node had it connected.
+        The node holding its session is asked first, then every other member (3 s each at
+        most).
+        """
+        ...
+
     def clients(self) -> list[ClientInfo]:
-        """The clients connected to this node now."""
+        """The clients connected to this node now (``node`` is this node's id); the local
+        variant of :meth:`cluster_clients`, answered without asking anyone."""
         ...
 
     def disconnect(self, client_id: str, reason_code: int = 0x98) -> bool:
-        """Close a client's connection (MQTT 5 clients get DISCONNECT ``reason_code``).
+        """Close a client's connection on this node (MQTT 5 clients get DISCONNECT
+        ``reason_code``); the local variant of :meth:`cluster_disconnect`.
 
         Returns False when no such client is connected here.
         """

@@ -41,6 +41,7 @@ class ClientInfo:
     listener: str = ""
     remote_address: tuple[str, int] | None = None
     certificate: bytes | None = None  # the client's TLS certificate (DER), when it sent one
+    node: str = ""  # API 1.4: the id of the node it is connected to, in the services' answers
 
 
 @dataclass(slots=True)

@@ -45,6 +45,7 @@ from hive_ext_api.backup import BackupError
 if TYPE_CHECKING:
     from hive_core.admin._backups import Backups
     from hive_core.admin._status import NodeStatus
+    from hive_core.cluster import ClusterStats
     from hive_core.config import ControlCenter as ControlCenterConfig
     from hive_core.config import HttpListener
 
@@ -364,7 +365,8 @@ class ControlCenter:
                            "lag": cluster.replication_lag, "takeovers": cluster.takeovers,
                            "merges": cluster.merges}
         return Reply(200, {"node_id": self.node.node_id, "nodes": nodes,
-                           "replication": replication, "sample_interval": SAMPLE_INTERVAL})
+                           "replication": replication, "latency": _latency_rows(cluster),
+                           "sample_interval": SAMPLE_INTERVAL})
 
     async def _clients(self, request: Request) -> Reply:
         text = _query(request, "q")
@@ -450,6 +452,27 @@ class ControlCenter:
 
 
 _USER = "/user"  # the logged-in user, beside the path's parameters (no pattern names it)
+
+
+def _latency_rows(cluster: ClusterStats | None) -> list[dict[str, Any]]:
+    """Per other node: the p50 and p99 of each latency histogram (bucket upper bounds, in
+    seconds; "inf" beyond the last), and how many of its messages were timed here."""
+    if cluster is None:
+        return []
+    kinds = {"delivery": cluster.delivery_latency, "forward_ack": cluster.forward_ack_latency,
+             "replication_ack": cluster.replication_ack_latency}
+    rows = []
+    for node in sorted({node for by_node in kinds.values() for node in by_node}):
+        row: dict[str, Any] = {"node": node}
+        for kind, by_node in kinds.items():
+            latency = by_node.get(node)
+            quantiles = [latency.quantile(q) for q in (0.5, 0.99)] if latency else [None]
+            row[kind] = None if quantiles[0] is None else [
+                "inf" if q == float("inf") else q for q in quantiles]
+        delivered = cluster.delivery_latency.get(node)
+        row["delivered"] = delivered.count if delivered else 0
+        rows.append(row)
+    return rows
 
 
 def _with_user(request: Request, user: str) -> Request:

@@ -29,7 +29,7 @@ from hive_core.broker import DROP_REASONS
 if TYPE_CHECKING:
     from hive_core.admin._status import NodeStatus
     from hive_core.broker import BrokerStats
-    from hive_core.cluster import ClusterStats
+    from hive_core.cluster import ClusterStats, LatencySnapshot
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # the text format generate_latest writes
 
@@ -172,6 +172,27 @@ def _cluster(c: ClusterStats) -> Iterator[Metric]:
     yield _labelled("gauge", "hive_cluster_replication_lag_ops",
                     "Replication operations a backup node has not acknowledged yet.", "backup",
                     ((b, c.replication_lag.get(b, 0)) for b in c.backups))
+    yield _latency("hive_cluster_message_delivery_seconds",
+                   "Time from a PUBLISH routed on the node of its publisher (origin) to its "
+                   "delivery to subscribers' connections on this node; wall clocks, so across "
+                   "hosts as good as their agreement (NTP).", "origin", c.delivery_latency)
+    yield _latency("hive_cluster_forward_ack_seconds",
+                   "Round trip of a message forwarded to a peer node until its FORWARD_ACK "
+                   "(delivered and durable there); one message in flight per peer is timed.",
+                   "peer", c.forward_ack_latency)
+    yield _latency("hive_cluster_replication_ack_seconds",
+                   "Round trip of replication operations shipped to a backup node until its "
+                   "REPL_ACK (durable there); one shipment in flight per backup is timed.",
+                   "backup", c.replication_ack_latency)
+
+
+def _latency(name: str, documentation: str, label: str,
+             by_node: dict[str, LatencySnapshot]) -> Metric:
+    family = HistogramMetricFamily(name, documentation, labels=[label])
+    for node, latency in by_node.items():
+        family.add_metric([node], [(floatToGoString(bound), count)
+                                   for bound, count in latency.cumulative()], latency.sum)
+    return family
 
 
 def _extensions(node: NodeStatus) -> Iterator[Metric]:

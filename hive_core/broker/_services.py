@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from hive_core.broker._message import Message
 from hive_core.mqtt import MQTTError, PropertyId, topic_matches, validate_topic_name
@@ -48,6 +49,14 @@ class ExtensionMetrics:
         self.gauges[name] = (read, description)
 
 
+class ClusterSide(Protocol):
+    """The cluster's answers to the services that span it (hive_core.cluster.ClusterClients)."""
+
+    async def clients(self) -> list[ClientInfo]: ...
+
+    async def disconnect(self, client_id: str, reason_code: int) -> str | None: ...
+
+
 class NodeServices:
     """What an extension may ask of the node; backed by the broker."""
 
@@ -58,6 +67,7 @@ class NodeServices:
         self._node_id = node_id
         self._version = version
         self._metrics = ExtensionMetrics()
+        self._cluster: ClusterSide | None = None
 
     @property
     def node_id(self) -> str:
@@ -70,6 +80,10 @@ class NodeServices:
     def members_from(self, members: Callable[[], list[ClusterMember]] | None) -> None:
         """Where the cluster's member list comes from (None: this node is alone)."""
         self._members = members
+
+    def cluster_from(self, cluster: ClusterSide | None) -> None:
+        """Who answers the services across the cluster (None: this node is alone)."""
+        self._cluster = cluster
 
     @property
     def _broker(self) -> Broker:
@@ -95,8 +109,19 @@ class NodeServices:
         self._broker.flush()
 
     def clients(self) -> list[ClientInfo]:
-        return [session.connection.client_info() for session in self._broker.sessions.values()
+        return [dataclasses.replace(session.connection.client_info(), node=self._node_id)
+                for session in self._broker.sessions.values()
                 if session.connection is not None and not session.connection.closed]
+
+    async def cluster_clients(self) -> list[ClientInfo]:
+        if self._cluster is None:
+            return sorted(self.clients(), key=lambda client: client.client_id)
+        return await self._cluster.clients()
+
+    async def cluster_disconnect(self, client_id: str, reason_code: int = 0x98) -> str | None:
+        if self._cluster is None:
+            return self._node_id if self.disconnect(client_id, reason_code) else None
+        return await self._cluster.disconnect(client_id, reason_code)
 
     def disconnect(self, client_id: str, reason_code: int = 0x98) -> bool:
         session = self._broker.sessions.get(client_id)

@@ -1,5 +1,6 @@
 """Many nodes, one logical broker: membership, node transport, routing between nodes."""
 
+from hive_core.cluster._client_services import ClusterClients
 from hive_core.cluster._cluster import (
     Cluster,
     ClusterMetrics,
@@ -8,6 +9,8 @@ from hive_core.cluster._cluster import (
     Member,
 )
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
+from hive_core.cluster._latency import LatencySnapshot
+from hive_core.cluster._progress import progress_interval
 from hive_core.cluster._replication import ReplicaFolder, ReplicaShelf, ReplicatingStore
 from hive_core.cluster._routing import RoutingTable
 from hive_core.cluster._transport import (
@@ -27,9 +30,10 @@ from hive_core.cluster._wire import (
 )
 
 __all__ = [
-    "MIN_PROTOCOL_VERSION", "PROTOCOL_VERSION", "Cluster", "ClusterMetrics", "ClusterSettings",
-    "ClusterStats", "FrameDecoder", "FrameKind", "HealthCheck", "HealthCheckSettings", "Member",
-    "MemoryNetwork", "MemoryTransport", "NodeTransport", "NodeUnreachable", "ReplicaFolder",
-    "ReplicaShelf", "ReplicatingStore",
+    "MIN_PROTOCOL_VERSION", "PROTOCOL_VERSION", "Cluster", "ClusterClients", "ClusterMetrics",
+    "ClusterSettings", "ClusterStats", "FrameDecoder", "FrameKind", "HealthCheck",
+    "HealthCheckSettings", "LatencySnapshot", "Member", "MemoryNetwork", "MemoryTransport",
+    "NodeTransport", "NodeUnreachable", "ReplicaFolder", "ReplicaShelf", "ReplicatingStore",
     "RoutingTable", "TcpTransport", "UdpTiming", "UdpTransport", "encode_frame",
+    "progress_interval",
 ]

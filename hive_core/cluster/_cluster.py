@@ -29,10 +29,13 @@ from hive_core.broker import (
     SessionUnavailable,
     SharedKey,
 )
+from hive_core.cluster import _progress as progress
 from hive_core.cluster._auth import PeerAuthentication
 from hive_core.cluster._client_queries import ClientQueries
+from hive_core.cluster._client_services import SERVICE_FRAMES, ClusterClients
 from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
+from hive_core.cluster._latency import Latencies, LatencySnapshot
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._replication import (
     ReplicaFolder,
@@ -48,6 +51,7 @@ from hive_core.cluster._replication import (
 from hive_core.cluster._routing import RoutingTable
 from hive_core.cluster._transport import NodeTransport, NodeUnreachable, TcpTransport
 from hive_core.cluster._udp import UdpTransport
+from hive_core.cluster._upgrade import ProtocolWindow
 from hive_core.cluster._wire import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
@@ -105,6 +109,7 @@ class ClusterSettings:
     replica_count: int = 1  # <replication><replica-count>: this node and replica_count - 1 backups
     replicas_folder: Path | None = None  # where the replicas of other nodes are kept
     protocol: int = PROTOCOL_VERSION  # the highest node protocol spoken (lower: test an upgrade)
+    progress_interval: float = 10.0  # seconds between "still ongoing" lines of a long sync
     disaster_window: float = 60.0  # seconds within which departures count as one disaster
 
 
@@ -119,6 +124,7 @@ class Member:
     joined_at: float = field(default_factory=time.monotonic)
     synced: bool = False  # its SYNCED arrived: this node knows what the peer holds
     merging: bool = False  # back after a split: merging until its SYNCED
+    arrival_stamps: bool = False  # its HELLO said so: its PUBLISH frames may carry routed_at
     # Its load as its last HEARTBEAT said: [connections, sessions, messages in, messages out]
     load: list[int] | None = None
     load_at: float = 0.0  # Unix time it arrived
@@ -168,6 +174,11 @@ class ClusterStats:
     merges: int = 0  # copies of a session dropped here for another node's (a split healed)
     # by peer node: (bytes sent, bytes received) on the current link, since it opened
     peer_traffic: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # by peer node (hive_core/cluster/_latency.py): its messages' time from routing there to
+    # delivery here; forward and replication acknowledgement round trips to it
+    delivery_latency: dict[str, LatencySnapshot] = field(default_factory=dict)
+    forward_ack_latency: dict[str, LatencySnapshot] = field(default_factory=dict)
+    replication_ack_latency: dict[str, LatencySnapshot] = field(default_factory=dict)
 
 
 PART_BYTES = 1024 * 1024
@@ -301,6 +312,9 @@ class Cluster:
         # Addresses dialled and the node each reached: a node behind NAT, or listed under two
         # addresses, is one node, not a new one at every discovery reload.
         self._reached: dict[ClusterNodeAddress, str] = {}
+        self._protocols = ProtocolWindow(settings.protocol)  # whom it can cluster with
+        self.delivery_times = Latencies()  # routed on a peer until delivered here, by peer
+        self.client_services: ClusterClients | None = None  # extensions' questions, both ways
         self._dialled: dict[PeerLink, ClusterNodeAddress] = {}
         self._unreachable = WarningGate(log)  # one warning per address and minute
         self._shared_turn: dict[SharedKey, int] = {}
@@ -406,7 +420,8 @@ class Cluster:
             await started.wait()
         log.info("Starting cluster join process. This may take a while. "
                  "Please do not shut down Hive.")
-        await self._join()
+        async with progress.still_ongoing(progress.JOIN, self.settings.progress_interval):
+            await self._join()
         log.info("Finished cluster join process successfully.")
         self._log_view()
 
@@ -455,6 +470,8 @@ class Cluster:
             self._leaving_since = time.monotonic()
             log.info("Starting cluster replication process. This may take a while. "
                      "Please do not shut down Hive.")
+            progress.while_true(lambda: not self._stopping,  # until stop() has the answer
+                                progress.REPLICATION, self.settings.progress_interval)
 
     async def stop(self) -> None:
         if self._leaving_since is not None and self.replicator is not None:
@@ -570,7 +587,7 @@ class Cluster:
         return {"id": self.node_id, "protocol": self.settings.protocol,
                 "min_protocol": MIN_PROTOCOL_VERSION, "version": __version__,
                 "host": self.address.host, "port": self.address.port,
-                "incarnation": self.incarnation, **self._health_hello()}
+                "incarnation": self.incarnation, "arrival_stamps": 1, **self._health_hello()}
 
     def _health_hello(self) -> dict[str, Any]:
         """Where peers hold their health connection to this node (older peers ignore it)."""
@@ -590,9 +607,10 @@ class Cluster:
             link.close()  # discovery listed this node itself
             return
         protocol = min(int(hello["protocol"]), self.settings.protocol)
-        if protocol < max(int(hello.get("min_protocol", 1)), MIN_PROTOCOL_VERSION):
-            log.error("node %s speaks node protocol %s, this node %d to %d: not joining",
-                      peer_id, hello["protocol"], MIN_PROTOCOL_VERSION, self.settings.protocol)
+        refusal = self._protocols.refusal(peer_id, hello)
+        if refusal is not None:
+            if refusal:
+                log.error("%s", refusal)
             link.close()
             return
         existing = self.members.get(peer_id)
@@ -628,12 +646,16 @@ class Cluster:
         merging = away is not None and away[1] == incarnation and protocol >= 3
         address = ClusterNodeAddress(str(hello["host"]), int(hello["port"]))
         self.members[peer_id] = Member(peer_id, address, str(hello.get("version", "")),
-                                       protocol, link, incarnation, merging=merging)
+                                       protocol, link, incarnation, merging=merging,
+                                       arrival_stamps=bool(hello.get("arrival_stamps")))
         if merging:
             # A session here may have a copy there (a takeover while apart), and the members
             # route to both for a moment: each session takes each message once (its identity).
             log.info("Starting cluster merge process. This may take a while. Please do not "
                      "shut down Hive. (node %s is back after being unreachable)", peer_id)
+            merge, interval = self.members[peer_id], self.settings.progress_interval
+            progress.while_true(lambda: merge.merging and self.members.get(peer_id) is merge
+                                and not self._stopping, progress.MERGE, interval)
         if self.health is not None and hello.get("health_port"):
             self.health.watch(peer_id, incarnation, str(hello.get("health_host") or address.host),
                               int(hello["health_port"]))
@@ -788,7 +810,7 @@ class Cluster:
             if not self.forwarding.arrived(peer_id):  # type: ignore[arg-type]
                 return  # sent again after a reconnect, handled before
             metrics.publishes_received += 1
-            topic, payload, qos, retain, props, expiry_at, publisher, serial = body
+            topic, payload, qos, retain, props, expiry_at, publisher, serial, routed_at = body
             message = Message(topic, payload, qos, retain,
                               decode_properties(props) if props else None, publisher, expiry_at)
             if serial:
@@ -799,6 +821,8 @@ class Cluster:
                 self.broker.publish_among(message, self._adopted_of(peer_id), among=False)  # type: ignore[arg-type]
             else:
                 self.broker.publish_from_peer(message)
+            if routed_at:  # handed to the subscribers' connections (written after this read)
+                self.delivery_times.observe(peer_id, time.time() - routed_at)  # type: ignore[arg-type]
             self._acknowledge_soon(peer_id)  # type: ignore[arg-type]
             # mark_dirty flushes once after the whole read; a long read (thousands of
             # frames) is flushed in slices too, so the subscribers' side starts early.
@@ -942,6 +966,8 @@ class Cluster:
                 member.load_at = time.time()
         elif kind is FrameKind.BYE:
             self._remove(member.node_id, "it shut down")
+        elif kind in SERVICE_FRAMES and self.client_services is not None:
+            self.client_services.on_frame(member, kind, body)
 
     def _broadcast(self, kind: FrameKind, body: Any) -> None:
         for member in self.members.values():
@@ -977,13 +1003,16 @@ class Cluster:
         serial = self.identify(message)[1]  # the same message, wherever it ends up queued
         frame = encode_publish_frame(  # once, whatever the fan-out
             message.topic, message.payload, message.qos, message.retain, raw_props,
-            message.expiry_at, message.publisher_id, serial)
-        legacy = None  # for a node of protocol 3 or older: no serial
+            message.expiry_at, message.publisher_id, serial, time.time())
+        unstamped = legacy = None  # for a node without arrival stamps; of protocol 3: no serial
         forwarding = self.forwarding
         for node_id in nodes:
             member = self.members.get(node_id)
             if member is not None and member.protocol >= 4:
-                sent = frame
+                sent = frame if member.arrival_stamps else (unstamped := unstamped or (
+                    encode_publish_frame(message.topic, message.payload, message.qos,
+                                         message.retain, raw_props, message.expiry_at,
+                                         message.publisher_id, serial)))
                 member.link.send_encoded(sent)
             elif member is None and node_id not in self._absent:
                 continue
@@ -1617,7 +1646,7 @@ class Cluster:
             for kind, body in decoder.feed(frame):
                 self.messages_rescued += 1
                 if kind is FrameKind.PUBLISH:
-                    topic, payload, qos, retain, props, expiry_at, publisher, serial = body
+                    topic, payload, qos, retain, props, expiry_at, publisher, serial, _ = body
                     message = Message(topic, payload, qos, retain,
                                       decode_properties(props) if props else None, publisher,
                                       expiry_at)
@@ -1656,7 +1685,11 @@ class Cluster:
             takeovers=self.takeovers, sessions_taken_over=self.sessions_taken_over,
             messages_rescued=self.messages_rescued, merges=self.merges,
             peer_traffic={peer: (m.link.bytes_out, m.link.bytes_in)
-                          for peer, m in sorted(self.members.items())})
+                          for peer, m in sorted(self.members.items())},
+            delivery_latency=self.delivery_times.snapshot(),
+            forward_ack_latency=self.forwarding.ack_times.snapshot(),
+            replication_ack_latency=(self.replicator.ack_times.snapshot()
+                                     if self.replicator is not None else {}))
 
     def view(self) -> list[ClusterMember]:
         own = ClusterMember(self.node_id, self.address, "RUNNING", __version__)

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Container
 from dataclasses import dataclass, field
 
+from hive_core.cluster._latency import Latencies, Probe
 from hive_core.plugins import WarningGate
 
 log = logging.getLogger("hive.cluster")
@@ -38,6 +40,7 @@ class Outgoing:
     frames: deque[bytes] = field(default_factory=deque)
     size: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    probe: Probe | None = None  # the frame whose acknowledgement is being timed
 
     def signal(self) -> None:
         event, self.changed = self.changed, asyncio.Event()
@@ -64,6 +67,7 @@ class Forwarding:
         self.dropped = 0  # frames given up on (kept too long or too many), never acknowledged
         self.replayed = 0  # frames sent again after a reconnect
         self.duplicates = 0  # frames received again and skipped
+        self.ack_times = Latencies()  # sent until acknowledged, by peer (one probe in flight)
         self._warnings = WarningGate(log)
 
     # ------------------------------------------------------------------ sending
@@ -73,6 +77,8 @@ class Forwarding:
         if out is None:
             out = self.outgoing[peer] = Outgoing()
         out.sent += 1
+        if out.probe is None:
+            out.probe = Probe(out.sent, time.monotonic())
         out.frames.append(frame)
         out.size += len(frame)
         if out.size > MAX_UNACKNOWLEDGED_BYTES:
@@ -96,6 +102,10 @@ class Forwarding:
         if out is None or handled <= out.acked:
             return
         handled = min(handled, out.sent)
+        probe = out.probe
+        if probe is not None and handled >= probe.place:
+            self.ack_times.observe(peer, time.monotonic() - probe.began)
+            out.probe = None
         frames = out.frames
         for _ in range(handled - out.acked):
             out.size -= len(frames.popleft())
@@ -107,6 +117,7 @@ class Forwarding:
         out = self.outgoing.get(peer)
         if out is None:
             return 1, []
+        out.probe = None  # the wait for a new link is no round trip
         self.replayed += len(out.frames)
         return out.acked + 1, list(out.frames)
 
@@ -130,6 +141,7 @@ class Forwarding:
         if out is None:
             return 0
         dropped = len(out.frames)
+        out.probe = None
         out.frames.clear()
         out.size = 0
         out.acked = out.sent

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hive_core.broker import SessionRecords
+from hive_core.cluster._latency import Latencies, Probe
 from hive_core.persistence import (
     Direction,
     FileSessionStore,
@@ -225,6 +226,7 @@ class Backup:
     node_id: str
     acked: int = -1  # the op it has made durable; -1 until its snapshot is
     since: float = field(default_factory=time.monotonic)  # when it became a backup
+    probe: Probe | None = None  # the op whose acknowledgement is being timed
 
 
 class Replicator:
@@ -244,6 +246,7 @@ class Replicator:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._ship_scheduled = False
         self.snapshots_sent = 0
+        self.ack_times = Latencies()  # ops shipped until acknowledged, by backup (one probe)
         store.replicator = self
 
     # -- who holds a copy ----------------------------------------------------------------------
@@ -298,8 +301,10 @@ class Replicator:
             store.pending = []
             first = store.seq - len(ops) + 1
             watermarks = self._watermarks()
-            for node_id in self.backups:
+            for node_id, backup in self.backups.items():
                 self._send_ops(node_id, first, ops, watermarks)
+                if backup.probe is None and backup.acked >= 0:
+                    backup.probe = Probe(store.seq, time.monotonic())
         return store.seq
 
     def acknowledged(self, node_id: str, seq: int) -> None:
@@ -310,6 +315,10 @@ class Replicator:
                          "node is on %d nodes again", node_id,
                          (time.monotonic() - backup.since) * 1000, 1 + len(self.backups))
             backup.acked = seq
+            probe = backup.probe
+            if probe is not None and seq >= probe.place:
+                self.ack_times.observe(node_id, time.monotonic() - probe.began)
+                backup.probe = None
             self._settle_waiters()
 
     async def replicated(self, target: int) -> None:

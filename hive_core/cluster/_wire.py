@@ -25,7 +25,10 @@ restarts), and SESSION_TAIL each queued message's origin node and serial: the no
 is handed over to skips what reached it twice, directly and in the old node's tail (see
 hive_core/broker/_handover.py). A node that drops its copies of sessions another node keeps
 (after a split) first has every member route to the keeper (ROUTE_TO, ROUTED). A node of
-version 3 gets PUBLISH frames without the serial, and no ROUTE_TO."""
+version 3 gets PUBLISH frames without the serial, and no ROUTE_TO.
+Within 4, a node whose HELLO says ``arrival_stamps`` gets PUBLISH frames that may carry the
+origin's routing time (flag 0x08, after the serial; hive_core/cluster/_latency.py); the others
+get them without it, so no version bump was needed."""
 MIN_PROTOCOL_VERSION = 2
 MAX_FRAME = 64 * 1024 * 1024
 
@@ -68,11 +71,16 @@ class FrameKind(IntEnum):
     ROUTE_TO = 52  # [token, node, host, port, incarnation, filters]: the sender drops copies
     # of sessions that node keeps (back after a split): route its filters there from now on
     ROUTED = 53  # token: the ROUTE_TO is in effect here (after every message routed before it)
-    # Before anything else on a link of a cluster with a shared secret (see _auth.py):
+    # Extension services across the cluster (_client_services.py); older nodes skip them:
+    CLIENTS_ASK = 60  # request id: which clients are connected to the receiver?
+    CLIENTS = 61  # [request id, [[client id, protocol, username, listener, host, port], ...]]
+    DISCONNECT_ASK = 62  # [request id, client id, reason code]: close it if connected there
+    DISCONNECTED = 63  # [request id, whether it was connected there (and is closed now)]
     # The control center asks the node that holds a session (an older peer skips these, and the
     # question times out): [token, client ids] -> [token, JSON {client id: details or null}]
-    CLIENT_QUERY = 60
-    CLIENT_ANSWER = 61
+    CLIENT_QUERY = 64
+    CLIENT_ANSWER = 65
+    # Before anything else on a link of a cluster with a shared secret (see _auth.py):
     AUTH_CHALLENGE = 50  # a fresh nonce; sent by both ends as soon as the link is open
     AUTH_PROOF = 51  # the answer to the peer's challenge: proof of holding the shared secret
 
@@ -187,14 +195,18 @@ _publish_head = struct.Struct(">BBdHHI")  # qos, flags, expiry, topic, publisher
 _publish_start = struct.Struct(">IB" + _publish_head.format[1:])
 _PUBLISH_FIXED = 1 + _publish_head.size
 _PUBLISH = 20  # FrameKind.PUBLISH as a plain int: compared once per frame
-_HAS_EXPIRY, _RETAIN, _HAS_SERIAL = 0x01, 0x02, 0x04
+_HAS_EXPIRY, _RETAIN, _HAS_SERIAL, _HAS_ROUTED_AT = 0x01, 0x02, 0x04, 0x08
 _serial = struct.Struct(">Q")
+_routed_at = struct.Struct(">d")
 
 
 def encode_publish_frame(topic: str, payload: bytes, qos: int, retain: bool, properties: bytes,
-                         expiry_at: float | None, publisher: str, serial: int = 0) -> bytes:
+                         expiry_at: float | None, publisher: str, serial: int = 0,
+                         routed_at: float = 0.0) -> bytes:
     """A PUBLISH frame in a fixed layout: the hot path between nodes skips the generic codec.
-    ``serial`` (protocol 4; 0: none) follows the head, before the topic."""
+    ``serial`` (protocol 4; 0: none) follows the head, then ``routed_at`` (0: none; the origin's
+    wall clock when it routed the message; only to a peer whose HELLO says ``arrival_stamps``,
+    as a node that does not know the flag would misread the frame), before the topic."""
     topic_raw = topic.encode()
     publisher_raw = publisher.encode()
     flags = (_HAS_EXPIRY if expiry_at is not None else 0) | (_RETAIN if retain else 0)
@@ -203,16 +215,21 @@ def encode_publish_frame(topic: str, payload: bytes, qos: int, retain: bool, pro
     if serial:
         flags |= _HAS_SERIAL
         size += 8
+    if routed_at:
+        flags |= _HAS_ROUTED_AT
+        size += 8
     start = _publish_start.pack(size, _PUBLISH, qos, flags, expiry_at or 0.0, len(topic_raw),
                                 len(publisher_raw), len(properties))
     if serial:
         start += _serial.pack(serial)
+    if routed_at:
+        start += _routed_at.pack(routed_at)
     if properties:
         return b"".join((start, topic_raw, publisher_raw, properties, payload))
     return b"".join((start, topic_raw, publisher_raw, payload))
 
 
-PublishFields = tuple[str, bytes, int, bool, bytes, float | None, str, int]
+PublishFields = tuple[str, bytes, int, bool, bytes, float | None, str, int, float]
 
 
 def decode_publish_body(data: bytes, at: int = 0, end: int | None = None) -> PublishFields:
@@ -227,6 +244,11 @@ def decode_publish_body(data: bytes, at: int = 0, end: int | None = None) -> Pub
         at += 8
     else:
         serial = 0
+    if flags & _HAS_ROUTED_AT:
+        routed_at = _routed_at.unpack_from(data, at)[0]
+        at += 8
+    else:
+        routed_at = 0.0
     topic = data[at:at + topic_size].decode()
     at += topic_size
     publisher = data[at:at + publisher_size].decode()
@@ -239,7 +261,7 @@ def decode_publish_body(data: bytes, at: int = 0, end: int | None = None) -> Pub
     if at > end:
         raise WireError("PUBLISH frame fields run past the frame")
     return (topic, data[at:end], qos, bool(flags & _RETAIN), properties,
-            expiry if flags & _HAS_EXPIRY else None, publisher, serial)
+            expiry if flags & _HAS_EXPIRY else None, publisher, serial, routed_at)
 
 
 _KINDS = {kind.value: kind for kind in FrameKind}

@@ -37,6 +37,7 @@ __all__ = [
     "ClusterTls",
     "Discovery",
     "DiscoveryKind",
+    "DnsDiscovery",
     "EffectiveHeartbeat",
     "ExtensionDiscovery",
     "FailureDetection",
@@ -53,7 +54,7 @@ __all__ = [
 ]
 
 TransportKind = Literal["tcp", "udp"]
-DiscoveryKind = Literal["static", "multicast", "broadcast", "extension"]
+DiscoveryKind = Literal["static", "multicast", "broadcast", "dns", "extension"]
 
 
 def _cluster_name(value: str) -> str:
@@ -109,7 +110,7 @@ def _ipv4(value: str, what: str) -> ipaddress.IPv4Address:
 class ClusterTls(ConfigModel, tag="tls"):
     """<tls> inside <transport><tcp>: encrypts node-to-node traffic (discovery stays plain).
 
-    Key and trust store paths are PEM or PKCS#12 files, as for listeners (see Keystore).
+    Key and trust store paths are PEM, PKCS#12, JKS or JCEKS files, as for listeners (see Keystore).
     """
 
     enabled: XmlBool = element(tag="enabled", default=False)
@@ -301,6 +302,43 @@ class BroadcastDiscovery(ConfigModel, tag="broadcast"):
         return self
 
 
+class DnsDiscovery(ConfigModel, tag="dns"):
+    """The nodes are the IPv4 addresses one name resolves to, asked of the system's resolver
+    (``/etc/resolv.conf``, ``/etc/hosts``) every reload interval: a Kubernetes headless
+    service, Docker's ``tasks.<service>``, or any DNS name with one A record per node.
+    HiveMQ's DNS discovery extension's settings, as elements."""
+
+    discovery_address: str = element(tag="discovery-address")
+    """The name whose addresses are the nodes, e.g.
+    ``hive-nodes.mqtt.svc.cluster.local`` (a headless service)."""
+    port: Port | None = element(tag="port", default=None)
+    """Hive addition: the nodes' cluster port; not set: this node's bind-port."""
+    resolution_timeout: float = element(tag="resolution-timeout", default=3)
+    """Seconds one resolution may take, at most 4 (the node waits 5 s for a discovery
+    answer); one that takes longer keeps the members the node has."""
+    reload_interval: PositiveInt = element(tag="reload-interval", default=30)
+    """Seconds between two resolutions (HiveMQ's DNS discovery default: 30)."""
+
+    @field_validator("discovery_address")
+    @classmethod
+    def _is_a_name(cls, value: str) -> str:
+        value = value.strip()
+        labels = value.rstrip(".").split(".")
+        if not value or len(value) > 253 or not all(
+                0 < len(label) <= 63 and not label.startswith("-") and not label.endswith("-")
+                and all(c.isalnum() or c in "-_" for c in label) for label in labels):
+            raise ValueError(f"{value!r} is not a DNS name")
+        return value
+
+    @field_validator("resolution_timeout")
+    @classmethod
+    def _answers_in_time(cls, value: float) -> float:
+        if not 0 < value <= 4:
+            raise ValueError(f"{value:g}: seconds, more than 0 and at most 4 (the node waits "
+                             "5 s for a discovery answer)")
+        return value
+
+
 class ExtensionDiscovery(ConfigModel, tag="extension"):
     """Nodes come from an installed discovery extension (a plugin)."""
 
@@ -323,20 +361,23 @@ class Discovery(ConfigModel, tag="discovery"):
     """Nodes announce themselves on the UDP transport's multicast group."""
     broadcast: BroadcastDiscovery | None = element(tag="broadcast", default=None)
     """Nodes announce themselves by UDP broadcast (TCP transport)."""
+    dns: DnsDiscovery | None = element(tag="dns", default=None)
+    """Nodes are the addresses a DNS name resolves to (a Kubernetes headless service)."""
     extension: ExtensionDiscovery | None = element(tag="extension", default=None)
     """Nodes come from a discovery extension (S3, Consul, Docker, ...)."""
 
     @property
     def chosen(
         self,
-    ) -> StaticDiscovery | MulticastDiscovery | BroadcastDiscovery | ExtensionDiscovery | None:
-        return self.static or self.multicast or self.broadcast or self.extension
+    ) -> (StaticDiscovery | MulticastDiscovery | BroadcastDiscovery | DnsDiscovery
+          | ExtensionDiscovery | None):
+        return self.static or self.multicast or self.broadcast or self.dns or self.extension
 
     @model_validator(mode="after")
     def _one_mechanism(self) -> Discovery:
         given = [
             kind
-            for kind in ("static", "multicast", "broadcast", "extension")
+            for kind in ("static", "multicast", "broadcast", "dns", "extension")
             if getattr(self, kind) is not None
         ]
         if len(given) > 1:
@@ -454,7 +495,8 @@ class Cluster(ConfigModel, tag="cluster"):
 
     def _explicit_discovery(
         self,
-    ) -> StaticDiscovery | MulticastDiscovery | BroadcastDiscovery | ExtensionDiscovery | None:
+    ) -> (StaticDiscovery | MulticastDiscovery | BroadcastDiscovery | DnsDiscovery
+          | ExtensionDiscovery | None):
         return None if self.discovery is None else self.discovery.chosen
 
     def effective_transport(self) -> TcpTransport | UdpTransport:
@@ -469,7 +511,8 @@ class Cluster(ConfigModel, tag="cluster"):
 
     def effective_discovery(
         self,
-    ) -> StaticDiscovery | MulticastDiscovery | BroadcastDiscovery | ExtensionDiscovery:
+    ) -> (StaticDiscovery | MulticastDiscovery | BroadcastDiscovery | DnsDiscovery
+          | ExtensionDiscovery):
         """The discovery in use: the one configured, else the one fitting the transport."""
         explicit = self._explicit_discovery()
         if explicit is not None:
@@ -526,7 +569,7 @@ class Cluster(ConfigModel, tag="cluster"):
     @property
     def discovery_kind(self) -> DiscoveryKind:
         tag = type(self.effective_discovery()).__xml_tag__
-        assert tag in ("static", "multicast", "broadcast", "extension")
+        assert tag in ("static", "multicast", "broadcast", "dns", "extension")
         return tag  # type: ignore[return-value]
 
     def effective_heartbeat(self) -> EffectiveHeartbeat:

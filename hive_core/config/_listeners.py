@@ -39,25 +39,31 @@ class Keystore(ConfigModel, tag="keystore"):
     """The certificate chain and private key a TLS endpoint presents.
 
     ``path`` may name a PEM file (certificate chain and key, or chain only when the key is in
-    the same file) or a PKCS#12 bundle (``.p12``/``.pfx``); Java ``.jks`` files are not read.
+    the same file), a PKCS#12 bundle (``.p12``/``.pfx``) or a Java JKS or JCEKS key store
+    (found by its magic number, whatever its name; its first private key entry is used).
     Loading the file is the job of whoever builds the ``ssl.SSLContext``, not of this model.
     """
 
     path: str = element(tag="path")
-    """A PEM file (certificate chain and key) or a PKCS#12 bundle (.p12, .pfx)."""
+    """A PEM file (certificate chain and key), a PKCS#12 bundle (.p12, .pfx) or a Java key
+    store (JKS, JCEKS)."""
     password: str | None = element(tag="password", default=None)
-    """The PKCS#12 password, or the key's when there is no private-key-password."""
+    """The PKCS#12 or Java key store password, or the key's when there is no
+    private-key-password."""
     private_key_password: str | None = element(tag="private-key-password", default=None)
-    """The password of an encrypted private key."""
+    """The password of an encrypted private key (a Java key store's key password)."""
 
 
 class Truststore(ConfigModel, tag="truststore"):
-    """The certificates a TLS endpoint trusts (PEM bundle or PKCS#12, like :class:`Keystore`)."""
+    """The certificates a TLS endpoint trusts (PEM bundle, PKCS#12, JKS or JCEKS, like
+    :class:`Keystore`)."""
 
     path: str = element(tag="path")
-    """A PEM file of CA certificates, or a PKCS#12 bundle (.p12, .pfx)."""
+    """A PEM file of CA certificates, a PKCS#12 bundle (.p12, .pfx) or a Java key store (JKS,
+    JCEKS: its trusted certificates and its key entries' certificates)."""
     password: str | None = element(tag="password", default=None)
-    """The PKCS#12 password."""
+    """The PKCS#12 password; for a Java key store, checks its integrity (left out, the store is
+    read unchecked, as keytool -list does)."""
 
 
 class ListenerTls(ConfigModel, tag="tls"):

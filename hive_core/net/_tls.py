@@ -1,4 +1,4 @@
-"""TLS contexts from HiveMQ-style key stores: PEM files or PKCS#12 bundles."""
+"""TLS contexts from HiveMQ-style key stores: PEM files, PKCS#12 bundles, Java JKS and JCEKS."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
     pkcs12,
 )
+
+from hive_core.net._java_keystore import JavaKeyStoreError, java_store_kind, load_java_store
 
 if TYPE_CHECKING:
     from hive_core.config import ClusterTls
@@ -40,25 +42,42 @@ def _is_pkcs12(path: Path) -> bool:
     return path.suffix.lower() in (".p12", ".pfx")
 
 
-_JAVA_MAGIC = {b"\xfe\xed\xfe\xed": "JKS", b"\xce\xce\xce\xce": "JCEKS"}
-
-
-def _refuse_java_store(path: Path, what: str) -> None:
-    """HiveMQ's examples use Java key stores; say how to convert one instead of "PEM lib"."""
+def _java_kind(path: Path) -> str | None:
+    """"JKS" or "JCEKS" when the file is a Java key store, whatever its name."""
     try:
         with path.open("rb") as file:
-            kind = _JAVA_MAGIC.get(file.read(4))
+            return java_store_kind(file.read(4))
     except OSError:
-        return  # not readable: the loader says so
-    if kind is None and path.suffix.lower() not in (".jks", ".jceks"):
-        return
-    kind = kind or "JKS"
-    p12 = path.with_suffix(".p12")
-    raise TLSConfigError(
-        f"{what} {path} is a Java {kind} key store, which Hive does not read: convert it to "
-        f"PKCS#12 with `keytool -importkeystore -srckeystore {path} -srcstoretype {kind} "
-        f"-destkeystore {p12} -deststoretype PKCS12` and give {p12} as the path (or then to "
-        f"PEM: `openssl pkcs12 -in {p12} -out {path.with_suffix('.pem')} -nodes`)")
+        return None  # not readable: the loader says so
+
+
+def _java_to_pem(path: Path, kind: str, what: str, password: str | None,
+                 private_key_password: str | None) -> tuple[bytes, bytes, list[bytes]]:
+    """(key, certificate, chain) PEM from a JKS or JCEKS store; a trust store gives no key."""
+    try:
+        store = load_java_store(path.read_bytes(), password)
+        if what == "trust store":
+            certificates = store.certificates()
+            if not certificates:
+                raise JavaKeyStoreError("it holds no certificate")
+            return b"", b"", [c.public_bytes(Encoding.PEM) for c in certificates]
+        if not store.private_keys:
+            secret = (f" (only secret keys: {', '.join(store.secret_key_aliases)})"
+                      if store.secret_key_aliases else "")
+            raise JavaKeyStoreError(f"it holds no private key entry{secret}")
+        entry = store.private_keys[0]
+        key_password = private_key_password or password
+        if key_password is None:
+            raise JavaKeyStoreError(f"the key {entry.alias!r} needs a <private-key-password> "
+                                    "or <password>")
+        key = store.private_key(entry, key_password)
+    except JavaKeyStoreError as exc:
+        raise TLSConfigError(f"cannot read {what} {path} (Java {kind}): {exc}") from exc
+    except OSError as exc:
+        raise TLSConfigError(f"cannot read {what} {path}: {exc}") from exc
+    key_pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    chain = [c.public_bytes(Encoding.PEM) for c in entry.chain]
+    return key_pem, chain[0] if chain else b"", chain[1:]
 
 
 def _pkcs12_to_pem(path: Path, password: str | None) -> tuple[bytes, bytes, list[bytes]]:
@@ -92,10 +111,12 @@ def _limit(context: ssl.SSLContext, protocols: Sequence[str], cipher_suites: Seq
 def _load_keystore(context: ssl.SSLContext, keystore: str | os.PathLike[str],
                    password: str | None, private_key_password: str | None) -> None:
     path = Path(keystore)
-    _refuse_java_store(path, "key store")
+    kind = _java_kind(path)
     try:
-        if _is_pkcs12(path):
-            key_pem, cert_pem, chain = _pkcs12_to_pem(path, password)
+        if kind is not None or _is_pkcs12(path):
+            key_pem, cert_pem, chain = (
+                _java_to_pem(path, kind, "key store", password, private_key_password)
+                if kind is not None else _pkcs12_to_pem(path, password))
             with tempfile.TemporaryDirectory() as folder:
                 bundle = Path(folder) / "keystore.pem"
                 bundle.touch(0o600)
@@ -110,10 +131,11 @@ def _load_keystore(context: ssl.SSLContext, keystore: str | os.PathLike[str],
 def _load_truststore(context: ssl.SSLContext, truststore: str | os.PathLike[str],
                      password: str | None) -> None:
     path = Path(truststore)
-    _refuse_java_store(path, "trust store")
+    kind = _java_kind(path)
     try:
-        if _is_pkcs12(path):
-            _, cert_pem, chain = _pkcs12_to_pem(path, password)
+        if kind is not None or _is_pkcs12(path):
+            _, cert_pem, chain = (_java_to_pem(path, kind, "trust store", password, None)
+                                  if kind is not None else _pkcs12_to_pem(path, password))
             if not cert_pem and not chain:
                 raise TLSConfigError(f"trust store {path} holds no certificate")
             context.load_verify_locations(cadata=(cert_pem + b"".join(chain)).decode())

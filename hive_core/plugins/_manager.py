@@ -26,6 +26,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "hive_core.plugins.static_discovery",
     "hive_core.plugins.multicast_discovery",
     "hive_core.plugins.broadcast_discovery",
+    "hive_core.plugins.dns_discovery",
 )
 """Hive's own plugins, registered like any installed extension (and disabled the same way)."""
 

@@ -8,6 +8,7 @@ Each test checks what a person would see on the page, and keeps a screenshot of 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -207,6 +208,43 @@ def test_the_overview_shows_every_node_with_live_rates(nodes: list[HiveProcess],
     finally:
         client.loop_stop()
         client.disconnect()
+
+
+def test_the_overview_shows_the_latency_of_messages_from_another_node(
+        nodes: list[HiveProcess], browser: WebDriver) -> None:
+    received: list[bytes] = []
+    subscriber = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="cc-latency-sub")
+    subscriber.on_message = lambda _c, _u, message: received.append(message.payload)
+    subscriber.connect("127.0.0.1", nodes[1].port)
+    subscriber.loop_start()
+    publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="cc-latency-pub")
+    publisher.connect("127.0.0.1", nodes[0].port)
+    publisher.loop_start()
+    origin = node_id(nodes[0])
+    try:
+        subscriber.subscribe("cc/latency", qos=1)
+
+        def crossed() -> bool:  # until the route is known, a message stays on its node
+            publisher.publish("cc/latency", b"timed", qos=1).wait_for_publish(5)
+            return bool(received)
+        wait_for(crossed, 15, "a message from node 1 to node 2")
+        for _ in range(49):
+            publisher.publish("cc/latency", b"timed", qos=1).wait_for_publish(5)
+        wait_for(lambda: len(received) >= 50, 15, "the messages at the subscriber")
+        log_in(browser, nodes[1])
+
+        def timed(driver: WebDriver) -> list[str]:
+            row = driver.find_element(By.CSS_SELECTOR, f'#latency tr[data-node="{origin}"]')
+            cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+            return cells if cells[4].isdigit() and int(cells[4]) >= 50 else []
+        cells = until(browser, timed, "node 1's row in node 2's latency table")
+        # "≤ 0.5 ms / ≤ 2.5 ms": the p50 and p99 bucket bounds of the delivery time
+        assert re.fullmatch(r"≤ [\d.]+ ms / ≤ [\d.]+ ms", cells[1]), cells
+        print(f"latency: {cells}; {screenshot(browser, 'overview-latency')}")
+    finally:
+        for client in (publisher, subscriber):
+            client.loop_stop()
+            client.disconnect()
 
 
 def test_a_client_is_found_from_any_node_and_disconnected_where_it_is(

@@ -118,7 +118,8 @@ def test_unknown_frame_kind_is_skipped() -> None:
 publish_fields = st.tuples(
     st.text(min_size=1, max_size=40), st.binary(max_size=200), st.integers(0, 2), st.booleans(),
     st.binary(max_size=40), st.one_of(st.none(), st.floats(allow_nan=False, width=64)),
-    st.text(max_size=20), st.one_of(st.just(0), st.integers(1, 2**64 - 1)))
+    st.text(max_size=20), st.one_of(st.just(0), st.integers(1, 2**64 - 1)),
+    st.one_of(st.just(0.0), st.floats(allow_nan=False, width=64).filter(bool)))
 
 
 @settings(max_examples=300, deadline=None)

@@ -48,7 +48,7 @@ FIELDS: dict[str, str] = {
     "ListenerTls.protocols": EFFECTS + "test_tls_protocols_and_cipher_suites_limit_what_a_client_may_use",
     "ListenerTls.cipher_suites": EFFECTS + "test_tls_protocols_and_cipher_suites_limit_what_a_client_may_use",
     "Keystore.path": LISTENERS + "test_tls_listener_with_a_key_store + "
-                     + E2E + "test_java_keystores.py::test_hive_run_with_a_jks_listener_key_store_exits_with_the_advice",
+                     + E2E + "test_java_keystores.py::test_a_listener_serves_tls_from_a_keytool_key_store",
     "Keystore.password": LISTENERS + "test_tls_listener_with_a_key_store",
     "Keystore.private_key_password": EFFECTS + "test_an_encrypted_key_is_opened_with_private_key_password",
     "Truststore.path": LISTENERS + "test_tls_client_authentication_required",
@@ -139,6 +139,13 @@ FIELDS: dict[str, str] = {
         CLUSTER + "test_lan_loopback.py::test_broadcast_nodes_take_the_first_free_ports_and_hear_every_port",
     "BroadcastDiscovery.announce_interval": CLUSTER + "test_lan_loopback.py::test_a_silent_node_ages_out",
     "BroadcastDiscovery.cluster_name": CLUSTER + "test_lan_loopback.py::test_two_clusters_on_one_group_stay_apart",
+    "DnsDiscovery.discovery_address":
+        CLUSTER + "test_dns_discovery.py::test_a_headless_service_name_forms_the_cluster_and_rides_out_a_dns_outage",
+    "DnsDiscovery.port": CLUSTER + "test_dns_discovery.py::test_localhost_and_the_port_element_make_two_nodes_on_one_host_meet",
+    "DnsDiscovery.resolution_timeout":
+        CLUSTER + "test_dns_discovery.py::test_a_headless_service_name_forms_the_cluster_and_rides_out_a_dns_outage",
+    "DnsDiscovery.reload_interval":
+        CLUSTER + "test_dns_discovery.py::test_a_headless_service_name_forms_the_cluster_and_rides_out_a_dns_outage",
     "ExtensionDiscovery.reload_interval":
         CLUSTER + "test_membership.py::test_extension_discovery_reloads_at_the_configured_interval",
     "ExtensionDiscovery.name":

@@ -119,6 +119,16 @@ async function overview() {
     el("dd", {text: Object.entries(r.lag).map(([n, v]) => `${n}: ${v}`).join(", ") || "0"}),
     el("dt", {text: "Takeovers, merges"}), el("dd", {text: `${r.takeovers}, ${r.merges}`}),
   ] : [el("dt", {text: "Not clustered"})]));
+  const pair = (q) => (q ? `${millis(q[0])} / ${millis(q[1])}` : "-");
+  fill(document.querySelector("#latency tbody"), (data.latency || []).map((row) =>
+    el("tr", {"data-node": row.node}, cell(row.node), cell(pair(row.delivery)),
+      cell(pair(row.forward_ack)), cell(pair(row.replication_ack)), cell(row.delivered))));
+}
+
+function millis(seconds) {
+  if (seconds === null) return "-";
+  if (seconds === "inf") return "> 10 s";
+  return seconds < 0.001 ? `≤ ${seconds * 1000} ms` : `≤ ${+(seconds * 1000).toFixed(1)} ms`;
 }
 
 // ------------------------------------------------------------------------------ clients
