@@ -91,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
     except TLSConfigError as exc:
         print(f"hive: TLS: {exc}", file=sys.stderr)
         return USAGE
-    except ConfigError as exc:  # what only the starting node checks (extension names, the environment)
+    except ConfigError as exc:  # checked only as the node starts (extension names, environment)
         print(f"hive: {exc}", file=sys.stderr)
         return USAGE
     except OSError as exc:
