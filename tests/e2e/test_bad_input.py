@@ -360,6 +360,69 @@ def test_packet_over_the_maximum_size_gets_0x95(hive_factory: Any) -> None:
     assert_log_clean(node.log)
 
 
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def _unfinished_connect(port: int, megabytes: int) -> None:
+    """A CONNECT that announces 256 MB, then `megabytes` of its body; waits for the close."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(b"\x10\xff\xff\xff\x7f\x00\x04MQTT\x05\x02\x00\x1e")
+        chunk = b"x" * (1 << 20)
+        try:
+            for _ in range(megabytes):
+                sock.sendall(chunk)
+            while sock.recv(65536):
+                pass
+        except OSError:  # closed by the node: what the test waits for
+            pass
+
+
+def test_memory_of_unfinished_connects_is_freed_when_they_close(hive_factory: Any) -> None:
+    """Issue 20 (1): the decoder's buffer lived on in a ClientConnection <-> Channel cycle.
+
+    The pre-CONNECT limit is raised to the packet maximum here, so that only the release of
+    the buffer at the close keeps the node's memory down."""
+    node = hive_factory(body="<restrictions><no-connect-idle-timeout>1000</no-connect-idle-timeout>"
+                             "<max-pre-connect-size>268435460</max-pre-connect-size>"
+                             "</restrictions>")
+    assert node.proc is not None
+    before = _rss_mb(node.proc.pid)
+    for _ in range(2):
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda _: _unfinished_connect(node.port, 30), range(4)))
+    time.sleep(0.5)
+    after = _rss_mb(node.proc.pid)
+    assert after - before < 60, f"RSS {before:.0f} MB before, {after:.0f} MB after 8 x 30 MB"
+    with RawClient(node.port) as client:
+        assert client.connect(5, client_id="after-the-bursts").reason_code == 0
+
+
+def test_what_a_client_sends_before_connect_is_bounded(hive_factory: Any) -> None:
+    """Issue 20 (1): <max-pre-connect-size> (64 KiB by default) bounds the CONNECT."""
+    node = hive_factory()
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", node.port), timeout=WAIT) as sock:
+        sock.sendall(b"\x10\xff\xff\xff\x7f\x00\x04MQTT\x05\x02\x00\x1e")
+        assert _read_all(sock) == b""  # refused on the fixed header, no 10 s wait
+    assert time.monotonic() - started < 3
+    will = Will("w/big", b"w" * 60_000, 0, False, {})  # 120 kB: a will and a password
+    big = encode_packet(Connect("big-will", 4, True, 30, "u", b"p" * 60_000, will), 4)
+    with socket.create_connection(("127.0.0.1", node.port), timeout=WAIT) as sock:
+        sock.sendall(big)
+        assert _read_all(sock) == b""
+    raised = hive_factory(body="<restrictions><max-pre-connect-size>200000</max-pre-connect-size>"
+                               "</restrictions>")
+    with socket.create_connection(("127.0.0.1", raised.port), timeout=WAIT) as sock:
+        sock.sendall(big)
+        assert sock.recv(4) == b"\x20\x02\x00\x00"
+    assert_log_clean(node.log)
+
+
 # ---------------------------------------------------------------------------- slow and idle
 
 
