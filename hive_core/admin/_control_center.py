@@ -35,7 +35,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core import __version__
-from hive_core.admin._http import Action, Raw, Reply, Request, Routes, serve_http
+from hive_core.admin._http import Action, Raw, Reply, Request, Routes, Upload, serve_http
 from hive_core.admin._passwords import verify_password
 from hive_core.admin._rest import https_context
 from hive_core.config import HttpsListener, PasswordHash
@@ -56,7 +56,7 @@ ACTION_HEADER = b"x-hive-control-center"
 SAMPLE_INTERVAL = 2.0
 SAMPLES = 300  # ten minutes of charts at SAMPLE_INTERVAL
 LIST_LIMIT = 200
-MAX_UPLOAD = 256 * 2**20  # a backup file sent from the browser, held in memory once
+MAX_UPLOAD = 256 * 2**20  # a backup file sent from the browser, streamed to the backup folder
 _PAGES = {"/": ("index.html", "text/html; charset=utf-8"),
           "/login": ("login.html", "text/html; charset=utf-8"),
           "/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -213,7 +213,12 @@ class ControlCenter:
         actions["/style.css"] = {"GET": self._file("/style.css")}
         actions["/login"] = {"GET": self._login_page, "POST": self._login}
         actions["/logout"] = {"POST": self._logout}
-        return Routes({}, actions=actions, body_limits={f"{API}/backups/upload": MAX_UPLOAD})
+        uploads = {}
+        if self.backups is not None:
+            backups = self.backups
+            uploads[f"{API}/backups/upload"] = Upload(MAX_UPLOAD, lambda: backups.folder,
+                                                      self._refusal)
+        return Routes({}, actions=actions, uploads=uploads)
 
     # ------------------------------------------------------------------ logins
 
@@ -235,15 +240,24 @@ class ControlCenter:
         login.expires = now + self.config.session_timeout  # a session lasts while used
         return login.user
 
+    def _refusal(self, request: Request) -> Reply | None:
+        """Why ``request`` (its head is enough) may not go on: no login, or a change of state
+        without the control center's header; None when it may."""
+        if self._user_of(request) is None:
+            return Reply(401, {"title": "Unauthorized", "detail": "log in first"})
+        if request.method != "GET" and request.header(ACTION_HEADER) is None:
+            return Reply(403, {"title": "Forbidden",
+                               "detail": "a request that changes state must come from the "
+                                         "control center's pages"})
+        return None
+
     def _guard(self, action: Action) -> Action:
         def guarded(request: Request) -> Reply | Awaitable[Reply]:
+            refusal = self._refusal(request)
+            if refusal is not None:
+                return refusal
             user = self._user_of(request)
-            if user is None:
-                return Reply(401, {"title": "Unauthorized", "detail": "log in first"})
-            if request.method != "GET" and request.header(ACTION_HEADER) is None:
-                return Reply(403, {"title": "Forbidden",
-                                   "detail": "a request that changes state must come from the "
-                                             "control center's pages"})
+            assert user is not None
             return action(_with_user(request, user))
         return guarded
 
@@ -409,12 +423,14 @@ class ControlCenter:
 
     async def _store_upload(self, request: Request) -> Reply:
         assert self.backups is not None
+        if request.body_file is None:
+            return Reply(400, {"title": "Not a backup", "detail": "no body"})
         try:
-            backup = await self.backups.upload(request.body)
+            backup = await self.backups.upload(request.body_file)
         except BackupError as exc:
             return Reply(400, {"title": "Not a backup", "detail": str(exc)})
         log.info("control center: user %r uploaded backup %s (%d bytes)", _user(request),
-                 backup.id, len(request.body))
+                 backup.id, backup.bytes or 0)
         return Reply(201, {"backup": backup.document()})
 
     def _logged_backup(self, method: str, action: Action) -> Action:

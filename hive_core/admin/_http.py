@@ -15,9 +15,11 @@ import http
 import json
 import logging
 import ssl
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import h11
 
@@ -40,6 +42,7 @@ class Request:
     body: bytes = b""
     query: str = ""  # after the "?", undecoded
     headers: tuple[tuple[bytes, bytes], ...] = ()  # names in lower case, as h11 gives them
+    body_file: Path | None = None  # an :class:`Upload`'s body, streamed to this file
 
     def header(self, name: bytes) -> bytes | None:
         """The value of header ``name`` (lower case) if it came once, else None."""
@@ -74,6 +77,17 @@ _SERVER = b"Hive"
 
 
 @dataclass(frozen=True)
+class Upload:
+    """A POST path whose body may be big: ``check`` answers the request head (a refusal, or
+    None to go on) before a byte of the body is read, and the body goes to a file in
+    ``folder()`` (the action finds it as ``Request.body_file``), never to memory."""
+
+    limit: int
+    folder: Callable[[], Path]
+    check: Callable[[Request], Reply | None]
+
+
+@dataclass(frozen=True)
 class Routes:
     """What a connection answers: ``documents`` by path (GET), ``actions`` by path pattern
     and method, and with a gatekeeper, the ``public`` documents a request without
@@ -83,7 +97,7 @@ class Routes:
     gatekeeper: Gatekeeper | None = None
     public: dict[str, Document] = field(default_factory=dict)
     actions: dict[str, dict[str, Action]] = field(default_factory=dict)
-    body_limits: dict[str, int] = field(default_factory=dict)  # path: bytes, beyond the default
+    uploads: dict[str, Upload] = field(default_factory=dict)  # by path (POST only)
 
     def action(self, path: str) -> tuple[dict[str, Action], dict[str, str]] | None:
         """The actions of the first pattern ``path`` matches, and its segments' values."""
@@ -117,6 +131,9 @@ class HttpConnection(asyncio.Protocol):
         self._idle: asyncio.TimerHandle | None = None
         self._checking: asyncio.Future[Any] | None = None  # a password or an action pending
         self._tls = False
+        self._spool: IO[bytes] | None = None  # an Upload's body being written
+        self._spooled = 0
+        self._body_file: Path | None = None  # ...and once it is whole, until answered
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -131,6 +148,17 @@ class HttpConnection(asyncio.Protocol):
         if self._checking is not None:
             self._checking.cancel()
         self._transport = None
+        self._drop_upload()
+
+    def _drop_upload(self) -> None:
+        """Remove an upload's file that no action took."""
+        if self._spool is not None:
+            self._spool.close()
+            Path(self._spool.name).unlink(missing_ok=True)
+            self._spool = None
+        if self._body_file is not None:
+            self._body_file.unlink(missing_ok=True)
+            self._body_file = None
 
     def _arm_idle(self) -> None:
         if self._idle is not None:
@@ -167,9 +195,17 @@ class HttpConnection(asyncio.Protocol):
             if isinstance(event, h11.Request):
                 self._request = event
                 self._body = bytearray()
-                path = event.target.decode("ascii", "replace").partition("?")[0]
-                self._limit = self._routes.body_limits.get(path, MAX_REQUEST_BODY)
+                self._limit = MAX_REQUEST_BODY
+                if not self._start_upload(event):
+                    return
             elif isinstance(event, h11.Data):
+                if self._spool is not None:
+                    self._spooled += len(event.data)
+                    if self._spooled > self._limit:
+                        self._refuse(413, "request body too large")
+                        return
+                    self._spool.write(event.data)
+                    continue
                 self._body += event.data  # kept for an action; a GET's is dropped
                 if len(self._body) > self._limit:
                     self._refuse(413, "request body too large")
@@ -177,11 +213,37 @@ class HttpConnection(asyncio.Protocol):
             elif isinstance(event, h11.EndOfMessage):
                 request, self._request = self._request, None
                 assert request is not None
+                if self._spool is not None:
+                    self._spool.close()
+                    self._body_file, self._spool = Path(self._spool.name), None
                 self._admit(request, bytes(self._body))
                 self._body = bytearray()
             elif isinstance(event, h11.ConnectionClosed):
                 self._close()
                 return
+
+    def _start_upload(self, event: h11.Request) -> bool:
+        """For an :class:`Upload` path: check the head, then spool; False when refused."""
+        target = event.target.decode("ascii", "replace")
+        path, _, query = target.partition("?")
+        upload = self._routes.uploads.get(path)
+        if upload is None or event.method != b"POST":
+            return True
+        head = Request("POST", path, {}, b"", query, tuple(event.headers))
+        refusal = upload.check(head)
+        if refusal is not None:
+            self._request = None
+            self._respond(refusal.status, refusal.value,
+                          [*refusal.headers, (b"connection", b"close")])
+            self._close()  # the body is never read
+            return False
+        folder = upload.folder()
+        folder.mkdir(parents=True, exist_ok=True)
+        self._spool = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed at the body's end)
+            dir=folder, prefix=".upload-", delete=False)
+        self._spooled = 0
+        self._limit = upload.limit
+        return True
 
     def _admit(self, request: h11.Request, body: bytes) -> None:
         gatekeeper = self._routes.gatekeeper
@@ -222,6 +284,7 @@ class HttpConnection(asyncio.Protocol):
             self._next_cycle()
 
     def _next_cycle(self) -> None:
+        self._drop_upload()
         if self._http.our_state is h11.MUST_CLOSE:
             self._close()
         elif self._transport is not None:
@@ -240,7 +303,8 @@ class HttpConnection(asyncio.Protocol):
             return
         document = documents.get(path)
         if document is None:
-            self._act(Request(method, path, {}, body, query, tuple(request.headers)))
+            self._act(Request(method, path, {}, body, query, tuple(request.headers),
+                              self._body_file))
         elif method != "GET":
             self._respond(405, {"title": "Method not allowed",
                                 "detail": f"{path} answers GET only"}, [(b"allow", b"GET")])
@@ -288,6 +352,7 @@ class HttpConnection(asyncio.Protocol):
     def _acted(self, request: Request, done: asyncio.Future[Any]) -> None:
         self._checking = None
         if self._transport is None or done.cancelled():
+            self._drop_upload()
             return
         if done.exception() is not None:
             log.error("%s %s failed", request.method, request.path, exc_info=done.exception())

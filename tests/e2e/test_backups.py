@@ -4,6 +4,7 @@ the REST API (``/api/v1/management/backups``), `hive backups ...`, paho clients.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ from e2e._session_helpers import PahoClient
 
 from hive_core import __version__
 from hive_core.admin import hash_password
+from hive_ext_api import StoredInflight, StoredSubscription
 from hive_ext_api.backup import BackupReader, ClientState, RetainedState
 
 pytestmark = pytest.mark.timeout(90)
@@ -269,3 +271,57 @@ def test_a_node_without_an_embedded_store_backs_up_its_live_state(hive_factory):
     assert [m.payload for r in records if isinstance(r, ClientState) for _s, m in r.queue] == \
         [b"queued"]
     assert not (node.data_dir / "persistence").exists()
+
+
+def _bad_records() -> list[tuple[str, ClientState | RetainedState, str]]:
+    """Records no MQTT client could have made, each with what the refusal must say."""
+    def with_subscription(**fields: object) -> ClientState:
+        state = client("planted", {})
+        sub = StoredSubscription("#", 1)
+        state.session.subscriptions["#"] = dataclasses.replace(sub, **fields)  # type: ignore[arg-type]
+        return state
+
+    def with_inflight(packet_id: int) -> ClientState:
+        state = client("planted", {"a/#": 1})
+        state.inflight.append(StoredInflight("planted", packet_id, "out", "publish",
+                                             message("a/b", b"x")))
+        return state
+
+    wildcard = client("planted", {"w/#": 1})
+    wildcard.session.subscriptions["w/+#"] = StoredSubscription("w/+#", 1)
+    return [
+        ("sub-id", with_subscription(subscription_id=-1), "subscription identifier -1"),
+        ("sub-id-big", with_subscription(subscription_id=268_435_456), "268435456"),
+        ("sub-qos", with_subscription(qos=3), "QoS 3"),
+        ("filter", wildcard, "must be the whole last level"),
+        ("sys", retained("$SYS/broker/uptime", b"forged"), "under $SYS"),
+        ("wildcard-topic", retained("w/+/#", b"x"), "wildcard"),
+        ("empty-topic", retained("", b"x"), "topic name is empty"),
+        ("queued-sys", client("planted", {"#": 1}, [message("$SYS/x", b"x")]), "under $SYS"),
+        ("packet-id-0", with_inflight(0), "packet identifier 0 is outside 1..65535"),
+        ("packet-id-70000", with_inflight(70_000), "packet identifier 70000"),
+    ]
+
+
+def test_records_against_mqtts_rules_are_refused_naming_the_record(hive_factory):
+    """Issue 20 (3): an imported subscription identifier -1 made every PUBLISH end in 0x83;
+    retained $SYS, wildcard and empty topics and packet ids 0 and 70,000 got in."""
+    node = _node(hive_factory)
+    folder = backup_folder(node)
+    for name, bad, why in _bad_records():
+        write_backup(folder, name, [retained("fine/first", b"ok"), bad])
+        assert rest(node, f"{BACKUPS}/{name}", "POST")[0] == 202
+        backup = wait_backup(node, name)
+        assert backup["state"] == "RESTORE_FAILED", (name, backup)
+        assert "record 2" in backup["reason"] and why in backup["reason"], (name, backup)
+        assert str(folder) not in backup["reason"]  # no server paths in answers
+    # Nothing of any file got in, and the node publishes as before.
+    assert _retained_on(node.port, "#") == {}
+    assert _retained_on(node.port, "$SYS/#") == {}
+    listener = PahoClient(node.port, "listener").connect()
+    listener.subscribe("#", qos=1)
+    publisher = PahoClient(node.port, "publisher").connect()
+    publisher.publish("after/import", b"still works", qos=1)
+    assert listener.next_message().payload == b"still works"
+    listener.close()
+    publisher.close()
