@@ -147,7 +147,6 @@ class ControlCenter:
         self._series: dict[str, _Series] = {}
         self._servers: list[asyncio.Server] = []
         self._sampler: asyncio.Task[None] | None = None
-        self._secure = False
         self._files = {path: resources.files("hive_core.admin").joinpath(
             "control_center", name).read_bytes() for path, (name, _type) in _PAGES.items()}
 
@@ -160,7 +159,7 @@ class ControlCenter:
             if isinstance(listener, HttpsListener):
                 context = https_context(listener)
                 handshake = listener.tls.handshake_timeout / 1000
-                kind, self._secure = "https", True
+                kind = "https"
             try:
                 server = await serve_http(routes, listener.bind_address, listener.port,
                                           context, handshake)
@@ -294,9 +293,9 @@ class ControlCenter:
         form = urllib.parse.parse_qs(request.body.decode("utf-8", "replace"))
         user = (form.get("user") or [""])[0]
         password = (form.get("password") or [""])[0].encode()
-        return self._check_login(user, password)
+        return self._check_login(user, password, request.secure)
 
-    async def _check_login(self, user: str, password: bytes) -> Reply:
+    async def _check_login(self, user: str, password: bytes, secure: bool) -> Reply:
         hashed = self._users.get(user)
         if hashed is None:
             # As long as a wrong password, so that a user name cannot be probed.
@@ -316,7 +315,7 @@ class ControlCenter:
         self._logins[token] = _Login(user, now + self.config.session_timeout)
         log.info("control center: user %r logged in", user)
         cookie = f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
-        if self._secure:
+        if secure:  # Secure on an HTTP listener's answer: the browser would drop the cookie
             cookie += "; Secure"
         return Reply(303, Raw(b"text/plain", b"logged in\n"),
                      ((b"location", b"/"), (b"set-cookie", cookie.encode())))
