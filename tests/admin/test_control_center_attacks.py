@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from admin.test_control_center_config import Browser, password_hash
 from conftest import free_port
 from e2e.certs import make_pki
 
+from admin.test_control_center_config import Browser, password_hash
 from hive_ext_api import StoredMessage, StoredSession
 from hive_ext_api.backup import BackupWriter, ClientState, RetainedState, encode_client
 
