@@ -389,7 +389,7 @@ class ControlCenter:
         return Reply(200, details)
 
     def _disconnect(self, request: Request) -> Reply:
-        client_id = urllib.parse.unquote(request.params["id"])
+        client_id = request.params["id"]
         problem = self.node.disconnect_client(client_id)
         if problem is not None:
             return Reply(409, {"title": "Conflict", "detail": problem})

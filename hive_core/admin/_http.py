@@ -12,10 +12,12 @@ import asyncio
 import contextlib
 import dataclasses
 import http
+import ipaddress
 import json
 import logging
 import ssl
 import tempfile
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +36,7 @@ Document = Callable[[], Any]
 @dataclass(frozen=True)
 class Request:
     """What an :data:`Action` is given: the method, the path, the values of the pattern's
-    ``{name}`` segments, and the body (at most ``MAX_REQUEST_BODY`` bytes)."""
+    ``{name}`` segments (percent-decoded), and the body (at most ``MAX_REQUEST_BODY`` bytes)."""
 
     method: str
     path: str
@@ -99,6 +101,7 @@ class Routes:
     public: dict[str, Document] = field(default_factory=dict)
     actions: dict[str, dict[str, Action]] = field(default_factory=dict)
     uploads: dict[str, Upload] = field(default_factory=dict)  # by path (POST only)
+    json_posts: bool = False  # a POST must say Content-Type: application/json
 
     def action(self, path: str) -> tuple[dict[str, Action], dict[str, str]] | None:
         """The actions of the first pattern ``path`` matches, and its segments' values."""
@@ -110,7 +113,7 @@ class Routes:
             params: dict[str, str] = {}
             for want, part in zip(wanted, parts, strict=True):
                 if want.startswith("{") and want.endswith("}") and part:
-                    params[want[1:-1]] = part
+                    params[want[1:-1]] = urllib.parse.unquote(part)  # "a%20b": the id "a b"
                 elif want != part:
                     break
             else:
@@ -132,6 +135,7 @@ class HttpConnection(asyncio.Protocol):
         self._idle: asyncio.TimerHandle | None = None
         self._checking: asyncio.Future[Any] | None = None  # a password or an action pending
         self._tls = False
+        self._loopback = False
         self._spool: IO[bytes] | None = None  # an Upload's body being written
         self._spooled = 0
         self._body_file: Path | None = None  # ...and once it is whole, until answered
@@ -141,6 +145,8 @@ class HttpConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self._peer = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
         self._tls = transport.get_extra_info("sslcontext") is not None
+        local = transport.get_extra_info("sockname")
+        self._loopback = isinstance(local, tuple) and bool(local) and _is_loopback(local[0])
         self._arm_idle()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -335,6 +341,11 @@ class HttpConnection(asyncio.Protocol):
                                 "detail": f"{path} answers {allowed}"},
                           [(b"allow", allowed.encode())])
             return
+        if method != "GET":
+            refusal = self._cross_site(request)
+            if refusal is not None:
+                self._respond(*refusal)
+                return
         try:
             reply = action(dataclasses.replace(request, params=params))
         except Exception:
@@ -349,6 +360,32 @@ class HttpConnection(asyncio.Protocol):
         assert self._transport is not None
         self._transport.pause_reading()
         waiting.add_done_callback(lambda done: self._acted(request, done))
+
+    def _cross_site(self, request: Request) -> tuple[int, dict[str, str]] | None:
+        """Why a request that changes state may not: it comes from another site's page (its
+        ``Origin``, ``Sec-Fetch-Site``), through a name that is not this listener's (DNS
+        rebinding onto a loopback listener), or, with ``json_posts``, in a form's content
+        type (a page on another site can send a form without asking; JSON it cannot)."""
+        host = (request.header(b"host") or b"").decode("latin-1").strip().lower()
+        name = urllib.parse.urlsplit(f"//{host}").hostname or ""
+        if self._loopback and name != "localhost" and not _is_ip(name):
+            return 403, {"title": "Forbidden",
+                         "detail": f"Host {host!r} does not name this listener"}
+        origin = request.header(b"origin")
+        if origin is not None and (origin == b"null" or host != urllib.parse.urlsplit(
+                origin.decode("latin-1")).netloc.lower()):
+            return 403, {"title": "Forbidden",
+                         "detail": "a request from another site's page may not change state"}
+        if request.header(b"sec-fetch-site") in (b"cross-site", b"same-site"):
+            return 403, {"title": "Forbidden",
+                         "detail": "a request from another site's page may not change state"}
+        if self._routes.json_posts:
+            content_type = (request.header(b"content-type") or b"").partition(b";")[0]
+            if content_type.strip().lower() != b"application/json":
+                return 415, {"title": "Unsupported media type",
+                             "detail": "a request that changes state must be sent as "
+                                       "Content-Type: application/json"}
+        return None
 
     def _acted(self, request: Request, done: asyncio.Future[Any]) -> None:
         self._checking = None
@@ -401,6 +438,21 @@ class HttpConnection(asyncio.Protocol):
                 self._respond(status, {"title": "Bad request", "detail": why},
                               [(b"connection", b"close")])
         self._close()
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.partition("%")[0]).is_loopback
+    except ValueError:
+        return False
 
 
 async def serve_http(routes: Routes | dict[str, Document], host: str, port: int,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import http.client
 import json
 import os
 import shutil
@@ -325,3 +326,45 @@ def test_records_against_mqtts_rules_are_refused_naming_the_record(hive_factory)
     assert listener.next_message().payload == b"still works"
     listener.close()
     publisher.close()
+
+
+def _post(port: int, path: str, headers: dict[str, str]) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.putrequest("POST", path, skip_host=True)
+        for name, value in headers.items():
+            connection.putheader(name, value)
+        connection.putheader("Content-Length", "0")
+        connection.endheaders()
+        answer = connection.getresponse()
+        answer.read()
+        return answer.status
+    finally:
+        connection.close()
+
+
+def test_cross_site_and_rebound_writes_are_refused(hive_factory):
+    """Issue 20 (4): with <auth> off (loopback), create and import answered 202 to
+    ``Host: evil.example`` and ``Origin: http://evil.example``, and to a form's POST."""
+    node = _node(hive_factory)
+    port = node.ports["rest"]
+    own = f"127.0.0.1:{port}"
+    json_type = {"Content-Type": "application/json"}
+    write_backup(backup_folder(node), "fine", [retained("fine/x", b"x")])
+    for path in (BACKUPS, f"{BACKUPS}/fine"):
+        assert _post(port, path, {"Host": f"evil.example:{port}", **json_type}) == 403
+        assert _post(port, path, {"Host": own, "Origin": "http://evil.example",
+                                  **json_type}) == 403
+        assert _post(port, path, {"Host": own, "Origin": "null", **json_type}) == 403
+        assert _post(port, path, {"Host": own, "Sec-Fetch-Site": "cross-site",
+                                  **json_type}) == 403
+        assert _post(port, path, {"Host": own}) == 415
+        assert _post(port, path, {"Host": own, "Content-Type": "text/plain"}) == 415
+        assert _post(port, path, {"Host": own,
+                                  "Content-Type": "application/x-www-form-urlencoded"}) == 415
+    # Nothing was made, nothing imported.
+    assert [(b["id"], b["state"]) for b in rest(node, BACKUPS)[1]["items"]] == [
+        ("fine", "COMPLETED")]
+    # The node's own names, and a same-origin page, may.
+    assert _post(port, BACKUPS, {"Host": f"localhost:{port}",
+                                 "Origin": f"http://localhost:{port}", **json_type}) == 202
