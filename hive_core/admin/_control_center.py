@@ -35,8 +35,8 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core import __version__
+from hive_core.admin._auth import LoginGuard, RefusalLog
 from hive_core.admin._http import Action, Raw, Reply, Request, Routes, Upload, serve_http
-from hive_core.admin._passwords import verify_password
 from hive_core.admin._rest import https_context
 from hive_core.config import HttpsListener, PasswordHash
 from hive_core.net import bound_address, listen_error
@@ -144,6 +144,8 @@ class ControlCenter:
         self._users = {user.name: PasswordHash.parse(user.password_hash)
                        for user in config.users}
         self._logins: dict[str, _Login] = {}
+        self._login_guard = LoginGuard()
+        self._refusals = RefusalLog()
         self._series: dict[str, _Series] = {}
         self._servers: list[asyncio.Server] = []
         self._sampler: asyncio.Task[None] | None = None
@@ -184,6 +186,7 @@ class ControlCenter:
     def close(self) -> None:
         for server in self._servers:
             server.close()
+        self._login_guard.close()
         if self._sampler is not None:
             self._sampler.cancel()
 
@@ -282,10 +285,14 @@ class ControlCenter:
     def _login_page(self, request: Request) -> Reply:
         reply = self._file("/login")(request)
         assert isinstance(reply, Reply) and isinstance(reply.value, Raw)
+        message = None
         if _query(request, "failed"):
+            message = b"Wrong user name or password."
+        elif _query(request, "wait"):
+            message = b"Too many failed logins: wait a while, then try again."
+        if message is not None:
             body = reply.value.body.replace(
-                b"<!--MESSAGE-->", b'<p class="error" id="login-error">Wrong user name or '
-                                   b"password.</p>")
+                b"<!--MESSAGE-->", b'<p class="error" id="login-error">' + message + b"</p>")
             return Reply(200, Raw(reply.value.content_type, body), reply.headers)
         return reply
 
@@ -293,19 +300,28 @@ class ControlCenter:
         form = urllib.parse.parse_qs(request.body.decode("utf-8", "replace"))
         user = (form.get("user") or [""])[0]
         password = (form.get("password") or [""])[0].encode()
-        return self._check_login(user, password, request.secure)
+        return self._check_login(user, password, request.secure, request.peer)
 
-    async def _check_login(self, user: str, password: bytes, secure: bool) -> Reply:
+    async def _check_login(self, user: str, password: bytes, secure: bool,
+                           peer: str) -> Reply:
+        guard = self._login_guard
+        wait = guard.wait_left(user, peer)
+        if wait > 0 or guard.busy(peer):
+            self._refusals.warn("throttled", "control center: login as %r from %s refused "
+                                "without a check: %s", user[:64], peer,
+                                f"{wait:.0f} s to wait after failures" if wait > 0
+                                else "too many checks waiting")
+            return Reply(303, Raw(b"text/plain", b"too many failed logins: wait\n"),
+                         ((b"location", b"/login?wait=1"), (b"retry-after",
+                                                          str(max(1, round(wait))).encode())))
         hashed = self._users.get(user)
-        if hashed is None:
-            # As long as a wrong password, so that a user name cannot be probed.
-            hashed = next(iter(self._users.values()))
-            await asyncio.to_thread(verify_password, password, hashed)
-            right = False
-        else:
-            right = await asyncio.to_thread(verify_password, password, hashed)
+        # An unknown user costs a derivation too, so that a user name cannot be probed.
+        right = await guard.verify(peer, password, hashed or next(iter(self._users.values())))
+        right = right and hashed is not None
+        guard.settle(user, peer, right)
         if not right:
-            log.warning("control center: failed login as %r", user)
+            self._refusals.warn("failed", "control center: failed login as %r from %s",
+                                user[:64], peer)
             return Reply(303, Raw(b"text/plain", b"wrong user name or password\n"),
                          ((b"location", b"/login?failed=1"),))
         token = secrets.token_urlsafe(32)

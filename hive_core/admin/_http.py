@@ -46,6 +46,7 @@ class Request:
     headers: tuple[tuple[bytes, bytes], ...] = ()  # names in lower case, as h11 gives them
     body_file: Path | None = None  # an :class:`Upload`'s body, streamed to this file
     secure: bool = False  # it came over TLS
+    peer: str = "?"  # the client's address
 
     def header(self, name: bytes) -> bytes | None:
         """The value of header ``name`` (lower case) if it came once, else None."""
@@ -236,7 +237,8 @@ class HttpConnection(asyncio.Protocol):
         upload = self._routes.uploads.get(path)
         if upload is None or event.method != b"POST":
             return True
-        head = Request("POST", path, {}, b"", query, tuple(event.headers), None, self._tls)
+        head = Request("POST", path, {}, b"", query, tuple(event.headers), None, self._tls,
+                       self._peer)
         refusal = upload.check(head)
         if refusal is not None:
             self._request = None
@@ -311,7 +313,7 @@ class HttpConnection(asyncio.Protocol):
         document = documents.get(path)
         if document is None:
             self._act(Request(method, path, {}, body, query, tuple(request.headers),
-                              self._body_file, self._tls))
+                              self._body_file, self._tls, self._peer))
         elif method != "GET":
             self._respond(405, {"title": "Method not allowed",
                                 "detail": f"{path} answers GET only"}, [(b"allow", b"GET")])

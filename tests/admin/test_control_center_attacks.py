@@ -9,6 +9,7 @@ import http.client
 import socket
 import ssl
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +152,29 @@ def test_the_http_listeners_cookie_is_not_secure_beside_an_https_one(
     answer.read()
     connection.close()
     assert answer.status == 303 and "; Secure" in answer.headers["Set-Cookie"]
+
+
+def test_password_guessing_is_slowed_per_user_and_address_and_logged_sparingly(center) -> None:
+    """Risk (issue 20): 8 parallel guessers got 8.1 guesses/s, and 197 WARNING lines in 20 s."""
+    node, port = center
+    outcomes: list[str] = []
+    until = time.monotonic() + 4
+
+    def guess(_: int) -> None:
+        while time.monotonic() < until:
+            status, headers = Browser(port).log_in("wrong")
+            assert status == 303
+            outcomes.append(headers["Location"])
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(guess, range(8)))
+    checked = outcomes.count("/login?failed=1")
+    assert set(outcomes) == {"/login?failed=1", "/login?wait=1"}
+    assert checked <= 8, (checked, len(outcomes))  # 5 free, then after 1 s, 2 s, 4 s...
+    # Now the address waits, even with the right password; the page says so.
+    status, headers = Browser(port).log_in()
+    assert (status, headers["Location"]) == (303, "/login?wait=1")
+    assert "Too many failed logins" in Browser(port).call("/login?wait=1")[2].decode()
+    warnings = [line for line in node.log.splitlines()
+                if "WARNING" in line and "control center" in line]
+    assert 1 <= len(warnings) <= 3, warnings
