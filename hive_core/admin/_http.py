@@ -18,6 +18,7 @@ import logging
 import ssl
 import tempfile
 import urllib.parse
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import IO, Any
 
 import h11
 
-from hive_core.admin._auth import Access, Gatekeeper
+from hive_core.admin._auth import Access, Gatekeeper, RefusalLog
 
 log = logging.getLogger("hive.admin")
 
@@ -76,8 +77,11 @@ awaitable (a password check in a thread): the connection reads nothing more unti
 answered."""
 
 IDLE_TIMEOUT = 30.0
+HEAD_TIMEOUT = 10.0  # from the connection (or the last answer) to a whole request head
+MAX_CONNECTIONS_PER_ADDRESS = 32
 MAX_REQUEST_BODY = 64 * 1024
 _SERVER = b"Hive"
+_crowded = RefusalLog()  # one line per 10 s for addresses past the connection cap
 
 
 @dataclass(frozen=True)
@@ -123,9 +127,15 @@ class Routes:
 
 
 class HttpConnection(asyncio.Protocol):
-    """One client connection: requests in through h11, JSON responses out."""
+    """One client connection: requests in through h11, JSON responses out.
 
-    def __init__(self, routes: Routes | dict[str, Document]) -> None:
+    A request head must be whole within ``HEAD_TIMEOUT`` (a client that trickles it a byte at
+    a time is closed), and one address holds at most ``MAX_CONNECTIONS_PER_ADDRESS``
+    connections of a server (``per_address``, shared by its connections).
+    """
+
+    def __init__(self, routes: Routes | dict[str, Document],
+                 per_address: Counter[str] | None = None) -> None:
         self._routes = routes if isinstance(routes, Routes) else Routes(routes)
         self._http = h11.Connection(h11.SERVER, max_incomplete_event_size=16 * 1024)
         self._transport: asyncio.Transport | None = None
@@ -140,6 +150,9 @@ class HttpConnection(asyncio.Protocol):
         self._spool: IO[bytes] | None = None  # an Upload's body being written
         self._spooled = 0
         self._body_file: Path | None = None  # ...and once it is whole, until answered
+        self._per_address = per_address if per_address is not None else Counter()
+        self._counted = False
+        self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -148,9 +161,25 @@ class HttpConnection(asyncio.Protocol):
         self._tls = transport.get_extra_info("sslcontext") is not None
         local = transport.get_extra_info("sockname")
         self._loopback = isinstance(local, tuple) and bool(local) and _is_loopback(local[0])
+        if self._per_address[self._peer] >= MAX_CONNECTIONS_PER_ADDRESS:
+            _crowded.warn("crowded", "HTTP: %s holds %d connections already: new ones are "
+                          "closed", self._peer, MAX_CONNECTIONS_PER_ADDRESS)
+            transport.close()
+            self._transport = None
+            return
+        self._per_address[self._peer] += 1
+        self._counted = True
         self._arm_idle()
+        self._arm_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._counted:
+            self._counted = False
+            self._per_address[self._peer] -= 1
+            if self._per_address[self._peer] <= 0:
+                del self._per_address[self._peer]
+        if self._head_timer is not None:
+            self._head_timer.cancel()
         if self._idle is not None:
             self._idle.cancel()
         if self._checking is not None:
@@ -172,6 +201,16 @@ class HttpConnection(asyncio.Protocol):
         if self._idle is not None:
             self._idle.cancel()
         self._idle = asyncio.get_running_loop().call_later(IDLE_TIMEOUT, self._close)
+
+    def _arm_head(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        self._head_timer = asyncio.get_running_loop().call_later(HEAD_TIMEOUT, self._head_late)
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self._request is None and self._checking is None:
+            self._refuse(408, f"no whole request head within {HEAD_TIMEOUT:g} s")
 
     def _close(self) -> None:
         if self._transport is not None:
@@ -201,6 +240,9 @@ class HttpConnection(asyncio.Protocol):
             if event is h11.NEED_DATA or event is h11.PAUSED:
                 return
             if isinstance(event, h11.Request):
+                if self._head_timer is not None:
+                    self._head_timer.cancel()
+                    self._head_timer = None
                 self._request = event
                 self._body = bytearray()
                 self._limit = MAX_REQUEST_BODY
@@ -298,6 +340,7 @@ class HttpConnection(asyncio.Protocol):
             self._close()
         elif self._transport is not None:
             self._http.start_next_cycle()
+            self._arm_head()
 
     def _answer(self, request: h11.Request, body: bytes, access: Access) -> None:
         target = request.target.decode("ascii", "replace")
@@ -462,6 +505,7 @@ async def serve_http(routes: Routes | dict[str, Document], host: str, port: int,
                      handshake_timeout: float | None = None) -> asyncio.Server:
     """Listen on host:port (TLS with ``context``); each connection answers from ``routes``."""
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: HttpConnection(routes), host, port,
+    per_address: Counter[str] = Counter()
+    return await loop.create_server(lambda: HttpConnection(routes, per_address), host, port,
                                     reuse_address=True, ssl=context,
                                     ssl_handshake_timeout=handshake_timeout if context else None)

@@ -5,6 +5,7 @@ real `hive run` node over HTTP; the pages' own defects are tested in the browser
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import ssl
@@ -178,3 +179,51 @@ def test_password_guessing_is_slowed_per_user_and_address_and_logged_sparingly(c
     warnings = [line for line in node.log.splitlines()
                 if "WARNING" in line and "control center" in line]
     assert 1 <= len(warnings) <= 3, warnings
+
+
+def test_a_trickled_request_head_is_cut_off_and_one_address_holds_few_connections(
+        center) -> None:
+    """Risk (issue 20): one header byte every 10 s kept a connection open forever (200 of
+    200 after 50 s)."""
+    node, port = center
+    trickling = [socket.create_connection(("127.0.0.1", port), timeout=2) for _ in range(3)]
+    head = b"GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 30
+    started = time.monotonic()
+    closed_after: list[float] = []
+    try:
+        for byte in head:
+            for sock in list(trickling):
+                try:
+                    sock.sendall(bytes([byte]))
+                    sock.settimeout(0.01)
+                    answer = sock.recv(4096)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    answer = b""
+                assert answer == b"" or answer.startswith(b"HTTP/1.1 408 "), answer
+                closed_after.append(time.monotonic() - started)
+                trickling.remove(sock)
+                sock.close()
+            if not trickling:
+                break
+            time.sleep(0.5)
+    finally:
+        for sock in trickling:
+            sock.close()
+    assert len(closed_after) == 3 and max(closed_after) < 13, closed_after
+    # 40 connections from one address: 32 are served, the others closed at once.
+    held = [socket.create_connection(("127.0.0.1", port), timeout=2) for _ in range(40)]
+    try:
+        served = 0
+        for sock in held:
+            with contextlib.suppress(OSError):  # closed at once: not served
+                sock.sendall(b"GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                served += sock.recv(12).startswith(b"HTTP/1.1 200")
+        assert served == 32, served
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.3)
+    assert Browser(port).call("/login")[0] == 200  # once they are gone, the address is served
+    assert node.log.count("holds 32 connections already") == 1
