@@ -44,6 +44,7 @@ FIELDS: dict[str, str] = {
     "_Listener.proxy_protocol": E2E + "test_proxy_protocol.py::test_the_headers_client_address_is_in_the_access_log + "
                                 + E2E + "test_proxy_protocol.py::test_without_the_element_a_header_is_an_mqtt_protocol_error + "
                                 + CLUSTER + "test_haproxy.py::test_every_listener_kind_takes_the_header_from_haproxy",
+    "_Listener.trusted_proxies": E2E + "test_proxy_protocol.py::test_only_the_trusted_proxies_may_send_a_header",
     "TlsTcpListener.port": LISTENERS + "test_tls_listener_with_a_key_store",
     "ListenerTls.protocols": EFFECTS + "test_tls_protocols_and_cipher_suites_limit_what_a_client_may_use",
     "ListenerTls.cipher_suites": EFFECTS + "test_tls_protocols_and_cipher_suites_limit_what_a_client_may_use",
