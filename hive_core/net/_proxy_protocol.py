@@ -91,7 +91,7 @@ class ProxyHeaderReader(asyncio.Protocol):
             peer = transport.get_extra_info("peername")
             if not peer:  # gone already (a balancer's bare TCP check): nothing to refuse
                 self._transport = None
-                transport.abort()
+                cast(asyncio.Transport, transport).abort()
                 return
             if not _trusted(peer, self._trusted):
                 self._refuse("not a trusted proxy (<trusted-proxies>)")
@@ -162,8 +162,10 @@ class ProxyHeaderReader(asyncio.Protocol):
             self._deadline = None
 
 
-def _trusted(peer: tuple[Any, ...], networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...],
-             ) -> bool:
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _trusted(peer: tuple[Any, ...], networks: tuple[_Network, ...]) -> bool:
     try:
         address = ipaddress.ip_address(str(peer[0]).partition("%")[0])
     except ValueError:
