@@ -77,7 +77,7 @@ awaitable (a password check in a thread): the connection reads nothing more unti
 answered."""
 
 IDLE_TIMEOUT = 30.0
-HEAD_TIMEOUT = 10.0  # from the connection (or the last answer) to a whole request head
+HEAD_TIMEOUT = 10.0  # from a request head's first byte to its end
 MAX_CONNECTIONS_PER_ADDRESS = 32
 MAX_REQUEST_BODY = 64 * 1024
 _SERVER = b"Hive"
@@ -129,9 +129,10 @@ class Routes:
 class HttpConnection(asyncio.Protocol):
     """One client connection: requests in through h11, JSON responses out.
 
-    A request head must be whole within ``HEAD_TIMEOUT`` (a client that trickles it a byte at
-    a time is closed), and one address holds at most ``MAX_CONNECTIONS_PER_ADDRESS``
-    connections of a server (``per_address``, shared by its connections).
+    A request head must be whole within ``HEAD_TIMEOUT`` of its first byte (a client that
+    trickles it a byte at a time is closed; an idle connection has ``IDLE_TIMEOUT``), and one
+    address holds at most ``MAX_CONNECTIONS_PER_ADDRESS`` connections of a server
+    (``per_address``, shared by its connections).
     """
 
     def __init__(self, routes: Routes | dict[str, Document],
@@ -170,7 +171,6 @@ class HttpConnection(asyncio.Protocol):
         self._per_address[self._peer] += 1
         self._counted = True
         self._arm_idle()
-        self._arm_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._counted:
@@ -219,6 +219,8 @@ class HttpConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._arm_idle()
+        if self._request is None and self._checking is None and self._head_timer is None:
+            self._arm_head()  # a request head began: it has HEAD_TIMEOUT to be whole
         self._http.receive_data(data)
         self._next_events()
 
@@ -340,7 +342,8 @@ class HttpConnection(asyncio.Protocol):
             self._close()
         elif self._transport is not None:
             self._http.start_next_cycle()
-            self._arm_head()
+            if self._http.trailing_data[0]:  # a pipelined request began already
+                self._arm_head()
 
     def _answer(self, request: h11.Request, body: bytes, access: Access) -> None:
         target = request.target.decode("ascii", "replace")
