@@ -96,7 +96,8 @@ FIELDS: dict[str, str] = {
         E2E + "test_bad_input.py::test_a_connection_without_connect_is_closed_after_the_idle_timeout",
     "Restrictions.max_pre_connect_size":
         E2E + "test_bad_input.py::test_what_a_client_sends_before_connect_is_bounded + "
-        + E2E + "test_bad_input.py::test_memory_of_unfinished_connects_is_freed_when_they_close",
+        + E2E + "test_bad_input.py::test_memory_of_unfinished_connects_is_freed_when_they_close + "
+        + E2E + "test_bad_input.py::test_what_arrives_while_extensions_decide_is_bounded_too",
     "Restrictions.incoming_bandwidth_throttling":
         E2E + "test_throttling.py::test_a_client_sending_faster_than_the_limit_is_slowed_down_to_it",
     # <cluster>

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import random
@@ -18,10 +19,13 @@ from conftest import free_port
 from e2e.rawclient import RawClient
 from paho.mqtt.enums import CallbackAPIVersion
 
+from hive_core.config import parse_config
 from hive_core.mqtt import (
+    ConnAck,
     Connect,
     Disconnect,
     Packet,
+    PacketDecoder,
     PingReq,
     PropertyId,
     PubAck,
@@ -33,6 +37,8 @@ from hive_core.mqtt import (
     Will,
     encode_packet,
 )
+from hive_core.testing import RunningNode
+from hive_ext_api import AuthDecision, ConnectInfo, hookimpl
 
 pytestmark = pytest.mark.timeout(40)
 
@@ -565,3 +571,39 @@ def test_a_disconnect_reaches_a_client_that_is_still_sending(hive_factory):
         assert reasons.get(timeout=10) == 0x93
     finally:
         client.loop_stop()
+
+
+class _SlowAuthentication:
+    """An authentication extension that takes its time, as one asking a remote service does."""
+
+    @hookimpl
+    async def hive_authenticate(self, connect: ConnectInfo) -> AuthDecision:
+        await asyncio.sleep(1.5)
+        return AuthDecision.accept()
+
+
+def test_what_arrives_while_extensions_decide_is_bounded_too(tmp_path: Any) -> None:
+    """Issue 20 (1): packets sent after CONNECT, before extensions accept it, wait in memory;
+    <max-pre-connect-size> bounds them with the CONNECT."""
+    port = free_port()
+    config = parse_config(f"<hivemq><listeners><tcp-listener><port>{port}</port><bind-address>"
+                          "127.0.0.1</bind-address></tcp-listener></listeners><restrictions>"
+                          "<max-pre-connect-size>20000</max-pre-connect-size></restrictions>"
+                          "</hivemq>", source="<test>")
+    node = RunningNode(config, tmp_path / "data", [_SlowAuthentication()],
+                       load_installed=False).start()
+    try:
+        publish = encode_packet(Publish("early/t", b"x" * 1000, 0), 5)
+        with RawClient(port) as client:  # a few early packets: within the limit, all handled
+            client.decoder = PacketDecoder(protocol_version=5, server=False)
+            client.send_raw(encode_packet(Connect("early-ok", 5, True, 30), 5) + publish * 5)
+            assert client.expect(ConnAck).reason_code == 0
+        with RawClient(port) as client:  # 40 kB before the CONNACK: refused
+            client.decoder = PacketDecoder(protocol_version=5, server=False)
+            client.send_raw(encode_packet(Connect("early-big", 5, True, 30), 5))
+            for _ in range(40):
+                client.send_raw(publish)
+                time.sleep(0.005)
+            assert client.expect(ConnAck).reason_code == 0x95
+    finally:
+        node.stop()
