@@ -466,8 +466,8 @@ def _check(file: Path, settings: BrokerSettings, name: str) -> BackupCounts:
 
 
 def _node_problem(record: ClientState | RetainedState, settings: BrokerSettings) -> str | None:
-    """What this node would refuse of a record: a topic or filter past its limits, a client id
-    too long, properties its codec cannot read."""
+    """What this node would refuse of a record: a topic, filter or payload past its limits, a
+    client id too long, properties its codec cannot read."""
     if isinstance(record, RetainedState):
         messages = [record.message]
     else:
@@ -482,6 +482,8 @@ def _node_problem(record: ClientState | RetainedState, settings: BrokerSettings)
         messages += [i.message for i in record.inflight if i.message is not None]
     for message in messages:
         too_big = settings.topic_too_big(message.topic)
+        if too_big is None and len(message.payload) > settings.max_packet_size:
+            too_big = f"a payload over max-packet-size ({settings.max_packet_size} bytes)"
         if too_big:
             return f"message on {message.topic[:100]!r}: {too_big}"
         problem = properties_problem(message)

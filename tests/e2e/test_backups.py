@@ -307,9 +307,13 @@ def _bad_records() -> list[tuple[str, ClientState | RetainedState, str]]:
 def test_records_against_mqtts_rules_are_refused_naming_the_record(hive_factory):
     """Issue 20 (3): an imported subscription identifier -1 made every PUBLISH end in 0x83;
     retained $SYS, wildcard and empty topics and packet ids 0 and 70,000 got in."""
-    node = _node(hive_factory)
+    port = free_port()
+    node = hive_factory(body=rest_on(port) + "<mqtt><packets><max-packet-size>1000"
+                        "</max-packet-size></packets></mqtt>", rest=port)
     folder = backup_folder(node)
-    for name, bad, why in _bad_records():
+    node_limits = [("payload", retained("big/payload", b"x" * 2000), "max-packet-size (1000"),
+                   ("levels", client("planted", {"a/" * 300 + "#": 1}), "deeper than 200")]
+    for name, bad, why in [*_bad_records(), *node_limits]:
         write_backup(folder, name, [retained("fine/first", b"ok"), bad])
         assert rest(node, f"{BACKUPS}/{name}", "POST")[0] == 202
         backup = wait_backup(node, name)
