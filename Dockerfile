@@ -39,8 +39,9 @@ ENV PATH=/opt/hive/bin:$PATH PYTHONUNBUFFERED=1
 USER hive
 WORKDIR /var/lib/hive
 VOLUME ["/var/lib/hive"]
-# MQTT and the node links of a cluster (the REST API of the default config is on loopback)
-EXPOSE 1883 8000
+# MQTT (the default config has no cluster, and its REST API is on loopback; a cluster's
+# config publishes its node port, 8000 in docker/cluster.xml, itself)
+EXPOSE 1883
 # Ready: listeners open, cluster joined and synced (the health probes need no credentials).
 HEALTHCHECK --interval=5s --timeout=3s --start-period=60s --retries=3 CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8888/api/v1/health/readiness', timeout=2)"]
 # SIGTERM (docker stop) is a graceful stop: the node hands its data over before it exits.

@@ -185,6 +185,7 @@ def settings_from(config: HiveConfig) -> BrokerSettings:
         max_topic_length=limits.max_topic_length,
         max_topic_levels=limits.max_topic_levels,
         connect_timeout=limits.no_connect_idle_timeout / 1000,
+        max_pre_connect_size=limits.max_pre_connect_size,
     )
 
 

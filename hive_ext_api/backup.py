@@ -58,6 +58,16 @@ from hive_ext_api._persistence import (
     StoredSession,
     StoredSubscription,
 )
+from hive_ext_api.mqtt_rules import (
+    MAX_PAYLOAD,
+    client_id_problem,
+    is_reserved_topic,
+    packet_id_problem,
+    qos_problem,
+    subscription_id_problem,
+    topic_filter_problem,
+    topic_name_problem,
+)
 
 FORMAT = 1
 MAGIC = b"HIVEBKP1"
@@ -69,6 +79,7 @@ STORE_FILE = Path("persistence") / "sessions.db"
 STORE_SCHEMAS = (2, 3)  # the embedded store's schema versions this module reads
 _RECORD = struct.Struct(">BII")
 _U32 = struct.Struct(">I")
+_MAX_HEADER = 1 << 20
 
 
 class BackupError(Exception):
@@ -178,6 +189,97 @@ def decode_retained(body: bytes) -> RetainedState:
     return RetainedState(_message(d["message"]), d["version"])
 
 
+# -- what a record may hold ------------------------------------------------------------------
+
+_INFLIGHT_STATES = {"out": ("publish", "pubrel"), "in": ("pubrec",)}
+_MAX_EXPIRY = 0xFFFFFFFF
+
+
+def record_problem(state: ClientState | RetainedState) -> str | None:
+    """Why a record read from a file or a store breaks MQTT's rules (what a client could not
+    have sent: a bad topic or filter, QoS, packet or subscription identifier, a ``$SYS``
+    topic), or None when it holds to them."""
+    if isinstance(state, RetainedState):
+        return _version_problem(state.version) or _message_problem(state.message, "message")
+    session = state.session
+    problem = (_version_problem(state.version) or client_id_problem(session.client_id)
+               or _session_problem(session))
+    if problem:
+        return problem
+    for topic_filter, sub in session.subscriptions.items():
+        problem = (topic_filter_problem(topic_filter) or qos_problem(sub.qos)
+                   or subscription_id_problem(sub.subscription_id))
+        if problem is None and not (type(sub.retain_handling) is int
+                                    and 0 <= sub.retain_handling <= 2):
+            problem = f"retain handling {sub.retain_handling!r} is not 0, 1 or 2"
+        if problem is None and sub.no_local and topic_filter.startswith("$share/"):
+            problem = "no local on a shared subscription (MQTT-3.8.3-4)"
+        if problem:
+            return f"subscription {str(topic_filter)[:100]!r}: {problem}"
+    seqs: set[int] = set()
+    for seq, message in state.queue:
+        if type(seq) is not int or seq in seqs:
+            return f"queued message sequence {seq!r} is not a new integer"
+        seqs.add(seq)
+        problem = _message_problem(message, f"queued message {seq}")
+        if problem:
+            return problem
+    seen: set[tuple[str, int]] = set()
+    for exchange in state.inflight:
+        where = f"in-flight {exchange.direction!r} {exchange.packet_id!r}"
+        problem = packet_id_problem(exchange.packet_id)
+        if problem:
+            return f"{where}: {problem}"
+        if exchange.state not in _INFLIGHT_STATES.get(exchange.direction, ()):
+            return f"{where}: state {exchange.state!r} is not one of that direction's"
+        if (exchange.direction, exchange.packet_id) in seen:
+            return f"{where}: the packet identifier is in flight twice"
+        seen.add((exchange.direction, exchange.packet_id))
+        if exchange.message is None and exchange.state == "publish":
+            return f"{where}: no message"
+        if exchange.message is not None:
+            problem = _message_problem(exchange.message, where)
+            if problem:
+                return problem
+    return None
+
+
+def _version_problem(version: object) -> str | None:
+    if type(version) is not int or version < 0:
+        return f"version {version!r} is not a non-negative integer"
+    return None
+
+
+def _session_problem(session: StoredSession) -> str | None:
+    if session.protocol_version not in (3, 4, 5):
+        return f"protocol version {session.protocol_version!r} is not 3, 4 or 5"
+    expiry = session.expiry_interval
+    if type(expiry) is not int or not 0 <= expiry <= _MAX_EXPIRY:
+        return f"session expiry {expiry!r} is outside 0..{_MAX_EXPIRY}"
+    if not _time_or_none(session.disconnected_at):
+        return f"disconnected_at {session.disconnected_at!r} is not a time"
+    return None
+
+
+def _message_problem(message: StoredMessage, where: str) -> str | None:
+    problem = topic_name_problem(message.topic) or qos_problem(message.qos)
+    if problem is None and is_reserved_topic(message.topic):
+        problem = f"topic {message.topic!r} is under $SYS, which only the broker publishes"
+    if problem is None and len(message.payload) > MAX_PAYLOAD:
+        problem = f"payload of {len(message.payload)} bytes is over {MAX_PAYLOAD}"
+    if problem is None and len(message.properties) > MAX_PAYLOAD:
+        problem = f"properties of {len(message.properties)} bytes are over {MAX_PAYLOAD}"
+    if problem is None and not _time_or_none(message.expiry_at):
+        problem = f"expiry {message.expiry_at!r} is not a time"
+    if problem is None and not isinstance(message.publisher_id, str):
+        problem = f"publisher {message.publisher_id!r} is not a client id"
+    return f"{where}: {problem}" if problem else None
+
+
+def _time_or_none(value: object) -> bool:
+    return value is None or (type(value) in (int, float) and 0 <= value < 1e11)  # type: ignore[operator]
+
+
 # -- the file --------------------------------------------------------------------------------
 
 
@@ -261,68 +363,103 @@ class BackupReader:
     :raises BackupError: not a backup, a newer format, a damaged record, or cut short.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, name: str | None = None) -> None:
         self.path = Path(path)
+        self.name = name or str(self.path)  # what messages call the file
         self.counts = BackupCounts()
         try:
             self._in: IO[bytes] = self.path.open("rb")
         except OSError as exc:
-            raise BackupError(f"{self.path}: cannot open the backup: {exc}") from exc
+            raise BackupError(f"{self.name}: cannot open the backup: {exc.strerror}") from exc
         magic = self._in.read(len(MAGIC))
         if magic != MAGIC:
             self._in.close()
-            raise BackupError(f"{self.path}: not a Hive backup file (it does not start with "
+            raise BackupError(f"{self.name}: not a Hive backup file (it does not start with "
                               f"{MAGIC.decode()})")
         try:
             (length,) = _U32.unpack(self._read(4))
+            if length > _MAX_HEADER:
+                raise BackupError(f"{self.name}: a header of {length} bytes")
             header = json.loads(self._read(length))
-            self.header = BackupHeader(header["created"], header["hive_version"],
-                                       header["source"], bool(header["sessions_only"]),
-                                       header["format"])
-        except (BackupError, ValueError, KeyError, struct.error) as exc:
+            self.header = BackupHeader(float(header["created"]), str(header["hive_version"]),
+                                       str(header["source"]), bool(header["sessions_only"]),
+                                       int(header["format"]))
+        except (BackupError, ValueError, KeyError, TypeError, RecursionError,
+                struct.error) as exc:
             self._in.close()
-            raise BackupError(f"{self.path}: the backup's header is damaged ({exc})") from exc
+            raise BackupError(f"{self.name}: the backup's header is damaged "
+                              f"({type(exc).__name__})") from exc
         if self.header.format > FORMAT:
             self._in.close()
-            raise BackupError(f"{self.path}: backup format {self.header.format} is newer than "
+            raise BackupError(f"{self.name}: backup format {self.header.format} is newer than "
                               f"this Hive reads ({FORMAT}); import it with a newer Hive")
 
     def _read(self, n: int) -> bytes:
         data = self._in.read(n)
         if len(data) != n:
-            raise BackupError(f"{self.path}: the backup is cut short (incomplete copy?)")
+            raise BackupError(f"{self.name}: the backup is cut short (incomplete copy?)")
         return data
 
     def records(self) -> Iterator[ClientState | RetainedState]:
+        """Every record, decoded and held to MQTT's rules (:func:`record_problem`).
+
+        :raises BackupError: naming the record (its number, from 1, and its client) that is
+            damaged, not a record, or breaks a rule.
+        """
+        number = 0
         try:
             while True:
                 head = self._in.read(_RECORD.size)
                 if len(head) != _RECORD.size:
-                    raise BackupError(f"{self.path}: the backup is cut short (no end record)")
+                    raise BackupError(f"{self.name}: the backup is cut short (no end record)")
                 kind, length, crc = _RECORD.unpack(head)
+                number += 1
+                at = self._in.tell() - _RECORD.size
                 body = self._read(length)
                 if zlib.crc32(body) != crc:
-                    raise BackupError(f"{self.path}: a damaged record at byte "
-                                      f"{self._in.tell() - length} (CRC mismatch)")
+                    raise BackupError(f"{self.name}: record {number} (at byte {at}) is damaged "
+                                      "(CRC mismatch)")
                 if kind == KIND_END:
-                    end = json.loads(body)
-                    if (end["clients"], end["retained"]) != (self.counts.clients,
-                                                             self.counts.retained):
-                        raise BackupError(f"{self.path}: the end record counts {end} records, "
+                    try:
+                        end = json.loads(body)
+                        counted = (end["clients"], end["retained"])
+                    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+                        raise BackupError(f"{self.name}: the end record is damaged") from exc
+                    if counted != (self.counts.clients, self.counts.retained):
+                        raise BackupError(f"{self.name}: the end record counts {end} records, "
                                           f"the file holds {self.counts}")
                     return
+                if kind not in (KIND_CLIENT, KIND_RETAINED):
+                    raise BackupError(f"{self.name}: record {number} (at byte {at}) has an "
+                                      f"unknown kind {kind}")
+                state = self._decode(kind, body, number, at)
                 if kind == KIND_CLIENT:
-                    state = decode_client(body)
+                    assert isinstance(state, ClientState)
                     self.counts.clients += 1
                     self.counts.queued += len(state.queue)
-                    yield state
-                elif kind == KIND_RETAINED:
-                    self.counts.retained += 1
-                    yield decode_retained(body)
                 else:
-                    raise BackupError(f"{self.path}: unknown record kind {kind}")
+                    self.counts.retained += 1
+                yield state
         finally:
             self._in.close()
+
+    def _decode(self, kind: int, body: bytes, number: int, at: int) -> ClientState | RetainedState:
+        what = "client" if kind == KIND_CLIENT else "retained message"
+        try:
+            state: ClientState | RetainedState = (
+                decode_client(body) if kind == KIND_CLIENT else decode_retained(body))
+        except RecursionError as exc:
+            raise BackupError(f"{self.name}: record {number} (at byte {at}) is not a {what} "
+                              "record (JSON nested too deep)") from exc
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise BackupError(f"{self.name}: record {number} (at byte {at}) is not a {what} "
+                              f"record ({type(exc).__name__}: {str(exc)[:200]})") from exc
+        problem = record_problem(state)
+        if problem is not None:
+            named = (f"client {state.session.client_id!r}"[:140]
+                     if isinstance(state, ClientState) else what)
+            raise BackupError(f"{self.name}: record {number} (at byte {at}, {named}): {problem}")
+        return state
 
     def close(self) -> None:
         self._in.close()
@@ -374,14 +511,44 @@ def read_store(path: Path) -> Iterator[ClientState | RetainedState]:
         except OSError as exc:
             raise BackupError(f"{path}: cannot read the store: {exc}") from exc
         try:
-            yield from _read_db(db, path)
+            for state in _read_db(db, path):
+                problem = record_problem(state)
+                if problem is not None:
+                    named = (f"client {state.session.client_id!r}"[:140]
+                             if isinstance(state, ClientState) else "a retained message")
+                    raise BackupError(f"{path}: {named}: {problem}")
+                yield state
         except sqlite3.DatabaseError as exc:
             raise BackupError(f"{path}: not a readable Hive store ({exc})") from exc
+        except (ValueError, TypeError) as exc:
+            raise BackupError(f"{path}: not a Hive store ({type(exc).__name__}: "
+                              f"{str(exc)[:200]})") from exc
         finally:
             db.close()
 
 
+_STORE_TABLES = ("schema_version", "session", "subscription", "queued_message", "inflight",
+                 "retained_message")
+
+
+def _check_tables(db: sqlite3.Connection, path: Path) -> None:
+    """Only plain tables: a view or a generated column can make a few kilobytes of file
+    yield millions of rows or gigabytes of blobs to whoever reads it."""
+    kinds = {name: kind for name, kind in db.execute("SELECT name, type FROM sqlite_master")
+             if name in _STORE_TABLES}
+    for name in _STORE_TABLES:
+        if kinds.get(name) != "table":
+            raise BackupError(f"{path}: {name} is {kinds.get(name) or 'missing'}, not a table: "
+                              "not a Hive store")
+        generated = [row[1] for row in db.execute(f"PRAGMA table_xinfo({name})")
+                     if row[6] != 0]
+        if generated:
+            raise BackupError(f"{path}: {name} has hidden or generated columns "
+                              f"({', '.join(map(str, generated))}): not a Hive store")
+
+
 def _read_db(db: sqlite3.Connection, path: Path) -> Iterator[ClientState | RetainedState]:
+    _check_tables(db, path)
     row = db.execute("SELECT max(version) FROM schema_version").fetchone()
     schema = row[0] if row else None
     if schema not in STORE_SCHEMAS:

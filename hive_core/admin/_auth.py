@@ -7,6 +7,8 @@ the event loop, which also serves MQTT, never waits for it, and a flood of wrong
 takes at most that one thread. A password that was right once is remembered as an HMAC under
 a key that lives only in this process, so a client polling every second costs one
 derivation, not one per request. Refusals are counted and logged at most once per period.
+A :class:`LoginGuard` slows guessing: after a few failures a user name or an address waits,
+longer after each, and the derivations waiting at once are bounded.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import hmac
 import logging
 import os
 import time
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,7 +34,7 @@ from hive_core.config import PasswordHash
 if TYPE_CHECKING:
     from hive_core.config import RestApiAuth
 
-__all__ = ["Access", "AuthStats", "Gatekeeper", "RefusalLog"]
+__all__ = ["Access", "AuthStats", "Gatekeeper", "LoginGuard", "RefusalLog"]
 
 log = logging.getLogger("hive.admin")
 
@@ -84,6 +87,71 @@ class RefusalLog:
         return True
 
 
+class LoginGuard:
+    """Slows password guessing, per user name and per address, and bounds the work it costs.
+
+    After ``free`` failures in a row, a user name (or an address) must wait before its next
+    try: 1 s, then twice as long after each further failure, up to ``max_delay``; a success
+    clears the count. A try while waiting is refused without a key derivation. Derivations
+    run on one thread, at most ``max_waiting`` at once (``per_address`` of one address); a
+    try beyond that is refused as busy, so a flood holds neither memory nor other users up.
+    """
+
+    def __init__(self, free: int = 5, max_delay: float = 60.0, max_waiting: int = 8,
+                 per_address: int = 2, clock: Callable[[], float] = time.monotonic,
+                 remembered: int = 10_000) -> None:
+        self.free, self.max_delay, self.clock = free, max_delay, clock
+        self.max_waiting, self.per_address = max_waiting, per_address
+        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        self._remembered = remembered
+        self._waiting: Counter[str] = Counter()
+        self._deriving: ThreadPoolExecutor | None = None
+
+    def wait_left(self, user: str, peer: str) -> float:
+        """Seconds before ``user`` from ``peer`` may try a password; 0: now."""
+        now = self.clock()
+        return max(self._left(f"user:{user}", now), self._left(f"address:{peer}", now))
+
+    def _left(self, key: str, now: float) -> float:
+        count, last = self._failures.get(key, (0, 0.0))
+        if count < self.free:
+            return 0.0
+        delay = min(self.max_delay, 2.0 ** (count - self.free))
+        return max(0.0, last + delay - now)
+
+    def settle(self, user: str, peer: str, right: bool) -> None:
+        for key in (f"user:{user}", f"address:{peer}"):
+            if right:
+                self._failures.pop(key, None)
+                continue
+            count, _last = self._failures.pop(key, (0, 0.0))
+            self._failures[key] = (count + 1, self.clock())
+            while len(self._failures) > self._remembered:  # the oldest go first
+                self._failures.popitem(last=False)
+
+    def busy(self, peer: str) -> bool:
+        """Whether a derivation for ``peer`` would wait past the bounds."""
+        return (sum(self._waiting.values()) >= self.max_waiting
+                or self._waiting[peer] >= self.per_address)
+
+    async def verify(self, peer: str, password: bytes, hashed: PasswordHash) -> bool:
+        """The key derivation, on the guard's one thread (check :meth:`busy` first)."""
+        if self._deriving is None:
+            self._deriving = ThreadPoolExecutor(1, thread_name_prefix="hive-login")
+        self._waiting[peer] += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._deriving, verify_password, password, hashed)
+        finally:
+            self._waiting[peer] -= 1
+            if not self._waiting[peer]:
+                del self._waiting[peer]
+
+    def close(self) -> None:
+        if self._deriving is not None:
+            self._deriving.shutdown(wait=False, cancel_futures=True)
+
+
 def _sha256(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
@@ -98,7 +166,7 @@ class Gatekeeper:
         self._refusals = refusals or RefusalLog()
         self._memory_key = os.urandom(32)
         self._remembered: dict[str, bytes] = {}
-        self._deriving: ThreadPoolExecutor | None = None
+        self.guard = LoginGuard()
         # an unknown user costs a derivation too, so timing does not tell which names exist
         self._decoy = next(iter(self._users.values()), None)
 
@@ -162,16 +230,21 @@ class Gatekeeper:
             return Access.GRANTED
         hashed = self._users.get(name, self._decoy)
         assert hashed is not None  # Basic is only taken when users are configured
-        if self._deriving is None:
-            self._deriving = ThreadPoolExecutor(1, thread_name_prefix="hive-rest-auth")
-        future = asyncio.get_running_loop().run_in_executor(
-            self._deriving, verify_password, secret, hashed)
+        guard = self.guard
+        wait = guard.wait_left(name, peer)
+        if wait > 0:
+            return self._settle(False, peer, f"user {name[:64]!r}, {wait:.0f} s before it may "
+                                             "try again")
+        if guard.busy(peer):
+            return self._settle(False, peer, "too many password checks waiting")
+        future = asyncio.ensure_future(guard.verify(peer, secret, hashed))
         return _chained(future, lambda right: self._password_checked(
             name, secret, right and name in self._users, peer))
 
     def _password_checked(self, name: str, secret: bytes, right: bool, peer: str) -> Access:
         if right:
             self._remembered[name] = self._memo(secret)
+        self.guard.settle(name, peer, right)
         return self._settle(right, peer, f"user {name[:64]!r}")
 
     def _memo(self, secret: bytes) -> bytes:
@@ -191,11 +264,10 @@ class Gatekeeper:
                                          "credentials", path[:200], peer)
 
     def close(self) -> None:
-        if self._deriving is not None:
-            self._deriving.shutdown(wait=False, cancel_futures=True)
+        self.guard.close()
 
 
-def _chained(future: asyncio.Future[bool], then: Callable[[bool], Access]
+def _chained(future: asyncio.Future[bool] | asyncio.Task[bool], then: Callable[[bool], Access]
              ) -> asyncio.Future[Access]:
     """A future of ``then(result)`` once ``future`` is done (cancelled with it)."""
     outcome: asyncio.Future[Access] = asyncio.get_running_loop().create_future()

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core import __version__
 from hive_core.admin._http import Action, Reply, Request
-from hive_core.broker import SessionRecords, stored_retained
+from hive_core.broker import BrokerSettings, SessionRecords, properties_problem, stored_retained
 from hive_ext_api.backup import (
     SUFFIX,
     BackupCounts,
@@ -183,6 +183,10 @@ class Backups:
         backup = self.restore(backup_id)
         return Reply(202, {"backup": backup.document()})
 
+    def _settings(self) -> BrokerSettings:
+        broker = self.node.broker
+        return broker.settings if broker is not None else BrokerSettings()
+
     def _busy(self) -> Reply | None:
         running = next((b for b in self.known.values() if b.state in _BUSY), None)
         if running is None:
@@ -205,6 +209,9 @@ class Backups:
         return sorted(found.values(), key=lambda b: (b.created, b.id))
 
     def find(self, backup_id: str) -> Backup | None:
+        """The backup of that id; None for an id that is not one (``..``: never a path)."""
+        if not _VALID_ID.fullmatch(backup_id):
+            return None
         return self.known.get(backup_id) or self._on_disk(backup_id)
 
     def _on_disk(self, backup_id: str) -> Backup | None:
@@ -214,7 +221,7 @@ class Backups:
         if file is None:
             return None
         try:
-            reader = BackupReader(file)
+            reader = BackupReader(file, file.name)
         except BackupError as exc:
             return Backup(backup_id, BackupState.FAILED, file.stat().st_mtime, file,
                           file.stat().st_size, reason=str(exc))
@@ -242,18 +249,20 @@ class Backups:
                              if f"{backup_id}-{n}" not in taken)
         return backup_id
 
-    async def upload(self, data: bytes) -> Backup:
-        """A backup file sent from elsewhere (the control center's upload): checked whole
-        (every record's CRC, the end record) and kept as ``<folder>/<new id>/``, ready to be
-        imported. Raises :class:`BackupError` naming what is wrong; nothing is kept then."""
+    async def upload(self, file: Path) -> Backup:
+        """A backup file sent from elsewhere (the control center's upload, streamed to
+        ``file`` in this folder): checked whole (every record's CRC and content, the end
+        record) and moved to ``<folder>/<new id>/``, ready to be imported. Raises
+        :class:`BackupError` naming what is wrong; nothing is kept then."""
         backup_id = self._new_id()
         folder = self.folder / backup_id
         folder.mkdir(parents=True)
         partial = folder / f".{backup_id}.upload"
+        size = file.stat().st_size
         try:
-            await asyncio.to_thread(partial.write_bytes, data)
-            await asyncio.to_thread(_check, partial)
-            reader = BackupReader(partial)
+            file.replace(partial)
+            await asyncio.to_thread(_check, partial, self._settings(), "the upload")
+            reader = BackupReader(partial, "the upload")
             version = reader.header.hive_version or __version__
             reader.close()
             partial.rename(folder / backup_file_name(backup_id, version))
@@ -263,7 +272,7 @@ class Backups:
             raise
         backup = self._on_disk(backup_id)
         assert backup is not None
-        log.info("Backup %s uploaded (%d bytes)", backup_id, len(data))
+        log.info("Backup %s uploaded (%d bytes)", backup_id, size)
         return backup
 
     def create(self) -> Backup:
@@ -339,12 +348,13 @@ class Backups:
         file = self._file_in(backup.id)
         try:
             if file is None:
-                raise BackupError(f"no backup file (*{SUFFIX}) in {self.folder / backup.id}")
+                raise BackupError(f"no backup file (*{SUFFIX}) in backup folder {backup.id}")
             backup.file, backup.bytes = file, file.stat().st_size
-            log.info("Importing backup %s from %s", backup.id, file)
-            backup.counts = await asyncio.to_thread(_check, file)  # a damaged file: nothing in
+            log.info("Importing backup %s from %s", backup.id, file)  # the log may say where
+            # A damaged file, or one record against the rules: nothing gets in.
+            backup.counts = await asyncio.to_thread(_check, file, self._settings(), file.name)
             counts.records_total = backup.counts.clients + backup.counts.retained
-            reader = BackupReader(file)
+            reader = BackupReader(file, file.name)
             records = reader.records()
             try:
                 while batch := await asyncio.to_thread(_take, records, BATCH):
@@ -443,12 +453,43 @@ def _expired(expiry_interval: int, disconnected_at: float | None, now: float) ->
     return disconnected_at is not None and disconnected_at + expiry_interval <= now
 
 
-def _check(file: Path) -> BackupCounts:
-    """(In a thread.) Read the whole file: every record's CRC, the end record."""
-    reader = BackupReader(file)
-    for _record in reader.records():
-        pass
+def _check(file: Path, settings: BrokerSettings, name: str) -> BackupCounts:
+    """(In a thread.) Read the whole file: every record's CRC and MQTT's rules (the reader's),
+    the end record; and what this node's codec and limits say of each record."""
+    reader = BackupReader(file, name)
+    for number, record in enumerate(reader.records(), 1):
+        problem = _node_problem(record, settings)
+        if problem is not None:
+            reader.close()
+            raise BackupError(f"{name}: record {number}: {problem}")
     return reader.counts
+
+
+def _node_problem(record: ClientState | RetainedState, settings: BrokerSettings) -> str | None:
+    """What this node would refuse of a record: a topic, filter or payload past its limits, a
+    client id too long, properties its codec cannot read."""
+    if isinstance(record, RetainedState):
+        messages = [record.message]
+    else:
+        session = record.session
+        if len(session.client_id) > settings.max_client_id_length:
+            return f"client id longer than {settings.max_client_id_length} characters"
+        for topic_filter in session.subscriptions:
+            too_big = settings.topic_too_big(topic_filter)
+            if too_big:
+                return f"subscription {topic_filter[:100]!r}: {too_big}"
+        messages = [m for _seq, m in record.queue]
+        messages += [i.message for i in record.inflight if i.message is not None]
+    for message in messages:
+        too_big = settings.topic_too_big(message.topic)
+        if too_big is None and len(message.payload) > settings.max_packet_size:
+            too_big = f"a payload over max-packet-size ({settings.max_packet_size} bytes)"
+        if too_big:
+            return f"message on {message.topic[:100]!r}: {too_big}"
+        problem = properties_problem(message)
+        if problem is not None:
+            return f"message on {message.topic[:100]!r}: {problem}"
+    return None
 
 
 def _take(records: Iterator[ClientState | RetainedState],

@@ -99,6 +99,7 @@ def rest_json(base: str, path: str, user: str | None, cacert: Path | None,
         request.method = method
         if method == "POST":
             request.data = b""
+            request.add_header("Content-Type", "application/json")  # the API refuses forms
         with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return json.load(response)
     except urllib.error.HTTPError as exc:

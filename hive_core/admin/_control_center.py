@@ -35,8 +35,8 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core import __version__
-from hive_core.admin._http import Action, Raw, Reply, Request, Routes, serve_http
-from hive_core.admin._passwords import verify_password
+from hive_core.admin._auth import LoginGuard, RefusalLog
+from hive_core.admin._http import Action, Raw, Reply, Request, Routes, Upload, serve_http
 from hive_core.admin._rest import https_context
 from hive_core.config import HttpsListener, PasswordHash
 from hive_core.net import bound_address, listen_error
@@ -57,7 +57,7 @@ ACTION_HEADER = b"x-hive-control-center"
 SAMPLE_INTERVAL = 2.0
 SAMPLES = 300  # ten minutes of charts at SAMPLE_INTERVAL
 LIST_LIMIT = 200
-MAX_UPLOAD = 256 * 2**20  # a backup file sent from the browser, held in memory once
+MAX_UPLOAD = 256 * 2**20  # a backup file sent from the browser, streamed to the backup folder
 _PAGES = {"/": ("index.html", "text/html; charset=utf-8"),
           "/login": ("login.html", "text/html; charset=utf-8"),
           "/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -147,10 +147,11 @@ class ControlCenter:
         self._users = {user.name: PasswordHash.parse(user.password_hash)
                        for user in config.users}
         self._logins: dict[str, _Login] = {}
+        self._login_guard = LoginGuard()
+        self._refusals = RefusalLog()
         self._series: dict[str, _Series] = {}
         self._servers: list[asyncio.Server] = []
         self._sampler: asyncio.Task[None] | None = None
-        self._secure = False
         self._files = {path: resources.files("hive_core.admin").joinpath(
             "control_center", name).read_bytes() for path, (name, _type) in _PAGES.items()}
 
@@ -163,7 +164,7 @@ class ControlCenter:
             if isinstance(listener, HttpsListener):
                 context = https_context(listener)
                 handshake = listener.tls.handshake_timeout / 1000
-                kind, self._secure = "https", True
+                kind = "https"
             try:
                 server = await serve_http(routes, listener.bind_address, listener.port,
                                           context, handshake)
@@ -188,6 +189,7 @@ class ControlCenter:
     def close(self) -> None:
         for server in self._servers:
             server.close()
+        self._login_guard.close()
         if self._sampler is not None:
             self._sampler.cancel()
 
@@ -216,7 +218,12 @@ class ControlCenter:
         actions["/style.css"] = {"GET": self._file("/style.css")}
         actions["/login"] = {"GET": self._login_page, "POST": self._login}
         actions["/logout"] = {"POST": self._logout}
-        return Routes({}, actions=actions, body_limits={f"{API}/backups/upload": MAX_UPLOAD})
+        uploads = {}
+        if self.backups is not None:
+            backups = self.backups
+            uploads[f"{API}/backups/upload"] = Upload(MAX_UPLOAD, lambda: backups.folder,
+                                                      self._refusal)
+        return Routes({}, actions=actions, uploads=uploads)
 
     # ------------------------------------------------------------------ logins
 
@@ -238,15 +245,24 @@ class ControlCenter:
         login.expires = now + self.config.session_timeout  # a session lasts while used
         return login.user
 
+    def _refusal(self, request: Request) -> Reply | None:
+        """Why ``request`` (its head is enough) may not go on: no login, or a change of state
+        without the control center's header; None when it may."""
+        if self._user_of(request) is None:
+            return Reply(401, {"title": "Unauthorized", "detail": "log in first"})
+        if request.method != "GET" and request.header(ACTION_HEADER) is None:
+            return Reply(403, {"title": "Forbidden",
+                               "detail": "a request that changes state must come from the "
+                                         "control center's pages"})
+        return None
+
     def _guard(self, action: Action) -> Action:
         def guarded(request: Request) -> Reply | Awaitable[Reply]:
+            refusal = self._refusal(request)
+            if refusal is not None:
+                return refusal
             user = self._user_of(request)
-            if user is None:
-                return Reply(401, {"title": "Unauthorized", "detail": "log in first"})
-            if request.method != "GET" and request.header(ACTION_HEADER) is None:
-                return Reply(403, {"title": "Forbidden",
-                                   "detail": "a request that changes state must come from the "
-                                             "control center's pages"})
+            assert user is not None
             return action(_with_user(request, user))
         return guarded
 
@@ -272,10 +288,14 @@ class ControlCenter:
     def _login_page(self, request: Request) -> Reply:
         reply = self._file("/login")(request)
         assert isinstance(reply, Reply) and isinstance(reply.value, Raw)
+        message = None
         if _query(request, "failed"):
+            message = b"Wrong user name or password."
+        elif _query(request, "wait"):
+            message = b"Too many failed logins: wait a while, then try again."
+        if message is not None:
             body = reply.value.body.replace(
-                b"<!--MESSAGE-->", b'<p class="error" id="login-error">Wrong user name or '
-                                   b"password.</p>")
+                b"<!--MESSAGE-->", b'<p class="error" id="login-error">' + message + b"</p>")
             return Reply(200, Raw(reply.value.content_type, body), reply.headers)
         return reply
 
@@ -283,19 +303,28 @@ class ControlCenter:
         form = urllib.parse.parse_qs(request.body.decode("utf-8", "replace"))
         user = (form.get("user") or [""])[0]
         password = (form.get("password") or [""])[0].encode()
-        return self._check_login(user, password)
+        return self._check_login(user, password, request.secure, request.peer)
 
-    async def _check_login(self, user: str, password: bytes) -> Reply:
+    async def _check_login(self, user: str, password: bytes, secure: bool,
+                           peer: str) -> Reply:
+        guard = self._login_guard
+        wait = guard.wait_left(user, peer)
+        if wait > 0 or guard.busy(peer):
+            self._refusals.warn("throttled", "control center: login as %r from %s refused "
+                                "without a check: %s", user[:64], peer,
+                                f"{wait:.0f} s to wait after failures" if wait > 0
+                                else "too many checks waiting")
+            return Reply(303, Raw(b"text/plain", b"too many failed logins: wait\n"),
+                         ((b"location", b"/login?wait=1"), (b"retry-after",
+                                                          str(max(1, round(wait))).encode())))
         hashed = self._users.get(user)
-        if hashed is None:
-            # As long as a wrong password, so that a user name cannot be probed.
-            hashed = next(iter(self._users.values()))
-            await asyncio.to_thread(verify_password, password, hashed)
-            right = False
-        else:
-            right = await asyncio.to_thread(verify_password, password, hashed)
+        # An unknown user costs a derivation too, so that a user name cannot be probed.
+        right = await guard.verify(peer, password, hashed or next(iter(self._users.values())))
+        right = right and hashed is not None
+        guard.settle(user, peer, right)
         if not right:
-            log.warning("control center: failed login as %r", user)
+            self._refusals.warn("failed", "control center: failed login as %r from %s",
+                                user[:64], peer)
             return Reply(303, Raw(b"text/plain", b"wrong user name or password\n"),
                          ((b"location", b"/login?failed=1"),))
         token = secrets.token_urlsafe(32)
@@ -305,7 +334,7 @@ class ControlCenter:
         self._logins[token] = _Login(user, now + self.config.session_timeout)
         log.info("control center: user %r logged in", user)
         cookie = f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
-        if self._secure:
+        if secure:  # Secure on an HTTP listener's answer: the browser would drop the cookie
             cookie += "; Secure"
         return Reply(303, Raw(b"text/plain", b"logged in\n"),
                      ((b"location", b"/"), (b"set-cookie", cookie.encode())))
@@ -381,7 +410,7 @@ class ControlCenter:
         return Reply(200, details)
 
     def _disconnect(self, request: Request) -> Reply:
-        client_id = urllib.parse.unquote(request.params["id"])
+        client_id = request.params["id"]
         problem = self.node.disconnect_client(client_id)
         if problem is not None:
             return Reply(409, {"title": "Conflict", "detail": problem})
@@ -414,12 +443,14 @@ class ControlCenter:
 
     async def _store_upload(self, request: Request) -> Reply:
         assert self.backups is not None
+        if request.body_file is None:
+            return Reply(400, {"title": "Not a backup", "detail": "no body"})
         try:
-            backup = await self.backups.upload(request.body)
+            backup = await self.backups.upload(request.body_file)
         except BackupError as exc:
             return Reply(400, {"title": "Not a backup", "detail": str(exc)})
         log.info("control center: user %r uploaded backup %s (%d bytes)", _user(request),
-                 backup.id, len(request.body))
+                 backup.id, backup.bytes or 0)
         return Reply(201, {"backup": backup.document()})
 
     def _logged_backup(self, method: str, action: Action) -> Action:

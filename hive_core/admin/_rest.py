@@ -145,7 +145,7 @@ class RestApi:
                                        f"{API_PREFIX}/health/liveness": liveness,
                                        f"{API_PREFIX}/health/readiness": lambda: readiness(node)}
         actions = self.backups.actions(API_PREFIX) if self.backups is not None else {}
-        return Routes(documents, self._gatekeeper, public, actions)
+        return Routes(documents, self._gatekeeper, public, actions, json_posts=True)
 
     async def start(self, listeners: tuple[HttpListener, ...]) -> None:
         routes = self.routes()

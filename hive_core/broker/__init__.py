@@ -20,7 +20,7 @@ from hive_core.broker._ports import (
     SessionUnavailable,
     SharedKey,
 )
-from hive_core.broker._records import SessionRecords, stored_retained
+from hive_core.broker._records import SessionRecords, properties_problem, stored_retained
 from hive_core.broker._services import ExtensionMetrics, NodeServices
 from hive_core.broker._session import Session
 from hive_core.broker._settings import BrokerSettings
@@ -47,5 +47,6 @@ __all__ = [
     "SessionUnavailable",
     "SharedKey",
     "Transport",
+    "properties_problem",
     "stored_retained",
 ]

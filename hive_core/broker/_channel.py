@@ -94,6 +94,32 @@ class ChannelIo(Protocol):
     def resume_reading(self) -> None: ...
 
 
+class _EndedIo:
+    """The io of a channel whose connection ended: the channel no longer refers to its
+    connection, so the two are freed at once, without waiting for a cyclic collection."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def arm_deadline(self, seconds: float) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+_ENDED_IO = _EndedIo()
+
+
 class Channel:
     """One client connection's MQTT state machine (see the module docstring)."""
 
@@ -122,6 +148,7 @@ class Channel:
         "outbound_aliases",
         "outbound_chain",
         "peer_gone",
+        "pre_connect_left",
         "problem_info",
         "requested_expiry",
         "send_window",
@@ -136,7 +163,13 @@ class Channel:
         self.broker = broker
         self.io = io
         self.listener = listener
-        self.decoder = PacketDecoder(max_packet_size=broker.settings.max_packet_size)
+        settings = broker.settings
+        # Until CONNECT is accepted a client may send only a little (an unauthenticated peer
+        # must not make the node hold megabytes): the decoder refuses a bigger CONNECT on its
+        # header, and pre_connect_left counts down what arrives while extensions decide.
+        self.pre_connect_left = settings.max_pre_connect_size
+        self.decoder = PacketDecoder(max_packet_size=settings.max_packet_size,
+                                     max_connect_size=settings.max_pre_connect_size)
         self.version = 4
         self.session: Session | None = None
         self.client_id = ""
@@ -176,6 +209,12 @@ class Channel:
         if self.closed:
             return
         self.last_read = time.monotonic()
+        if self.session is None:
+            self.pre_connect_left -= len(data)
+            if self.pre_connect_left < 0 and self._deferred is not None:
+                self._refuse(RC.PACKET_TOO_LARGE, "more than max-pre-connect-size bytes before"
+                             " the CONNECT was accepted")
+                return
         try:
             packets = self.decoder.feed(data)
         except MQTTError as exc:
@@ -223,6 +262,7 @@ class Channel:
         """
         self.peer_gone = True
         self.out = []
+        self.decoder.release()
         if self._auth_waiter is not None:
             self._auth_waiter.set_result(None)
             self._auth_waiter = None
@@ -235,6 +275,8 @@ class Channel:
             self._ended()
 
     def _ended(self) -> None:
+        self.decoder.release()
+        self.io = _ENDED_IO
         self.broker.connection_closed(self, self.session, self.disconnect_received,
                                       self.will_sent_ok)
 

@@ -16,6 +16,8 @@ from typing import Any
 from hive_core.broker._message import Message
 from hive_core.broker._session import Outbound, Pending, Session, Subscription
 from hive_core.mqtt import (
+    MQTTError,
+    PacketType,
     PropertyId,
     Will,
     decode_properties,
@@ -65,6 +67,17 @@ def stored_retained(message: Message) -> StoredMessage:
     props = encode_properties(message.properties) if message.properties else b""
     return StoredMessage(message.topic, message.payload, message.qos, True, props,
                          message.expiry_at, message.publisher_id)
+
+
+def properties_problem(stored: StoredMessage) -> str | None:
+    """Why the codec cannot read a stored message's properties as a PUBLISH's, or None."""
+    if not stored.properties:
+        return None
+    try:
+        decode_properties(stored.properties, PacketType.PUBLISH)
+    except MQTTError as exc:
+        return f"properties: {exc}"
+    return None
 
 
 def retained_from(stored: StoredMessage) -> Message:

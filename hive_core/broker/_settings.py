@@ -40,4 +40,5 @@ class BrokerSettings:
             return f"topic deeper than {self.max_topic_levels} levels"
         return None
     connect_timeout: float = 10.0  # seconds from TCP accept to a CONNECT
+    max_pre_connect_size: int = 65536  # bytes a client may send before its CONNECT is accepted
     response_information: str = "hive/response/"

@@ -630,6 +630,14 @@ class Cluster:
                 # Both dialled at once: keep the link opened by the node with the smaller id.
                 keep_new = (link.outbound and self.node_id < peer_id) or (
                     not link.outbound and peer_id < self.node_id)
+            now = time.monotonic()
+            if keep_new and now - existing.link.last_read < 2 * self.settings.heartbeat_interval \
+                    and now - existing.joined_at > SIMULTANEOUS_DIALS:
+                # Its member is connected and answering: not a restart, not a crossing dial.
+                log.error("a second link (from %s) claims the node id %s of a member that is "
+                          "connected and answering: refused", link.peer_address, peer_id)
+                link.close()
+                return
             if not keep_new:
                 if answer and time.monotonic() - existing.joined_at > SIMULTANEOUS_DIALS:
                     # Not a dial crossing ours: the peer reached this node under another

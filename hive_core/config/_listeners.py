@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 from typing import ClassVar, Literal
 
-from pydantic import model_validator
+from pydantic import field_validator, model_validator
 from pydantic_xml import element, wrapped
 
 from ._base import (
@@ -111,8 +112,27 @@ class _Listener(ConfigModel):
     `send-proxy` and `send-proxy-v2` write it, before TLS on a secure listener): the client's
     address in it is the one the node logs and shows to extensions. A connection without a
     valid header is closed and counted (`proxy_protocol_refused` in the metrics). Only for a
-    listener that no one but the load balancer can reach: whoever can connect can claim any
-    address in a header."""
+    listener that no one but the load balancer can reach, or with `trusted-proxies`: whoever
+    can connect can claim any address in a header."""
+    trusted_proxies: tuple[str, ...] = wrapped(
+        "trusted-proxies", element(tag="proxy"), default=()
+    )
+    """With `proxy-protocol`: the addresses (or networks, `10.0.0.0/24`) of the load balancers;
+    a connection from any other address is closed before its header is read (and counted as
+    refused). Empty: any address may send a header (the node warns at start)."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or network") from None
+        return tuple(entry.strip() for entry in value)
+
+    def trusted_proxy_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        return tuple(ipaddress.ip_network(entry, strict=False) for entry in self.trusted_proxies)
 
     @property
     def display_name(self) -> str:

@@ -33,6 +33,11 @@ __all__ = ["load_config", "parse_config"]
 _ENV_PLACEHOLDER = re.compile(r"\$\{ENV:([^}]*)\}")
 """``${ENV:NAME}``, or ``${ENV:NAME:-default}``: as in a POSIX shell, the default stands when
 NAME is not set or is empty (a container image's config.xml can then offer defaults)."""
+_FILE_PLACEHOLDER = re.compile(r"\$\{FILE:([^}]*)\}")
+"""``${FILE:/run/secrets/name}``: the file's content, without a final line break (a Docker
+secret: unlike an environment variable it shows neither in ``docker inspect`` nor in the
+process's environment)."""
+MAX_SECRET_FILE = 64 * 1024
 _LINE_PREFIX = re.compile(r"^\[line -?\d+\]: ")
 _MISPLACED = re.compile(re.escape(MISPLACED_PREFIX) + r"(.*?)\] (.*)", re.DOTALL)
 _INDEXED_TAG = re.compile(r"^(.*)\[(\d+)\]$")
@@ -105,8 +110,9 @@ def _doctype_line(data: bytes) -> int | None:
 
 
 def _substitute_environment(root: Element, source: str) -> dict[str, str]:
-    """Replace ``${ENV:NAME}`` and ``${ENV:NAME:-default}`` in text and attribute values; the
-    values taken from the environment, by placeholder (defaults are not secrets).
+    """Replace ``${ENV:NAME}``, ``${ENV:NAME:-default}`` and ``${FILE:path}`` in text and
+    attribute values; the values taken from the environment and files, by placeholder
+    (defaults are not secrets).
 
     Done on the parsed tree rather than the raw text, so line numbers stay true and a value
     holding ``<`` or ``&`` (a password, say) is taken literally.
@@ -139,7 +145,27 @@ def _substitute_environment(root: Element, source: str) -> dict[str, str]:
                 path=_path(element) + where,
             )
 
-        return _ENV_PLACEHOLDER.sub(lookup, value)
+        def read(match: re.Match[str]) -> str:
+            name = match.group(1).strip()
+            try:
+                with open(name, "rb") as file:
+                    data = file.read(MAX_SECRET_FILE + 1)
+                if len(data) > MAX_SECRET_FILE:
+                    raise ValueError(f"longer than {MAX_SECRET_FILE} bytes")
+                content = data.decode("utf-8").removesuffix("\n").removesuffix("\r")
+            except (OSError, ValueError) as error:
+                why = error.strerror if isinstance(error, OSError) else str(error)
+                raise ConfigError(
+                    f"cannot read the file {name} (used as ${{FILE:{name}}}): {why}",
+                    source=source,
+                    line=element.sourceline,
+                    path=_path(element) + where,
+                ) from None
+            if content:
+                used[match.group(0)] = content
+            return content
+
+        return _FILE_PLACEHOLDER.sub(read, _ENV_PLACEHOLDER.sub(lookup, value))
 
     for element in root.iter():
         if element.text and "${" in element.text:

@@ -152,6 +152,10 @@ class Restrictions(ConfigModel, tag="restrictions"):
     """Levels (``a/b/c`` has 3); a deeper topic (0x90) or filter (0x8F) is refused."""
     no_connect_idle_timeout: Milliseconds = element(tag="no-connect-idle-timeout", default=10000)
     """Milliseconds a new connection may take to send CONNECT before it is closed."""
+    max_pre_connect_size: int = element(tag="max-pre-connect-size", default=65536, ge=16,
+                                        le=268_435_460)
+    """Bytes a client may send before its CONNECT is accepted (the CONNECT with its will and
+    credentials, and what follows it while authentication runs); more is refused (0x95)."""
     incoming_bandwidth_throttling: NonNegativeInt = element(
         tag="incoming-bandwidth-throttling", default=0
     )

@@ -23,20 +23,24 @@ class PacketDecoder:
 
     On a server connection (`server=True`) the first packet must be CONNECT, which sets
     `protocol_version`; giving `protocol_version` up front means that CONNECT was already seen.
-    `max_packet_size` may be changed between calls to `feed`. After `feed` raises, the
-    connection is to be closed: the decoder's state is lost.
+    `max_packet_size` may be changed between calls to `feed`; `max_connect_size` bounds the
+    CONNECT alone (a server refuses a bigger one on its fixed header, before its body is
+    buffered). After `feed` raises, the connection is to be closed: the decoder's state is lost.
     """
 
-    __slots__ = ("_buffer", "_connected", "max_packet_size", "protocol_version", "server")
+    __slots__ = ("_buffer", "_connected", "max_connect_size", "max_packet_size",
+                 "protocol_version", "server")
 
     def __init__(
         self,
         protocol_version: int | None = None,
         max_packet_size: int = MAX_PACKET_SIZE,
         server: bool = True,
+        max_connect_size: int = MAX_PACKET_SIZE,
     ) -> None:
         self.protocol_version = protocol_version
         self.max_packet_size = max_packet_size
+        self.max_connect_size = max_connect_size
         self.server = server
         self._connected = protocol_version is not None
         self._buffer = bytearray()
@@ -52,6 +56,8 @@ class PacketDecoder:
         append = packets.append
         version = self.protocol_version
         max_size = self.max_packet_size
+        if not self._connected and self.server:
+            max_size = min(max_size, self.max_connect_size)
         view = memoryview(buffer)
         pos = 0
         try:
@@ -142,6 +148,7 @@ class PacketDecoder:
                 else:
                     append(self._decode_other(first, view, start, stop))
                     version = self.protocol_version
+                    max_size = self.max_packet_size
                 pos = stop
         except BaseException:
             # A traceback may still hold slices of `view`; the connection is over anyway.
@@ -151,6 +158,10 @@ class PacketDecoder:
         if pos:
             del buffer[:pos]
         return packets
+
+    def release(self) -> None:
+        """Drop the partial tail: the connection is over and its bytes are not wanted."""
+        self._buffer = bytearray()
 
     def _decode_other(self, first: int, view: memoryview, start: int, stop: int) -> Packet:
         kind = first >> 4

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hive_ext_api.mqtt_rules import topic_filter_problem, topic_name_problem
+
 from ._errors import MalformedPacket
 from ._types import ReasonCode
 
@@ -10,59 +12,16 @@ _SHARE_PREFIX = "$share/"
 
 def validate_topic_name(topic: str) -> None:
     """Refuse a topic name a PUBLISH may not carry (MQTT-4.7.3-1/2, MQTT-4.7.1-1)."""
-    if not topic:
-        raise MalformedPacket("topic name is empty", ReasonCode.TOPIC_NAME_INVALID)
-    if "+" in topic or "#" in topic:
-        raise MalformedPacket(
-            f"topic name contains a wildcard: {topic!r}", ReasonCode.TOPIC_NAME_INVALID
-        )
-    if "\x00" in topic:
-        raise MalformedPacket("topic name contains U+0000", ReasonCode.TOPIC_NAME_INVALID)
-    if len(topic) > 0x3FFF and len(topic.encode()) > 0xFFFF:
-        raise MalformedPacket("topic name longer than 65535 bytes", ReasonCode.TOPIC_NAME_INVALID)
+    problem = topic_name_problem(topic)
+    if problem is not None:
+        raise MalformedPacket(problem, ReasonCode.TOPIC_NAME_INVALID)
 
 
 def validate_topic_filter(topic_filter: str) -> None:
     """Refuse a topic filter a SUBSCRIBE or UNSUBSCRIBE may not carry (spec 4.7, 4.8.2)."""
-    if not topic_filter:
-        raise MalformedPacket("topic filter is empty", ReasonCode.TOPIC_FILTER_INVALID)
-    if "\x00" in topic_filter:
-        raise MalformedPacket("topic filter contains U+0000", ReasonCode.TOPIC_FILTER_INVALID)
-    if len(topic_filter) > 0x3FFF and len(topic_filter.encode()) > 0xFFFF:
-        raise MalformedPacket(
-            "topic filter longer than 65535 bytes", ReasonCode.TOPIC_FILTER_INVALID
-        )
-    if topic_filter.startswith(_SHARE_PREFIX):
-        shared = parse_shared_subscription(topic_filter)
-        if shared is None:
-            raise MalformedPacket(
-                f"shared subscription without a topic filter: {topic_filter!r}",
-                ReasonCode.TOPIC_FILTER_INVALID,
-            )
-        group, topic_filter = shared
-        if not group or "+" in group or "#" in group:
-            raise MalformedPacket(
-                f"invalid share name {group!r} (MQTT-4.8.2-1/2)", ReasonCode.TOPIC_FILTER_INVALID
-            )
-        if not topic_filter:
-            raise MalformedPacket(
-                "shared subscription with an empty topic filter", ReasonCode.TOPIC_FILTER_INVALID
-            )
-    if "+" not in topic_filter and "#" not in topic_filter:
-        return
-    levels = topic_filter.split("/")
-    last = len(levels) - 1
-    for index, level in enumerate(levels):
-        if "#" in level and (level != "#" or index != last):
-            raise MalformedPacket(
-                f"'#' must be the whole last level (MQTT-4.7.1-2): {topic_filter!r}",
-                ReasonCode.TOPIC_FILTER_INVALID,
-            )
-        if "+" in level and level != "+":
-            raise MalformedPacket(
-                f"'+' must fill a whole level (MQTT-4.7.1-3): {topic_filter!r}",
-                ReasonCode.TOPIC_FILTER_INVALID,
-            )
+    problem = topic_filter_problem(topic_filter)
+    if problem is not None:
+        raise MalformedPacket(problem, ReasonCode.TOPIC_FILTER_INVALID)
 
 
 def parse_shared_subscription(topic_filter: str) -> tuple[str, str] | None:

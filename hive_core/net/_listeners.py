@@ -82,10 +82,16 @@ async def open_mqtt_listener(listener: Any, broker: Broker, incoming_rate: int =
     proxied = bool(listener.proxy_protocol)
     if proxied:  # the header first, then the protocol above (its TLS layer made by the reader)
         inner, inner_tls = factory, context
+        trusted = listener.trusted_proxy_networks()
 
         def factory() -> asyncio.Protocol:
-            return ProxyHeaderReader(broker, name, inner, inner_tls, handshake_timeout or 10.0)
+            return ProxyHeaderReader(broker, name, inner, inner_tls, handshake_timeout or 10.0,
+                                     trusted)
         context = None
+        if not trusted:
+            log.warning("listener %s takes a PROXY protocol header from any address: a client "
+                        "that reaches it can claim any address; list the load balancers in "
+                        "<trusted-proxies>", name)
     try:
         server = await loop.create_server(
             factory, listener.bind_address, listener.port, ssl=context, backlog=BACKLOG,

@@ -17,6 +17,7 @@ no-CONNECT timeout, is closed, logged (``hive.access``) and counted
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import ssl
 from asyncio import sslproto
@@ -71,7 +72,9 @@ class ProxyHeaderReader(asyncio.Protocol):
     def __init__(self, broker: Broker, listener: str,
                  protocol_factory: Callable[[], asyncio.BaseProtocol],
                  tls: ssl.SSLContext | None = None, tls_handshake_timeout: float = 10.0,
+                 trusted: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = (),
                  ) -> None:
+        self._trusted = trusted  # the load balancers' networks; empty: any address
         self._broker = broker
         self._listener = listener
         self._protocol_factory = protocol_factory
@@ -84,6 +87,15 @@ class ProxyHeaderReader(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's: no subclass
+        if self._trusted:
+            peer = transport.get_extra_info("peername")
+            if not peer:  # gone already (a balancer's bare TCP check): nothing to refuse
+                self._transport = None
+                cast(asyncio.Transport, transport).abort()
+                return
+            if not _trusted(peer, self._trusted):
+                self._refuse("not a trusted proxy (<trusted-proxies>)")
+                return
         self._deadline = asyncio.get_running_loop().call_later(
             self._broker.settings.connect_timeout, self._timed_out)
 
@@ -148,6 +160,19 @@ class ProxyHeaderReader(asyncio.Protocol):
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
+
+
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _trusted(peer: tuple[Any, ...], networks: tuple[_Network, ...]) -> bool:
+    try:
+        address = ipaddress.ip_address(str(peer[0]).partition("%")[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in networks)
 
 
 def _tls_layer(app: asyncio.BaseProtocol, context: ssl.SSLContext,

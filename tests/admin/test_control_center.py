@@ -7,12 +7,16 @@ Each test checks what a person would see on the page, and keeps a screenshot of 
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -422,3 +426,81 @@ def test_a_logout_ends_the_session(nodes: list[HiveProcess], browser: WebDriver)
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=5)
     assert refused.value.code == 401  # the old cookie is worthless now
+
+
+def test_a_client_id_that_needs_url_encoding_has_its_details_and_disconnect(
+        nodes: list[HiveProcess], browser: WebDriver) -> None:
+    """Issue 20 (6): an id with a space, '/', 'ü' or '<' got 404 and no disconnect button."""
+    odd = "cc odd/ü<b>"
+    reasons: list[int] = []
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=odd, protocol=mqtt.MQTTv5)
+    client.on_disconnect = lambda c, u, flags, reason, props: reasons.append(reason.value)
+    client.connect("127.0.0.1", nodes[0].port)
+    client.loop_start()
+    try:
+        wait_for(lambda: client.is_connected(), 10, "the client to connect")
+        client.subscribe("cc/odd/#", qos=1)
+        log_in(browser, nodes[0])
+        until(browser, lambda d: d.find_elements(By.ID, "who"), "the overview")
+        search_on(browser, nodes[0], "clients", "cc odd")
+        link = until(browser, lambda d: next(
+            (a for a in d.find_elements(By.CSS_SELECTOR, "#client-results a[data-client]")
+             if a.get_attribute("data-client") == odd), None), "the client's link")
+        link.click()
+        until(browser, lambda d: "cc/odd/#" in d.find_element(
+            By.ID, "detail-subscriptions").text, "its subscription in the details")
+        button = browser.find_element(By.ID, "disconnect")
+        until(browser, lambda d: button.is_displayed(), "the disconnect button")
+        button.click()
+        browser.switch_to.alert.accept()
+        until(browser, lambda d: "disconnected" in d.find_element(
+            By.ID, "disconnect-result").text, "the confirmation")
+        wait_for(lambda: reasons, 10, "the client to be disconnected")
+        assert reasons[0] == 0x98
+    finally:
+        client.loop_stop()
+        client.disconnect()
+
+
+def _backup_count(node: HiveProcess) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{node.ports['rest']}"
+                                "/api/v1/management/backups", timeout=5) as answer:
+        return len(json.load(answer)["items"])
+
+
+def test_a_page_on_another_site_cannot_make_a_backup(nodes: list[HiveProcess],
+                                                      browser: WebDriver) -> None:
+    """Issue 20 (4): with <auth> off (loopback), another site's page made a backup on
+    127.0.0.1's REST API with a no-cors POST."""
+    target = f"http://127.0.0.1:{nodes[2].ports['rest']}/api/v1/management/backups"
+    page = ("<!doctype html><title>waiting</title><script>"
+            f"Promise.allSettled([fetch('{target}', {{method: 'POST', mode: 'no-cors'}}),"
+            f" fetch('{target}', {{method: 'POST', mode: 'no-cors', body: '{{}}',"
+            " headers: {'Content-Type': 'text/plain'}})])"
+            ".then(() => { document.title = 'sent'; });</script>").encode()
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    before = _backup_count(nodes[2])
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        # "localhost" is another site than "127.0.0.1".
+        browser.get(f"http://localhost:{server.server_address[1]}/")
+        until(browser, lambda d: d.title == "sent", "the page's requests")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    time.sleep(0.5)
+    assert _backup_count(nodes[2]) == before

@@ -28,6 +28,7 @@ from cluster._nodes import (
     cluster_body,
     cluster_nodes,
     metrics,
+    node_id,
     wait_for,
     wait_for_members,
     wait_for_route,
@@ -224,3 +225,27 @@ def test_a_node_with_another_secret_or_none_does_not_join_one_with_the_secret_do
     [right] = add_nodes(hive_factory, 1, SECRET, listed=ports)
     wait_for_members([*members, right], 3)
     assert max(sizes(right)) == 3
+
+
+def test_a_second_link_with_the_node_id_of_a_live_member_is_refused(
+        hive_factory: Callable[..., HiveProcess]) -> None:
+    """Risk (issue 20): a process with the secret and a member's node id made a node drop the
+    real member's link (and later take its sessions over while it was alive)."""
+    first, second = add_nodes(hive_factory, 2, SECRET)
+    wait_for_members([first, second], 2)
+    time.sleep(1.5)  # past the window in which two nodes' crossing dials are sorted out
+    real = node_id(second)
+    port = free_port()
+    body = cluster_body(port, [first.ports["cluster"], port], free_port()).replace(
+        "</cluster>", secret_element(SECRET) + "</cluster>")
+    impostor = hive_factory(body=body, start=False, cluster=port)
+    impostor.data_dir.mkdir(parents=True, exist_ok=True)
+    (impostor.data_dir / "node-id").write_text(real)
+    impostor.start()
+    first.wait_for_log(rf"ERROR - a second link \(from \('127\.0\.0\.1', \d+\)\) claims the node "
+                       rf"id {real} of a member that is connected and answering: refused")
+    time.sleep(2)  # several heartbeats: the real member stays, on its own address
+    members = {m["id"]: m for m in cluster_nodes(first)}
+    assert set(members) == {node_id(first), real}
+    assert members[real]["port"] == second.ports["cluster"], members[real]
+    assert f"Cluster node {real} (127.0.0.1:{port}" not in first.log

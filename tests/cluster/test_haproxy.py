@@ -39,7 +39,8 @@ VARIANTS = ["send-proxy", "send-proxy-v2"]
 
 def proxied_tcp(port: int) -> str:
     return (f"<tcp-listener><port>{port}</port><bind-address>127.0.0.1</bind-address>"
-            "<proxy-protocol>true</proxy-protocol></tcp-listener>")
+            "<proxy-protocol>true</proxy-protocol><trusted-proxies><proxy>127.0.0.1</proxy>"
+            "</trusted-proxies></tcp-listener>")
 
 
 @pytest.fixture

@@ -147,3 +147,24 @@ def test_hive_run_refuses_a_lan_cluster_without_authentication(tmp_path: Path) -
     assert result.stderr.startswith(f"hive: {config}, line 5, at hivemq/cluster/transport/tcp/"
                                     "bind-address: this cluster is reachable from other hosts")
     assert "Started Hive" not in result.stdout + result.stderr
+
+
+def test_a_secret_from_a_file_as_docker_secrets_give_it(tmp_path: Path) -> None:
+    """Risk (issue 20): secrets passed with -e showed in `docker inspect` and
+    /proc/1/environ; ``${FILE:/run/secrets/...}`` reads one from a file instead."""
+    secret = tmp_path / "cluster_secret"
+    secret.write_text("a-secret-from-a-file-0123456789\n")
+    config = parse_config("<hivemq><cluster><enabled>true</enabled><authentication>"
+                          f"<shared-secret>${{FILE:{secret}}}</shared-secret></authentication>"
+                          "</cluster></hivemq>")
+    assert config.cluster.authentication.shared_secret == "a-secret-from-a-file-0123456789"
+    secret.write_text("short-file\n")
+    error = _refusal(f"<authentication><shared-secret>${{FILE:{secret}}}</shared-secret>"
+                     "</authentication>")
+    assert "this one has 10" in error.problem and "short-file" not in str(error)
+    missing = tmp_path / "nope"
+    error = _refusal(f"<authentication><shared-secret>${{FILE:{missing}}}</shared-secret>"
+                     "</authentication>")
+    assert (error.path, error.line) == ("hivemq/cluster/authentication/shared-secret", 3)
+    assert f"cannot read the file {missing}" in error.problem
+    assert "No such file or directory" in error.problem

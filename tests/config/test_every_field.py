@@ -44,6 +44,7 @@ FIELDS: dict[str, str] = {
     "_Listener.proxy_protocol": E2E + "test_proxy_protocol.py::test_the_headers_client_address_is_in_the_access_log + "
                                 + E2E + "test_proxy_protocol.py::test_without_the_element_a_header_is_an_mqtt_protocol_error + "
                                 + CLUSTER + "test_haproxy.py::test_every_listener_kind_takes_the_header_from_haproxy",
+    "_Listener.trusted_proxies": E2E + "test_proxy_protocol.py::test_only_the_trusted_proxies_may_send_a_header",
     "TlsTcpListener.port": LISTENERS + "test_tls_listener_with_a_key_store",
     "ListenerTls.protocols": EFFECTS + "test_tls_protocols_and_cipher_suites_limit_what_a_client_may_use",
     "ListenerTls.cipher_suites": EFFECTS + "test_tls_protocols_and_cipher_suites_limit_what_a_client_may_use",
@@ -93,6 +94,10 @@ FIELDS: dict[str, str] = {
         EFFECTS + "test_max_topic_levels_refuses_deeper_topics_and_filters",
     "Restrictions.no_connect_idle_timeout":
         E2E + "test_bad_input.py::test_a_connection_without_connect_is_closed_after_the_idle_timeout",
+    "Restrictions.max_pre_connect_size":
+        E2E + "test_bad_input.py::test_what_a_client_sends_before_connect_is_bounded + "
+        + E2E + "test_bad_input.py::test_memory_of_unfinished_connects_is_freed_when_they_close + "
+        + E2E + "test_bad_input.py::test_what_arrives_while_extensions_decide_is_bounded_too",
     "Restrictions.incoming_bandwidth_throttling":
         E2E + "test_throttling.py::test_a_client_sending_faster_than_the_limit_is_slowed_down_to_it",
     # <cluster>

@@ -51,6 +51,7 @@ class Stack:
     image: str
     mqtt_port: int
     rest_port: int
+    secrets: dict[str, str]  # the Docker secrets' values, by name (files, not environment)
 
     def compose(self, *args: str, check: bool = True) -> Any:
         return self.engine.compose(self.compose_file, self.project, *args, env=self.env,
@@ -68,7 +69,7 @@ class Stack:
     def rest(self, path: str) -> Any:
         request = urllib.request.Request(
             f"http://127.0.0.1:{self.rest_port}{path}",
-            headers={"Authorization": f"Bearer {self.env['HIVE_REST_TOKEN']}"})
+            headers={"Authorization": f"Bearer {self.secrets['hive_rest_token']}"})
         with urllib.request.urlopen(request, timeout=5) as response:
             return json.load(response)
 
@@ -116,13 +117,19 @@ def stack(engine: Engine, context: Path, tmp_path_factory: pytest.TempPathFactor
     env = {
         "PYTHON_IMAGE": python_image(engine), "HAPROXY_IMAGE": haproxy_image(engine),
         "PIP_OPTIONS": "--no-index --find-links /wheels", "HIVE_IMAGE": f"hive-test:{tag}",
-        "HIVE_CLUSTER_SECRET": secrets.token_urlsafe(24),
-        "HIVE_REST_TOKEN": secrets.token_urlsafe(32),
         "HIVE_MQTT_ADDRESS": "127.0.0.1", "HIVE_MQTT_PORT": str(mqtt_port),
         "HIVE_REST_PORT": str(rest_port),
     }
+    # As the compose file's comment says: the secrets as files, in a 0700 folder.
+    values = {"hive_cluster_secret": secrets.token_urlsafe(24),
+              "hive_rest_token": secrets.token_urlsafe(32)}
+    folder = context / "docker" / "secrets"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    for name, value in values.items():
+        (folder / name).write_text(value + "\n")
+        (folder / name).chmod(0o644)
     stack = Stack(engine, context / "docker" / "compose.yaml", f"hivetest{tag}", env,
-                  f"hive-test:{tag}", mqtt_port, rest_port)
+                  f"hive-test:{tag}", mqtt_port, rest_port, values)
     try:
         stack.compose("up", "-d", "--build")
         wait_for(lambda: len(stack.members()) == 3, 90, "3 nodes in hive1's member list")
@@ -157,6 +164,28 @@ def test_the_image_runs_as_a_user_keeps_data_in_a_volume_and_holds_no_build_tree
     assert re.search(rf"^Uid:\s+{UID}\s", status, re.M), status
     cmdline = stack.engine.docker("exec", stack.container("hive1"), "cat", "/proc/1/cmdline")
     assert "hive\0run\0" in cmdline.stdout
+    # No cluster in the default config: no node port to expose (issue 20).
+    assert set(config["ExposedPorts"]) == {"1883/tcp"}
+
+
+def test_the_compose_nodes_hold_no_secret_in_their_environment_and_are_locked_down(
+        stack: Stack) -> None:
+    """Risk (issue 20): secrets given with -e showed in `docker inspect` and /proc/1/environ;
+    the nodes ran with the default capabilities and a writable root file system."""
+    facts = stack.inspect("hive1")
+    environment = "\n".join(facts["Config"]["Env"])
+    proc = stack.engine.docker("exec", stack.container("hive1"), "cat", "/proc/1/environ").stdout
+    for value in stack.secrets.values():
+        assert value not in environment and value not in proc
+    host = facts["HostConfig"]
+    assert host["CapDrop"] == ["ALL"] and host["ReadonlyRootfs"] is True
+    assert any(option.startswith("no-new-privileges") for option in host["SecurityOpt"])
+    status = stack.engine.docker("exec", stack.container("hive1"), "cat", "/proc/1/status").stdout
+    assert re.search(r"^CapEff:\s+0+$", status, re.M) and re.search(r"^NoNewPrivs:\s+1$",
+                                                                     status, re.M), status
+    touched = stack.engine.docker("exec", stack.container("hive1"), "python3", "-c",
+                                  "open('/etc/hive/x', 'w')", check=False)  # the image: no touch
+    assert touched.returncode != 0 and "Read-only file system" in touched.stderr
 
 
 def test_hive_cluster_status_on_the_host_reads_the_published_rest_api(stack: Stack) -> None:
@@ -164,7 +193,7 @@ def test_hive_cluster_status_on_the_host_reads_the_published_rest_api(stack: Sta
     done = subprocess.run(
         [sys.executable, "-m", "hive_core.cli", "cluster", "status", "--json", "--sample", "0",
          "--rest", f"http://127.0.0.1:{stack.rest_port}"], capture_output=True, text=True,
-        timeout=60, env={**os.environ, "HIVE_REST_TOKEN": stack.env["HIVE_REST_TOKEN"]})
+        timeout=60, env={**os.environ, "HIVE_REST_TOKEN": stack.secrets["hive_rest_token"]})
     assert done.returncode == 0, done.stderr
     overview = json.loads(done.stdout)
     assert sorted(n["id"] for n in overview["nodes"]) == ["hive1", "hive2", "hive3"]

@@ -34,8 +34,9 @@ def rest_on(port: int, more: str = "") -> str:
 def rest(node: HiveProcess, path: str, method: str = "GET",
          headers: dict[str, str] | None = None) -> tuple[int, Any]:
     """(status, JSON body) of one call; an HTTP error status is returned, not raised."""
+    headers = {"Content-Type": "application/json", **(headers or {})}
     request = urllib.request.Request(f"http://127.0.0.1:{node.ports['rest']}{path}",
-                                     method=method, headers=headers or {},
+                                     method=method, headers=headers,
                                      data=b"" if method == "POST" else None)
     try:
         with urllib.request.urlopen(request, timeout=5) as response:

@@ -4,6 +4,8 @@ the REST API (``/api/v1/management/backups``), `hive backups ...`, paho clients.
 from __future__ import annotations
 
 import base64
+import dataclasses
+import http.client
 import json
 import os
 import shutil
@@ -29,6 +31,7 @@ from e2e._session_helpers import PahoClient
 
 from hive_core import __version__
 from hive_core.admin import hash_password
+from hive_ext_api import StoredInflight, StoredSubscription
 from hive_ext_api.backup import BackupReader, ClientState, RetainedState
 
 pytestmark = pytest.mark.timeout(90)
@@ -269,3 +272,103 @@ def test_a_node_without_an_embedded_store_backs_up_its_live_state(hive_factory):
     assert [m.payload for r in records if isinstance(r, ClientState) for _s, m in r.queue] == \
         [b"queued"]
     assert not (node.data_dir / "persistence").exists()
+
+
+def _bad_records() -> list[tuple[str, ClientState | RetainedState, str]]:
+    """Records no MQTT client could have made, each with what the refusal must say."""
+    def with_subscription(**fields: object) -> ClientState:
+        state = client("planted", {})
+        sub = StoredSubscription("#", 1)
+        state.session.subscriptions["#"] = dataclasses.replace(sub, **fields)  # type: ignore[arg-type]
+        return state
+
+    def with_inflight(packet_id: int) -> ClientState:
+        state = client("planted", {"a/#": 1})
+        state.inflight.append(StoredInflight("planted", packet_id, "out", "publish",
+                                             message("a/b", b"x")))
+        return state
+
+    wildcard = client("planted", {"w/#": 1})
+    wildcard.session.subscriptions["w/+#"] = StoredSubscription("w/+#", 1)
+    return [
+        ("sub-id", with_subscription(subscription_id=-1), "subscription identifier -1"),
+        ("sub-id-big", with_subscription(subscription_id=268_435_456), "268435456"),
+        ("sub-qos", with_subscription(qos=3), "QoS 3"),
+        ("filter", wildcard, "must be the whole last level"),
+        ("sys", retained("$SYS/broker/uptime", b"forged"), "under $SYS"),
+        ("wildcard-topic", retained("w/+/#", b"x"), "wildcard"),
+        ("empty-topic", retained("", b"x"), "topic name is empty"),
+        ("queued-sys", client("planted", {"#": 1}, [message("$SYS/x", b"x")]), "under $SYS"),
+        ("packet-id-0", with_inflight(0), "packet identifier 0 is outside 1..65535"),
+        ("packet-id-70000", with_inflight(70_000), "packet identifier 70000"),
+    ]
+
+
+def test_records_against_mqtts_rules_are_refused_naming_the_record(hive_factory):
+    """Issue 20 (3): an imported subscription identifier -1 made every PUBLISH end in 0x83;
+    retained $SYS, wildcard and empty topics and packet ids 0 and 70,000 got in."""
+    port = free_port()
+    node = hive_factory(body=rest_on(port) + "<mqtt><packets><max-packet-size>1000"
+                        "</max-packet-size></packets></mqtt>", rest=port)
+    folder = backup_folder(node)
+    node_limits = [("payload", retained("big/payload", b"x" * 2000), "max-packet-size (1000"),
+                   ("levels", client("planted", {"a/" * 300 + "#": 1}), "deeper than 200")]
+    for name, bad, why in [*_bad_records(), *node_limits]:
+        write_backup(folder, name, [retained("fine/first", b"ok"), bad])
+        assert rest(node, f"{BACKUPS}/{name}", "POST")[0] == 202
+        backup = wait_backup(node, name)
+        assert backup["state"] == "RESTORE_FAILED", (name, backup)
+        assert "record 2" in backup["reason"] and why in backup["reason"], (name, backup)
+        assert str(folder) not in backup["reason"]  # no server paths in answers
+    # Nothing of any file got in, and the node publishes as before.
+    assert _retained_on(node.port, "#") == {}
+    assert _retained_on(node.port, "$SYS/#") == {}
+    listener = PahoClient(node.port, "listener").connect()
+    listener.subscribe("#", qos=1)
+    publisher = PahoClient(node.port, "publisher").connect()
+    publisher.publish("after/import", b"still works", qos=1)
+    assert listener.next_message().payload == b"still works"
+    listener.close()
+    publisher.close()
+
+
+def _post(port: int, path: str, headers: dict[str, str]) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.putrequest("POST", path, skip_host=True)
+        for name, value in headers.items():
+            connection.putheader(name, value)
+        connection.putheader("Content-Length", "0")
+        connection.endheaders()
+        answer = connection.getresponse()
+        answer.read()
+        return answer.status
+    finally:
+        connection.close()
+
+
+def test_cross_site_and_rebound_writes_are_refused(hive_factory):
+    """Issue 20 (4): with <auth> off (loopback), create and import answered 202 to
+    ``Host: evil.example`` and ``Origin: http://evil.example``, and to a form's POST."""
+    node = _node(hive_factory)
+    port = node.ports["rest"]
+    own = f"127.0.0.1:{port}"
+    json_type = {"Content-Type": "application/json"}
+    write_backup(backup_folder(node), "fine", [retained("fine/x", b"x")])
+    for path in (BACKUPS, f"{BACKUPS}/fine"):
+        assert _post(port, path, {"Host": f"evil.example:{port}", **json_type}) == 403
+        assert _post(port, path, {"Host": own, "Origin": "http://evil.example",
+                                  **json_type}) == 403
+        assert _post(port, path, {"Host": own, "Origin": "null", **json_type}) == 403
+        assert _post(port, path, {"Host": own, "Sec-Fetch-Site": "cross-site",
+                                  **json_type}) == 403
+        assert _post(port, path, {"Host": own}) == 415
+        assert _post(port, path, {"Host": own, "Content-Type": "text/plain"}) == 415
+        assert _post(port, path, {"Host": own,
+                                  "Content-Type": "application/x-www-form-urlencoded"}) == 415
+    # Nothing was made, nothing imported.
+    assert [(b["id"], b["state"]) for b in rest(node, BACKUPS)[1]["items"]] == [
+        ("fine", "COMPLETED")]
+    # The node's own names, and a same-origin page, may.
+    assert _post(port, BACKUPS, {"Host": f"localhost:{port}",
+                                 "Origin": f"http://localhost:{port}", **json_type}) == 202

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import random
@@ -18,10 +19,13 @@ from conftest import free_port
 from e2e.rawclient import RawClient
 from paho.mqtt.enums import CallbackAPIVersion
 
+from hive_core.config import parse_config
 from hive_core.mqtt import (
+    ConnAck,
     Connect,
     Disconnect,
     Packet,
+    PacketDecoder,
     PingReq,
     PropertyId,
     PubAck,
@@ -33,6 +37,8 @@ from hive_core.mqtt import (
     Will,
     encode_packet,
 )
+from hive_core.testing import RunningNode
+from hive_ext_api import AuthDecision, ConnectInfo, hookimpl
 
 pytestmark = pytest.mark.timeout(40)
 
@@ -391,6 +397,69 @@ def test_packet_over_the_maximum_size_gets_0x95(hive_factory: Any) -> None:
     assert_log_clean(node.log)
 
 
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def _unfinished_connect(port: int, megabytes: int) -> None:
+    """A CONNECT that announces 256 MB, then `megabytes` of its body; waits for the close."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(b"\x10\xff\xff\xff\x7f\x00\x04MQTT\x05\x02\x00\x1e")
+        chunk = b"x" * (1 << 20)
+        try:
+            for _ in range(megabytes):
+                sock.sendall(chunk)
+            while sock.recv(65536):
+                pass
+        except OSError:  # closed by the node: what the test waits for
+            pass
+
+
+def test_memory_of_unfinished_connects_is_freed_when_they_close(hive_factory: Any) -> None:
+    """Issue 20 (1): the decoder's buffer lived on in a ClientConnection <-> Channel cycle.
+
+    The pre-CONNECT limit is raised to the packet maximum here, so that only the release of
+    the buffer at the close keeps the node's memory down."""
+    node = hive_factory(body="<restrictions><no-connect-idle-timeout>1000</no-connect-idle-timeout>"
+                             "<max-pre-connect-size>268435460</max-pre-connect-size>"
+                             "</restrictions>")
+    assert node.proc is not None
+    before = _rss_mb(node.proc.pid)
+    for _ in range(2):
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda _: _unfinished_connect(node.port, 30), range(4)))
+    time.sleep(0.5)
+    after = _rss_mb(node.proc.pid)
+    assert after - before < 60, f"RSS {before:.0f} MB before, {after:.0f} MB after 8 x 30 MB"
+    with RawClient(node.port) as client:
+        assert client.connect(5, client_id="after-the-bursts").reason_code == 0
+
+
+def test_what_a_client_sends_before_connect_is_bounded(hive_factory: Any) -> None:
+    """Issue 20 (1): <max-pre-connect-size> (64 KiB by default) bounds the CONNECT."""
+    node = hive_factory()
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", node.port), timeout=WAIT) as sock:
+        sock.sendall(b"\x10\xff\xff\xff\x7f\x00\x04MQTT\x05\x02\x00\x1e")
+        assert _read_all(sock) == b""  # refused on the fixed header, no 10 s wait
+    assert time.monotonic() - started < 3
+    will = Will("w/big", b"w" * 60_000, 0, False, {})  # 120 kB: a will and a password
+    big = encode_packet(Connect("big-will", 4, True, 30, "u", b"p" * 60_000, will), 4)
+    with socket.create_connection(("127.0.0.1", node.port), timeout=WAIT) as sock:
+        sock.sendall(big)
+        assert _read_all(sock) == b""
+    raised = hive_factory(body="<restrictions><max-pre-connect-size>200000</max-pre-connect-size>"
+                               "</restrictions>")
+    with socket.create_connection(("127.0.0.1", raised.port), timeout=WAIT) as sock:
+        sock.sendall(big)
+        assert sock.recv(4) == b"\x20\x02\x00\x00"
+    assert_log_clean(node.log)
+
+
 # ---------------------------------------------------------------------------- slow and idle
 
 
@@ -533,3 +602,39 @@ def test_a_disconnect_reaches_a_client_that_is_still_sending(hive_factory):
         assert reasons.get(timeout=10) == 0x93
     finally:
         client.loop_stop()
+
+
+class _SlowAuthentication:
+    """An authentication extension that takes its time, as one asking a remote service does."""
+
+    @hookimpl
+    async def hive_authenticate(self, connect: ConnectInfo) -> AuthDecision:
+        await asyncio.sleep(1.5)
+        return AuthDecision.accept()
+
+
+def test_what_arrives_while_extensions_decide_is_bounded_too(tmp_path: Any) -> None:
+    """Issue 20 (1): packets sent after CONNECT, before extensions accept it, wait in memory;
+    <max-pre-connect-size> bounds them with the CONNECT."""
+    port = free_port()
+    config = parse_config(f"<hivemq><listeners><tcp-listener><port>{port}</port><bind-address>"
+                          "127.0.0.1</bind-address></tcp-listener></listeners><restrictions>"
+                          "<max-pre-connect-size>20000</max-pre-connect-size></restrictions>"
+                          "</hivemq>", source="<test>")
+    node = RunningNode(config, tmp_path / "data", [_SlowAuthentication()],
+                       load_installed=False).start()
+    try:
+        publish = encode_packet(Publish("early/t", b"x" * 1000, 0), 5)
+        with RawClient(port) as client:  # a few early packets: within the limit, all handled
+            client.decoder = PacketDecoder(protocol_version=5, server=False)
+            client.send_raw(encode_packet(Connect("early-ok", 5, True, 30), 5) + publish * 5)
+            assert client.expect(ConnAck).reason_code == 0
+        with RawClient(port) as client:  # 40 kB before the CONNACK: refused
+            client.decoder = PacketDecoder(protocol_version=5, server=False)
+            client.send_raw(encode_packet(Connect("early-big", 5, True, 30), 5))
+            for _ in range(40):
+                client.send_raw(publish)
+                time.sleep(0.005)
+            assert client.expect(ConnAck).reason_code == 0x95
+    finally:
+        node.stop()

@@ -7,6 +7,7 @@ garbage, silence); tests/cluster/test_haproxy.py puts the real HAProxy in front.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import struct
@@ -228,3 +229,35 @@ def test_extensions_see_the_clients_address(tmp_path: Path) -> None:
         node.stop()
     assert seen.authenticated == [("2001:db8::42", 50042)]
     assert seen.connected == [("2001:db8::42", 50042)]
+
+
+def test_only_the_trusted_proxies_may_send_a_header(hive_factory: Any) -> None:
+    """Risk (issue 20): with the PROXY protocol on, any direct client could claim any address
+    (a forged 10.6.6.6 got through a 10/8 allow-list)."""
+    port, other = free_port(), free_port()
+    listeners = (f"<tcp-listener><port>{port}</port><bind-address>127.0.0.1</bind-address>"
+                 "<proxy-protocol>true</proxy-protocol><trusted-proxies><proxy>192.0.2.10</proxy>"
+                 "<proxy>10.0.0.0/8</proxy></trusted-proxies></tcp-listener>"
+                 f"<tcp-listener><port>{other}</port><bind-address>127.0.0.1</bind-address>"
+                 "<proxy-protocol>true</proxy-protocol><trusted-proxies><proxy>127.0.0.0/8"
+                 "</proxy></trusted-proxies></tcp-listener>")
+    node = hive_factory(listeners=listeners, port=port, body=rest(rest_port := free_port()),
+                        rest=rest_port)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(v1("10.6.6.6", 40001, port) + bytes.fromhex(
+            "101000044d5154540402003c00046f6e6531"))
+        sock.settimeout(5)
+        with contextlib.suppress(ConnectionResetError):  # closed (reset), no CONNACK
+            assert sock.recv(16) == b""
+    node.wait_for_log(r"refusing connection from 127\.0\.0\.1:\d+ on tcp-listener-\d+: not a "
+                      r"trusted proxy")
+    assert refused(node) == 1
+    with RawClient(other) as client:  # from a trusted address: the header's client counts
+        client.send_raw(v1("10.6.6.6", 40002, other))
+        assert client.connect(5, "behind").reason_code == 0
+    node.wait_for_log(r"client 'behind' connected from 10\.6\.6\.6:40002")
+    assert "takes a PROXY protocol header from any address" not in node.log
+    with pytest.raises(Exception, match=r"trusted-proxies.*'ten\.example' is not an IP"):
+        parse_config("<hivemq><listeners><tcp-listener><port>1</port><proxy-protocol>true"
+                     "</proxy-protocol><trusted-proxies><proxy>ten.example</proxy>"
+                     "</trusted-proxies></tcp-listener></listeners></hivemq>")

@@ -18,6 +18,7 @@ from hive_ext_api.backup import (
     RetainedState,
     backup_file_name,
     data_folder_stores,
+    encode_client,
     new_backup_id,
     read_store,
 )
@@ -129,3 +130,68 @@ async def test_a_data_folder_lists_its_own_store_replicas_and_previous_copy(
     (bad / "sessions.db").write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(BackupError, match="not a readable Hive store"):
         list(read_store(bad / "sessions.db"))
+
+
+_FAN_OUT_VIEW = """CREATE VIEW session AS WITH RECURSIVE n(i) AS (
+    SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000)
+    SELECT 'c' || i AS client_id, 5 AS protocol_version, 3600 AS expiry_interval,
+           NULL AS disconnected_at, 1 AS version FROM n"""
+
+
+async def test_a_crafted_store_cannot_make_its_reader_allocate_or_plant_records(
+        tmp_path: Path) -> None:
+    """Issue 20 (3): a 24 KB store with a view gave the recovery tool 1,000,000 records (and
+    hundreds of MB); a subscription identifier -1 in a store was read as it was."""
+    import sqlite3
+
+    store = await write_store(tmp_path / "fan-out")
+    await store.close()
+    db = sqlite3.connect(store.path)
+    db.executescript(f"DROP TABLE session; {_FAN_OUT_VIEW}")
+    db.close()
+    with pytest.raises(BackupError, match="session is view, not a table"):
+        list(read_store(store.path))
+
+    store = await write_store(tmp_path / "generated")
+    await store.close()
+    db = sqlite3.connect(store.path)
+    db.executescript("DROP TABLE retained_message; CREATE TABLE retained_message (topic TEXT,"
+                     " payload BLOB GENERATED ALWAYS AS (zeroblob(100000000)) VIRTUAL, qos INT,"
+                     " retain INT, properties BLOB, expiry_at REAL, publisher_id TEXT,"
+                     " version INT)")
+    db.close()
+    with pytest.raises(BackupError, match="retained_message has hidden or generated columns"):
+        list(read_store(store.path))
+
+    store = await write_store(tmp_path / "planted")
+    await store.close()
+    db = sqlite3.connect(store.path)
+    db.execute("UPDATE subscription SET subscription_id = -1 WHERE topic_filter = 'a/#'")
+    db.commit()
+    db.close()
+    with pytest.raises(BackupError, match=r"client 'c1': subscription 'a/#': subscription "
+                                          r"identifier -1 is outside 1..268435455"):
+        list(read_store(store.path))
+
+
+def test_backup_records_are_held_to_mqtts_rules(tmp_path: Path) -> None:
+    """Issue 20 (3, 8): a bad record is refused naming its number; a record that is not one
+    (JSON nested 200,000 deep, a list as a topic filter) is a BackupError, not a crash."""
+    path = tmp_path / "b.backup"
+    with BackupWriter(path, source="t") as out:
+        out.add_retained(RetainedState(message(), 5))
+        out.add_raw(2, b"[" * 200_000 + b"]" * 200_000)
+    with pytest.raises(BackupError, match=r"record 2 \(at byte \d+\) is not a retained message "
+                                          r"record \(JSON nested too deep\)"):
+        list(BackupReader(path, "upload").records())
+    body = encode_client(ClientState(StoredSession("c", 5, 60, None), 1))
+    with BackupWriter(path, source="t") as out:
+        out.add_raw(1, body.replace(b'"subscriptions":[]',
+                                    b'"subscriptions":[[["a"],1,0,0,0,null]]'))
+    with pytest.raises(BackupError, match=r"upload: record 1 \(at byte \d+\) is not a client "
+                                          r"record \(TypeError"):
+        list(BackupReader(path, "upload").records())
+    with BackupWriter(path, source="t") as out:
+        out.add_retained(RetainedState(message("$SYS/broker/clients"), 5))
+    with pytest.raises(BackupError, match=r"record 1 .*under \$SYS"):
+        list(BackupReader(path).records())
