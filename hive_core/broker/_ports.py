@@ -159,6 +159,10 @@ class BrokerPort(Protocol):
         """Every stored session with its queue and window: a new backup's starting point."""
         ...
 
+    def has_session(self, client_id: str) -> bool:
+        """Whether this node holds a session of ``client_id`` (connected or not)."""
+        ...
+
     def is_connected(self, client_id: str) -> bool:
         """A client with this id is connected here."""
         ...

@@ -763,6 +763,9 @@ class Cluster:
         self.broker.remote_routes_changed()
         dropped = self.forwarding.abandon(peer_id)
         self.forwarding.dropped += dropped
+        for client_id, (owner, _epoch) in list(self.owners.items()):
+            if owner == peer_id:  # its clients get new sessions now, not a refusal
+                del self.owners[client_id]
         log.warning("Cluster node %s has been away for %.0f s: forgetting its subscriptions%s",
                     peer_id, ABSENT_KEEP,
                     f" and dropping the {dropped} messages kept for it" if dropped else "")
@@ -905,11 +908,7 @@ class Cluster:
                  (str(fields[7]), int(fields[8])) if len(fields) > 8 and fields[8] else None)
                 for fields in body[1]])
         elif kind is FrameKind.CLIENT_CONNECTED:
-            client_id, since = (str(body[0]), int(body[1])) if isinstance(body, list) \
-                else (str(body), time.time_ns())
-            self.owners[client_id] = (member.node_id, since)
-            self.owned_since.pop(client_id, None)
-            self.broker.taken_over_elsewhere(client_id)
+            self._on_client_connected(member.node_id, body)
         elif kind is FrameKind.OWNED:
             self._on_owned(member.node_id, body)
         elif kind is FrameKind.SESSION_GONE:
@@ -1187,6 +1186,12 @@ class Cluster:
                 taker = self._taker_of(owner)
                 if taker == self.node_id:
                     await self._taken(owner)
+                    if not self.broker.has_session(client_id) and \
+                            self.owner_of(client_id) == owner and owner not in self.members:
+                        # Not taken over (its node still answers, or no replica was complete
+                        # here): a fresh session would hide the real one, which lives on.
+                        raise SessionUnavailable(
+                            f"the node holding the session ({owner}) is unreachable")
                     return None  # here now, if it was in the replica
                 owner = taker
             elif owner is None and self._taking:
@@ -1194,6 +1199,9 @@ class Cluster:
                 return None
             member = self.members.get(owner) if owner is not None else None
             if member is None or member.link.closed:
+                if owner is not None and self.replicator is not None:
+                    raise SessionUnavailable(
+                        f"the node holding the session ({owner}) is unreachable")
                 return None
             self._fetch_seq += 1
             request = self._fetch_seq
@@ -1221,9 +1229,34 @@ class Cluster:
             return _Handover(fetch.records, fetch)
         return None
 
+    def custody_epoch(self, client_id: str, above: int = 0) -> int:
+        """A new custody epoch for ``client_id``'s session: higher than any this node knows
+        of (its own copy's, the directory's, ``above``). Epochs only grow, so every node keeps
+        the same holder in its directory whatever order the claims arrive in; they start from
+        the clock (nanoseconds) so that they also order after the claims of older nodes."""
+        known = max(self.owned_since.get(client_id, 0),
+                    self.owners.get(client_id, ("", 0))[1], above)
+        return max(time.time_ns(), known + 1)
+
+    def _on_client_connected(self, node_id: str, body: Any) -> None:
+        """CLIENT_CONNECTED: the client is on ``node_id`` now, with this custody epoch; a
+        claim older than the copy here (late, from before a split or a takeover) changes
+        nothing."""
+        client_id, since = (str(body[0]), int(body[1])) if isinstance(body, list) \
+            else (str(body), time.time_ns())
+        if since < self.owned_since.get(client_id, 0):
+            log.info("node %s says client %r connected there, before this node took its "
+                     "session over: ignored", node_id, client_id)
+            return
+        current = self.owners.get(client_id)
+        if current is None or since >= current[1]:
+            self.owners[client_id] = (node_id, since)
+        self.owned_since.pop(client_id, None)
+        self.broker.taken_over_elsewhere(client_id)
+
     def client_connected(self, client_id: str) -> None:
+        since = self.owned_since[client_id] = self.custody_epoch(client_id)
         self.owners.pop(client_id, None)
-        since = self.owned_since[client_id] = time.time_ns()
         for member in self.members.values():
             member.link.send(FrameKind.CLIENT_CONNECTED,
                              [client_id, since] if member.protocol >= 3 else client_id)
@@ -1294,9 +1327,8 @@ class Cluster:
         subscriptions here (FILTER_ADD, sent as each enters the topic tree). Returns the client
         ids taken (a client connected here meanwhile keeps its session)."""
         adopted = self.broker.adopt_sessions(records)
-        since = time.time_ns()
         for client_id in adopted:
-            self.owned_since[client_id] = since
+            self.owned_since[client_id] = self.custody_epoch(client_id)
             self.owners.pop(client_id, None)
         if adopted:
             for member in self.members.values():
@@ -1309,6 +1341,7 @@ class Cluster:
         the smaller node id). The other hands its queue on (MERGE_QUEUE) and drops its copy."""
         local = set(self.broker.owned_sessions())
         dropped: list[tuple[str, tuple[bool, int, bool]]] = []
+        kept: list[str] = []
         for item in body:
             if isinstance(item, list):
                 client_id, since = str(item[0]), int(item[1])
@@ -1321,6 +1354,12 @@ class Cluster:
                         self.owned_since.get(client_id, 0), self.node_id < node_id)
                 if theirs > mine:
                     dropped.append((client_id, theirs))
+                elif since >= mine[1]:
+                    # This copy stays (its client is here) although the other claim is newer:
+                    # a custody epoch above it, told to every member, so that no directory
+                    # keeps naming the node whose copy goes.
+                    self.owned_since[client_id] = self.custody_epoch(client_id, above=since)
+                    kept.append(client_id)
                 continue
             ended = self.ended_sessions.get(client_id, 0)
             # Ended after that copy was made. Only with replication: then a session that
@@ -1333,6 +1372,9 @@ class Cluster:
             current = self.owners.get(client_id)
             if current is None or since >= current[1]:
                 self.owners[client_id] = (node_id, since)
+        if kept:
+            for member in self.members.values():
+                self._send_owned(member, kept)
         if dropped:
             self._route_to_keeper(node_id, dropped)
 
@@ -1565,11 +1607,10 @@ class Cluster:
                     member.link.send(FrameKind.TAKEN_OVER, [failed, taken.watermarks])
                     self._excluding.setdefault(member.node_id, set()).add(failed)
             adopted = self.broker.adopt_sessions(taken.records)
-            since = time.time_ns()
             marks = {r.session.client_id: max((seq for seq, _m in r.queue), default=0)
                      for r in taken.records}
             for client_id in adopted:
-                self.owned_since[client_id] = since
+                self.owned_since[client_id] = self.custody_epoch(client_id)
                 self.owners.pop(client_id, None)
                 self.adopted_marks[client_id] = marks.get(client_id, 0)
             self.adopted_from.setdefault(failed, set()).update(adopted)
