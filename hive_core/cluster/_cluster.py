@@ -352,7 +352,7 @@ class Cluster:
                                tuple[float, list[int]] | None] = (None, None)
         self.forwarding = Forwarding()
         self._absent: dict[str, float] = {}  # nodes that left: when they are forgotten
-        self._absent_protocol: dict[str, int] = {}  # the node protocol they last spoke
+        self._spoke: dict[str, int] = {}  # the node protocol each node last spoke here
         self._ack_due: set[str] = set()  # peers whose data frames were handled, not acknowledged
         self._ack_task: asyncio.Task[None] | None = None
         self.incarnation = time.time_ns()
@@ -653,6 +653,7 @@ class Cluster:
         away = self._absent_at.pop(peer_id, None)
         merging = away is not None and away[1] == incarnation and protocol >= 3
         address = ClusterNodeAddress(str(hello["host"]), int(hello["port"]))
+        self._spoke[peer_id] = protocol
         self.members[peer_id] = Member(peer_id, address, str(hello.get("version", "")),
                                        protocol, link, incarnation, merging=merging,
                                        arrival_stamps=bool(hello.get("arrival_stamps")))
@@ -731,7 +732,6 @@ class Cluster:
         member.link.close()
         # Its filters stay in the table and what it would get is kept for it (ABSENT_KEEP).
         self._absent[peer_id] = time.monotonic() + ABSENT_KEEP
-        self._absent_protocol[peer_id] = member.protocol
         if why != "it shut down":  # unreachable, not gone: dialled until it is back
             self._absent_at[peer_id] = (member.address, member.incarnation)
         self.forwarding.left(peer_id)
@@ -757,7 +757,7 @@ class Cluster:
     def _forget(self, peer_id: str) -> None:
         """A node away for longer than ABSENT_KEEP: no more routing to it."""
         del self._absent[peer_id]
-        self._absent_protocol.pop(peer_id, None)
+        self._spoke.pop(peer_id, None)
         self._absent_at.pop(peer_id, None)  # discovery finds it again if it comes back
         self.table.drop(peer_id)
         self.broker.remote_routes_changed()
@@ -1023,7 +1023,7 @@ class Cluster:
                 member.link.send_encoded(sent)
             elif member is None and node_id not in self._absent:
                 continue
-            elif member is None and self._absent_protocol.get(node_id, 0) >= 4:
+            elif member is None and self._spoke.get(node_id, 0) >= 4:
                 sent = frame  # kept with its identity: a copy of a session may get it twice
             else:  # kept for an absent node too: it may come back speaking another version
                 sent = legacy = legacy or encode_publish_frame(
@@ -1661,7 +1661,6 @@ class Cluster:
     def _drop_node(self, node_id: str) -> None:
         """A failed node whose sessions were taken over: nothing is routed or kept for it."""
         self._absent.pop(node_id, None)
-        self._absent_protocol.pop(node_id, None)
         self.table.drop(node_id)
         self.forwarding.abandon(node_id)
         for client_id, (owner, _since) in list(self.owners.items()):
