@@ -352,7 +352,8 @@ class Cluster:
                                tuple[float, list[int]] | None] = (None, None)
         self.forwarding = Forwarding()
         self._absent: dict[str, float] = {}  # nodes that left: when they are forgotten
-        self._spoke: dict[str, int] = {}  # the node protocol each node last spoke here
+        # The node protocol each node last spoke here, and whether it took arrival stamps.
+        self._spoke: dict[str, tuple[int, bool]] = {}
         self._ack_due: set[str] = set()  # peers whose data frames were handled, not acknowledged
         self._ack_task: asyncio.Task[None] | None = None
         self.incarnation = time.time_ns()
@@ -653,7 +654,7 @@ class Cluster:
         away = self._absent_at.pop(peer_id, None)
         merging = away is not None and away[1] == incarnation and protocol >= 3
         address = ClusterNodeAddress(str(hello["host"]), int(hello["port"]))
-        self._spoke[peer_id] = protocol
+        self._spoke[peer_id] = (protocol, bool(hello.get("arrival_stamps")))
         self.members[peer_id] = Member(peer_id, address, str(hello.get("version", "")),
                                        protocol, link, incarnation, merging=merging,
                                        arrival_stamps=bool(hello.get("arrival_stamps")))
@@ -1015,22 +1016,26 @@ class Cluster:
         forwarding = self.forwarding
         for node_id in nodes:
             member = self.members.get(node_id)
-            if member is not None and member.protocol >= 4:
-                sent = frame if member.arrival_stamps else (unstamped := unstamped or (
-                    encode_publish_frame(message.topic, message.payload, message.qos,
-                                         message.retain, raw_props, message.expiry_at,
-                                         message.publisher_id, serial)))
-                member.link.send_encoded(sent)
-            elif member is None and node_id not in self._absent:
+            if member is not None:
+                protocol, stamps = member.protocol, member.arrival_stamps
+            elif node_id in self._absent:
+                # Kept for an absent node, with its identity if it spoke protocol 4: a copy of
+                # a session there may get it twice (a merge), and only the identity tells.
+                protocol, stamps = self._spoke.get(node_id, (0, False))
+            else:
                 continue
-            elif member is None and self._spoke.get(node_id, 0) >= 4:
-                sent = frame  # kept with its identity: a copy of a session may get it twice
-            else:  # kept for an absent node too: it may come back speaking another version
+            if protocol >= 4 and stamps:
+                sent = frame
+            elif protocol >= 4:
+                sent = unstamped = unstamped or encode_publish_frame(
+                    message.topic, message.payload, message.qos, message.retain, raw_props,
+                    message.expiry_at, message.publisher_id, serial)
+            else:
                 sent = legacy = legacy or encode_publish_frame(
                     message.topic, message.payload, message.qos, message.retain, raw_props,
                     message.expiry_at, message.publisher_id)
-                if member is not None:
-                    member.link.send_encoded(sent)
+            if member is not None:
+                member.link.send_encoded(sent)
             forwarding.sent(node_id, sent)  # kept until acknowledged, sent again if need be
             self.metrics.publishes_forwarded += 1
 
