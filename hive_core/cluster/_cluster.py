@@ -635,8 +635,14 @@ class Cluster:
             if keep_new and now - existing.link.last_read < 2 * self.settings.heartbeat_interval \
                     and now - existing.joined_at > SIMULTANEOUS_DIALS:
                 # Its member is connected and answering: not a restart, not a crossing dial.
-                log.error("a second link (from %s) claims the node id %s of a member that is "
-                          "connected and answering: refused", link.peer_address, peer_id)
+                if incarnation == existing.incarnation:
+                    # The same process, reached under another address (NAT, two names): the
+                    # WELCOME tells it whom it reached, so that it stops dialling it.
+                    if answer:
+                        link.send(FrameKind.WELCOME, self._hello())
+                else:
+                    log.error("a second link (from %s) claims the node id %s of a member that "
+                              "is connected and answering: refused", link.peer_address, peer_id)
                 link.close()
                 return
             if not keep_new:

@@ -5,6 +5,7 @@ authentication REQUIRED, and the cluster's node links; real TLS clients connect.
 from __future__ import annotations
 
 import ssl
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -139,8 +140,9 @@ def test_seed_004s_cluster_tls_with_jks_files(tmp_path: Path, pki: PKI,
         name = f"node{index + 1}"
         subprocess.run([sys.executable, "-m", "hive_core.cli", "certs", "node", "--ca",
                         str(folder / "ca"), "--name", name, "--ip", "127.0.0.1", "--out",
-                        str(folder / name), "--p12", "--password", "p12-secret"],
-                       check=True, capture_output=True, timeout=20)
+                        str(folder / name), "--p12"],
+                       check=True, capture_output=True, timeout=20,
+                       env={**os.environ, "HIVE_CERTS_PASSWORD": "p12-secret"})
         key = import_key(folder / name / f"{name}.p12", "p12-secret", name,
                          folder / f"{name}.{kind.lower()}", kind)
         trust = trust_store(folder / "ca" / "ca.pem", folder / f"{name}-trust.jks", "JKS")

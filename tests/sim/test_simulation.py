@@ -58,8 +58,9 @@ named here so that it cannot go unnoticed. A fix removes its line (a seed listed
 passes fails the test, so the list only shrinks)."""
 
 
+@pytest.mark.timeout(420)
 def test_subscribers_moving_between_nodes_lose_nothing_and_get_qos2_once() -> None:
-    done = simulate("1000-1149", "move", timeout=300)
+    done = simulate("1000-1149", "move", timeout=400)
     broken = {int(line.split()[1].rstrip(":")) for line in done.stdout.splitlines()
               if line.startswith("seed ") and ": ok" not in line}
     assert "150 seeds," in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
