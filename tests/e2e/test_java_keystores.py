@@ -4,8 +4,8 @@ authentication REQUIRED, and the cluster's node links; real TLS clients connect.
 
 from __future__ import annotations
 
-import ssl
 import os
+import ssl
 import subprocess
 import sys
 from collections.abc import Callable
