@@ -67,11 +67,12 @@ class Latency:
         self.count = 0
         self.total = 0.0
 
-    def observe(self, seconds: float) -> None:
+    def observe(self, seconds: float, weight: int = 1) -> None:
+        """One observation, or one standing for ``weight`` (a sampled one)."""
         seconds = max(seconds, 0.0)
-        self.buckets[bisect_left(BUCKETS_SECONDS, seconds)] += 1
-        self.count += 1
-        self.total += seconds
+        self.buckets[bisect_left(BUCKETS_SECONDS, seconds)] += weight
+        self.count += weight
+        self.total += seconds * weight
 
     def snapshot(self) -> LatencySnapshot:
         return LatencySnapshot(tuple(self.buckets), self.count, self.total)
@@ -85,11 +86,11 @@ class Latencies:
     def __init__(self) -> None:
         self.by_peer: dict[str, Latency] = {}
 
-    def observe(self, peer: str, seconds: float) -> None:
+    def observe(self, peer: str, seconds: float, weight: int = 1) -> None:
         latency = self.by_peer.get(peer)
         if latency is None:
             latency = self.by_peer[peer] = Latency()
-        latency.observe(seconds)
+        latency.observe(seconds, weight)
 
     def snapshot(self) -> dict[str, LatencySnapshot]:
         return {peer: latency.snapshot() for peer, latency in sorted(self.by_peer.items())}

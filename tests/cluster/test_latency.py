@@ -14,6 +14,7 @@ import pytest
 
 from cluster._nodes import get, start_cluster, wait_for, wait_for_members, wait_for_route
 from cluster.test_prometheus import client, scrape
+from hive_core.cluster._cluster import DELIVERY_SAMPLE
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -75,7 +76,9 @@ def test_delivery_and_acknowledgement_latency_show_a_frozen_node(hive_factory: A
     acks = histogram(publishing, "hive_cluster_forward_ack_seconds", peer=ids[1])
     print(f"\ndelivery (s, cumulative): {delivery}\nforward acks: {acks}")
     assert subscribing["types"]["hive_cluster_message_delivery_seconds"] == "histogram"
-    assert delivery["count"] == count == delivery["+Inf"]  # every forwarded message, once
+    # every forwarded message, counted by sample (one timed in DELIVERY_SAMPLE stands for all)
+    assert delivery["count"] == delivery["+Inf"]
+    assert abs(delivery["count"] - count) < DELIVERY_SAMPLE
     assert delivery["0.01"] >= count / 2  # most cross loopback within milliseconds
     assert delivery["0.25"] < count  # those routed while the node was frozen waited
     assert delivery["2.5"] == count  # and no longer than the freeze and the catching up
@@ -95,4 +98,4 @@ def test_delivery_and_acknowledgement_latency_show_a_frozen_node(hive_factory: A
     assert replication["count"] >= 1 and replication["+Inf"] == replication["count"]
     # the same numbers in the REST metrics document
     document = get(nodes[1], "/api/v1/metrics")["cluster"]["delivery_latency"][ids[0]]
-    assert document["count"] >= count and len(document["buckets"]) == 17
+    assert document["count"] >= count - DELIVERY_SAMPLE and len(document["buckets"]) == 17
