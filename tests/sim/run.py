@@ -80,6 +80,11 @@ def main() -> int:
         print(f"\n{verdict_line(result)}")
         print("\n".join(result.get("details", [])))
         print("schedule:\n" + "\n".join(result.get("schedule", [])))
+    totals = {name: sum(r.get(name, 0) for r in results)
+              for name in ("acknowledged", "expected", "lost", "qos2_duplicates",
+                           "qos1_duplicates", "reordered", "wrong_session_present", "owners",
+                           "errors")}
+    print("totals: " + ", ".join(f"{name} {count}" for name, count in totals.items()))
     print(f"\n{len(results)} seeds, {len(broken)} broken, {time.monotonic() - begun:.1f} s")
     return 1 if broken else 0
 
