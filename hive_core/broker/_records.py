@@ -42,6 +42,9 @@ class SessionRecords:
     session: StoredSession
     queue: list[tuple[int, StoredMessage]] = field(default_factory=list)  # (seq, message)
     inflight: list[StoredInflight] = field(default_factory=list)
+    # The identities of the messages from the cluster the session took (see _handover.py):
+    # they move with it, so that no way brings one of them to it again. None: not known.
+    seen: list[tuple[str, int]] | None = None
 
 
 def stored_message(pending: Pending) -> StoredMessage:
@@ -140,6 +143,8 @@ def session_from(records: SessionRecords, now: float) -> Session:
             pending = (pending_from(inflight.message) if inflight.message
                        else Pending(Message("", b"", 2, False, None, ""), 2, None, False))
             session.inflight[inflight.packet_id] = Outbound(pending, inflight.state)
+    if records.seen:
+        session.seen = dict.fromkeys((str(o), int(n)) for o, n in records.seen)
     return session
 
 
@@ -250,7 +255,8 @@ class Records:
         inflight = [_outbound_record(client_id, pid, o) for pid, o in session.inflight.items()]
         inflight += [StoredInflight(client_id, pid, "in", "pubrec")
                      for pid in session.inbound_qos2]
-        return SessionRecords(stored_session(session), queue, inflight)
+        seen = list(session.seen) if session.seen else None
+        return SessionRecords(stored_session(session), queue, inflight, seen)
 
     @staticmethod
     def stored(session: Session) -> SessionRecords:

@@ -125,6 +125,7 @@ class Member:
     synced: bool = False  # its SYNCED arrived: this node knows what the peer holds
     merging: bool = False  # back after a split: merging until its SYNCED
     arrival_stamps: bool = False  # its HELLO said so: its PUBLISH frames may carry routed_at
+    session_seen: bool = False  # its HELLO said so: a SESSION's first part may carry its seen ids
     # Its load as its last HEARTBEAT said: [connections, sessions, messages in, messages out]
     load: list[int] | None = None
     load_at: float = 0.0  # Unix time it arrived
@@ -243,7 +244,7 @@ class _Handover:
                              [self.fetch.request, self.fetch.client_id])
 
 
-def session_parts(records: SessionRecords) -> Iterator[list[Any]]:
+def session_parts(records: SessionRecords, seen: bool = False) -> Iterator[list[Any]]:
     """A session as frame bodies: the record, the window and the first messages of the queue,
     then the rest of the queue in parts of about PART_BYTES (a queue may be any size)."""
     record, inflight = records.session, records.inflight
@@ -251,18 +252,22 @@ def session_parts(records: SessionRecords) -> Iterator[list[Any]]:
                       s.retain_handling, s.subscription_id] for s in record.subscriptions.values()]
     parts = in_parts([[seq, message_fields(m)] for seq, m in records.queue],
                      lambda item: len(item[1][1]))
-    yield [
+    first = [
         [record.client_id, record.protocol_version, record.expiry_interval,
          record.disconnected_at, subscriptions],
         next(parts, []),
         [[i.packet_id, i.direction, i.state, message_fields(i.message) if i.message else None]
          for i in inflight],
     ]
+    if seen:  # a node that takes them (its HELLO said so): the identities the session took
+        first.append([list(mid) for mid in records.seen or ()])
+    yield first
     yield from ([part] for part in parts)
 
 
 def session_from(body: list[Any]) -> SessionRecords:
-    (client_id, version, expiry, disconnected_at, subscriptions), queue, inflight = body
+    (client_id, version, expiry, disconnected_at, subscriptions), queue, inflight = body[:3]
+    seen = [(str(o), int(n)) for o, n in body[3]] if len(body) > 3 else None
     record = StoredSession(client_id, version, expiry, disconnected_at, {
         s[0]: StoredSubscription(s[0], s[1], s[2], s[3], s[4], s[5]) for s in subscriptions})
     return SessionRecords(
@@ -270,7 +275,8 @@ def session_from(body: list[Any]) -> SessionRecords:
         [(seq, StoredMessage(*fields)) for seq, fields in queue],
         [StoredInflight(client_id, pid, direction, state,
                         StoredMessage(*fields) if fields else None)
-         for pid, direction, state, fields in inflight])
+         for pid, direction, state, fields in inflight],
+        seen)
 
 
 def queue_from(body: list[Any]) -> list[tuple[int, StoredMessage]]:
@@ -593,7 +599,8 @@ class Cluster:
         return {"id": self.node_id, "protocol": self.settings.protocol,
                 "min_protocol": MIN_PROTOCOL_VERSION, "version": __version__,
                 "host": self.address.host, "port": self.address.port,
-                "incarnation": self.incarnation, "arrival_stamps": 1, **self._health_hello()}
+                "incarnation": self.incarnation, "arrival_stamps": 1, "session_seen": 1,
+                **self._health_hello()}
 
     def _health_hello(self) -> dict[str, Any]:
         """Where peers hold their health connection to this node (older peers ignore it)."""
@@ -668,7 +675,8 @@ class Cluster:
         self._spoke[peer_id] = (protocol, bool(hello.get("arrival_stamps")))
         self.members[peer_id] = Member(peer_id, address, str(hello.get("version", "")),
                                        protocol, link, incarnation, merging=merging,
-                                       arrival_stamps=bool(hello.get("arrival_stamps")))
+                                       arrival_stamps=bool(hello.get("arrival_stamps")),
+                                       session_seen=bool(hello.get("session_seen")))
         if merging:
             # A session here may have a copy there (a takeover while apart), and the members
             # route to both for a moment: each session takes each message once (its identity).
@@ -903,7 +911,7 @@ class Cluster:
             fetch = self._fetches.get(request)
             if fetch is not None and fetch.link is link:
                 fetch.part(part, more)
-            elif part is not None and len(part) == 3:  # the first part of an answer too late
+            elif part is not None and len(part) >= 3:  # the first part of an answer too late
                 link.send(FrameKind.SESSION_DECLINED, [request, client_id])
         elif kind is FrameKind.SESSION_TAKEN:
             client_id = str(body[1])
@@ -1187,7 +1195,8 @@ class Cluster:
             link.send(FrameKind.SESSION, [request, client_id, None, False])
             return
         self._handing.setdefault(link, set()).add(client_id)
-        parts = list(session_parts(records))
+        asking = self.members.get(link.peer_id) if link.peer_id else None
+        parts = list(session_parts(records, seen=asking is not None and asking.session_seen))
         for index, part in enumerate(parts):
             link.send(FrameKind.SESSION, [request, client_id, part, index < len(parts) - 1])
 

@@ -25,6 +25,7 @@ from cluster.test_membership import (
 from hive_core.broker import ClientConnection
 from hive_core.cluster import MemoryNetwork, _cluster
 from hive_core.mqtt import ConnAck, Connect, PacketDecoder, Publish, ReasonCode, encode_packet
+from hive_core.persistence import StoredMessage
 from hive_core.plugins import ExtensionManager, Extensions
 from hive_ext_api import AuthDecision, ConnectInfo, hookimpl
 
@@ -215,5 +216,30 @@ def test_an_mqtt5_client_refused_during_a_session_fetch_gets_an_mqtt5_connack() 
         ack = next(p for p in wire.packets if isinstance(p, ConnAck))
         assert ack.reason_code == ReasonCode.SERVER_UNAVAILABLE
         assert wire.closed
+
+    run_cluster(scenario)
+
+
+def test_a_session_handed_over_carries_the_identities_it_took() -> None:
+    """What a session took from the cluster moves with it: a copy of one of those messages
+    that reaches it again on its new node (a merge, a rescue, a late route) is not taken."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, n3 = nodes
+        offline_subscriber(n1, "carrier", "id/#")
+        await until(lambda: n3.cluster.table.filters_of("n1") == {"id/#"})
+        publisher = n3.client("pub")
+        publish_qos1(publisher, "id/a", b"once")
+        await until(lambda: len(n1.broker.sessions["carrier"].queue) == 1)
+        seen = dict(n1.broker.sessions["carrier"].seen or {})
+        assert len(seen) == 1
+        back = n2.client("carrier", clean=False)
+        await until(lambda: len(back.received) == 1, what="the queue on n2")
+        moved = n2.broker.sessions["carrier"]
+        assert set(moved.seen or {}) == set(seen)
+        # the same message again, as a merge would bring it: not taken a second time
+        (mid,) = seen
+        n2.broker.merge_queue("carrier", [(StoredMessage("id/a", b"once", 1), mid)])
+        await settle()
+        assert back.payloads == [b"once"]
 
     run_cluster(scenario)
