@@ -87,9 +87,12 @@ class PeerLink(asyncio.Protocol):
         now = time.monotonic()
         if self.stale_after is not None and now - self.last_read > self.stale_after \
                 and self.peer_id is not None:
-            log.warning("the link to %s was not read for %.1f s (this node did not run): "
-                        "what waited on it is stale; closing it", self.peer_id,
-                        now - self.last_read)
+            # Which side stalled, a link cannot tell: this node did not run, the peer did not
+            # send, or the network held the data back (a partition); the heartbeat says which
+            # when it is this node.
+            log.warning("nothing was read on the link to %s for %.1f s (this node or %s did "
+                        "not run, or the network held it back): what waited on it is stale; "
+                        "closing it", self.peer_id, now - self.last_read, self.peer_id)
             self.close()  # what is still due comes again on a new link (REPLAY) or elsewhere
             return
         self.last_read = now
