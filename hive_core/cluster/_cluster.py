@@ -846,9 +846,12 @@ class Cluster:
                               decode_properties(props) if props else None, publisher, expiry_at)
             if serial:
                 message.mid = (peer_id, serial)  # type: ignore[assignment]
-            if self._excluding and self._excluding.get(peer_id):  # type: ignore[arg-type]
-                # Routed by the peer before it heard of a takeover: the sessions taken over
-                # get it from the failed node's share (RESCUED), not twice.
+            if not serial and self._excluding and self._excluding.get(peer_id):  # type: ignore[arg-type]
+                # A message without identity (a node of protocol 3), maybe routed by the peer
+                # before it heard of a takeover: the sessions taken over get it from the
+                # failed node's share (RESCUED), not twice. With an identity, each session
+                # takes it once whichever way comes first, and one routed to the taker after
+                # the takeover (in no share) is not lost.
                 self.broker.publish_among(message, self._adopted_of(peer_id), among=False)  # type: ignore[arg-type]
             else:
                 self.broker.publish_from_peer(message)
