@@ -772,7 +772,13 @@ class Cluster:
                     and self.replicas.holds(peer_id) and peer_id not in self._taking:
                 self._taking[peer_id] = anyio.Event()
                 probe = member.address if why == "its connection closed" else None
-                asyncio.get_running_loop().create_task(self._take_over(peer_id, probe))
+                # The larger side of a split takes a node over; a node that sees no more than
+                # half of the nodes it knew (itself included) takes it over only if the node
+                # is surely dead (its port refuses), not merely out of reach.
+                known = 1 + len(self.members) + len(self._absent_at)
+                majority = 2 * (1 + len(self.members)) > known
+                asyncio.get_running_loop().create_task(
+                    self._take_over(peer_id, probe, majority, member.address))
 
     def _forget(self, peer_id: str) -> None:
         """A node away for longer than ABSENT_KEEP: no more routing to it."""
@@ -1613,19 +1619,32 @@ class Cluster:
                 with anyio.move_on_after(self.settings.connect_timeout):
                     await event.wait()
 
-    async def _take_over(self, failed: str, probe: ClusterNodeAddress | None = None) -> None:
+    async def _take_over(self, failed: str, probe: ClusterNodeAddress | None = None,
+                         majority: bool = True,
+                         address: ClusterNodeAddress | None = None) -> None:
         """``failed`` left and this node follows it on the ring: its sessions become ours.
 
         ``probe``: the link closed without a heartbeat timeout; the node is taken over only if
         its port no longer answers (after a pause of this node, the peers close its links).
+        Without ``majority`` (this node sees no more than half of the nodes), only if its port
+        at ``address`` refuses: a node out of reach (a split) keeps its sessions, and the
+        larger side takes them over.
         """
         began = time.monotonic()
         event = self._taking[failed]
         try:
             assert self.replicas is not None
-            if probe is not None and await self.transport.answers(probe):
+            asked = probe if probe is not None else (address if not majority else None)
+            verdict = await self.transport.answers(asked) if asked is not None else False
+            if verdict:
                 log.warning("node %s closed its link to this node but still answers: its "
                             "sessions stay with it", failed)
+                return
+            if verdict is None and not majority:
+                log.warning("node %s does not answer, and this node sees %d of the %d nodes it "
+                            "knew: its sessions are not taken over here (the larger side takes "
+                            "them, or the node keeps them)", failed, 1 + len(self.members),
+                            1 + len(self.members) + len(self._absent_at))
                 return
             taken = await self.replicas.take(failed)
             if taken is None:

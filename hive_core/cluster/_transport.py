@@ -50,9 +50,10 @@ class NodeTransport(Protocol):
         """Stop accepting links (the links already open are the cluster's to close)."""
         ...
 
-    async def answers(self, address: ClusterNodeAddress) -> bool:
-        """Whether the node at ``address`` still takes links: a crashed process's port does
-        not, a live node that closed its link (it thought this one dead) does."""
+    async def answers(self, address: ClusterNodeAddress) -> bool | None:
+        """Whether the node at ``address`` still takes links: True for a live node (that
+        closed its link because it thought this one dead), False when its port refuses (the
+        process is gone), None when nothing answers in time (out of reach: a split)."""
         ...
 
 
@@ -63,13 +64,16 @@ PROBE_SETTLE = 0.25
 closed within it was taken by a process on its way out (see port_answers)."""
 
 
-async def port_answers(address: ClusterNodeAddress) -> bool:
-    """Whether a node's cluster port still takes connections (a crashed process's does
-    not; a live node that closed the link, because it thought this one dead, does)."""
+async def port_answers(address: ClusterNodeAddress) -> bool | None:
+    """Whether a node's cluster port still takes connections: True (a live node that closed
+    the link, because it thought this one dead, does), False (refused: a crashed process's
+    port), None (no answer within a second: out of reach)."""
     try:
         with anyio.fail_after(1.0):
             reader, writer = await asyncio.open_connection(address.host, address.port)
-    except (OSError, TimeoutError):
+    except TimeoutError:
+        return None
+    except OSError:
         return False
     # A process being killed closes its sockets one by one: its links may be closed while
     # its listening socket still completes handshakes, and the connection is reset a moment
@@ -131,7 +135,7 @@ class TcpTransport:
             self._server.close()
             self._server = None
 
-    async def answers(self, address: ClusterNodeAddress) -> bool:
+    async def answers(self, address: ClusterNodeAddress) -> bool | None:
         return await port_answers(address)
 
 
@@ -249,9 +253,12 @@ class MemoryTransport:
     async def close(self) -> None:
         self.network._unbind(self)
 
-    async def answers(self, address: ClusterNodeAddress) -> bool:
-        return address in self.network._listeners and self.network.reachable(
-            self.host, address.host)
+    async def answers(self, address: ClusterNodeAddress) -> bool | None:
+        if address.host in self.network._dead:
+            return False  # its process is gone: the port refuses
+        if not self.network.reachable(self.host, address.host):
+            return None
+        return address in self.network._listeners
 
 
 class _MemoryEnd(asyncio.Transport):

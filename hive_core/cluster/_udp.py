@@ -519,7 +519,7 @@ class UdpTransport:
             self._socket.close()
             self._socket = None
 
-    async def answers(self, address: ClusterNodeAddress) -> bool:
+    async def answers(self, address: ClusterNodeAddress) -> bool | None:
         """No probe over UDP: a peer whose link closed is taken for gone."""
         return False
 

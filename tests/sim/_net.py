@@ -213,7 +213,9 @@ class SimTransport:
         for address in [a for a in self.network.listeners if a.host == self.host]:
             del self.network.listeners[address]
 
-    async def answers(self, address: ClusterNodeAddress) -> bool:
+    async def answers(self, address: ClusterNodeAddress) -> bool | None:
         await asyncio.sleep(self.network.latency())
-        return address in self.network.listeners and self.network.reachable(
-            self.host, address.host)
+        if not self.network.reachable(self.host, address.host):
+            await asyncio.sleep(1.0)  # the SYN is dropped: no answer within the probe's second
+            return None
+        return address in self.network.listeners

@@ -41,6 +41,10 @@ REGRESSIONS = [
     # taker kept it from the sessions it took over, as if it were in the failed node's share
     # (which it was not): lost.
     (2033, "kill"),
+    # The node cut off took its neighbours over (seeing only itself), dropped what it kept
+    # for them, and delivered it to the sessions it took from a stale replica: lost. Now only
+    # a node that sees more than half of the nodes takes over one that does not answer.
+    (2032, "isolate"),
 ]
 """(seed, faults) that broke an invariant once: each must keep passing."""
 
