@@ -8,7 +8,8 @@ and not yet released), and the CONNACK's `session present` of every connect.
 
 Each client has a home node; it connects there while that node's process runs, else to another
 running one. A connection that gives no CONNACK within ``CONNECT_TIMEOUT`` (a frozen node), or
-stays silent past 1.5 keep-alives, is dropped and the client connects again.
+stays silent past 1.5 keep-alives, is dropped and the client connects again, to another node
+than the one that failed it (as a client behind a load balancer would).
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class RealClient(asyncio.Protocol):
         self.seq = 0
         self.last_heard = 0.0
         self.connects = 0
+        self.avoid: str | None = None  # the node of the last failed attempt
         self._task: asyncio.Task[None] | None = None
 
     # -- connecting
@@ -99,6 +101,8 @@ class RealClient(asyncio.Protocol):
             self.connecting = False
             self._retry()
             return
+        if self.avoid in ports and len(ports) > 1:
+            del ports[self.avoid]
         name = self.home if self.home in ports else self.rng.choice(sorted(ports))
         self.node = name
         self.decoder = PacketDecoder(protocol_version=5, server=False)
@@ -108,6 +112,7 @@ class RealClient(asyncio.Protocol):
                                                           ports[name]), CONNECT_TIMEOUT)
         except (TimeoutError, OSError):
             self.connecting = False
+            self.avoid = name
             self._retry()
             return
         self.send(Connect(self.client_id, 5, clean_start=False, keep_alive=KEEP_ALIVE,
@@ -115,6 +120,7 @@ class RealClient(asyncio.Protocol):
         transport = self.transport
         await asyncio.sleep(CONNECT_TIMEOUT)
         if transport is self.transport and self.connecting:  # no CONNACK: a frozen node
+            self.avoid = name
             self.drop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -165,9 +171,11 @@ class RealClient(asyncio.Protocol):
             self.connecting = False
             if packet.reason_code != 0:
                 record.refusals += 1
+                self.avoid = self.node
                 self.drop()
                 return
             self.connected = True
+            self.avoid = None
             self.connects += 1
             if self.had_session and not packet.session_present:
                 record.session_lost.append((self.client_id, self.node or "", self.clock.now))
@@ -236,6 +244,7 @@ class RealClient(asyncio.Protocol):
         if transport is not self.transport or self.transport is None:
             return
         if self.clock.now - self.last_heard > 1.5 * KEEP_ALIVE:
+            self.avoid = self.node
             self.drop()  # no answer to the last PINGREQ: the node is gone for this client
             return
         self.send(PingReq())
