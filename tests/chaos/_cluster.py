@@ -1,6 +1,7 @@
 """Three real `hive run` nodes on loopback, each under a group id of its own, and a firewall
 that cuts one node's cluster and health-check ports off from the others (its MQTT clients stay
-connected): the method of /work/shared/TESTBED.md, "Partitions without namespaces".
+connected), without network namespaces: the nodes share 127.0.0.1 as they do in the other
+real-process tests.
 
 Every new loopback connection a node dials is marked with the node's gid (mangle OUTPUT,
 CONNMARK); a chain of our own on ``INPUT -i lo`` drops, while a node is cut off, its marked
