@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import os
 import random
 import signal
@@ -48,6 +50,20 @@ class Outcome:
     schedule: list[str] = field(default_factory=list)
     refusals: int = 0
     sessions: dict[str, int | None] = field(default_factory=dict)
+    record: Record | None = None
+
+    def dump(self, path: Path) -> None:
+        """What the clients recorded and the schedule, as JSON (for a look at a failure)."""
+        record = self.record or Record()
+        path.write_text(json.dumps({
+            "seed": self.seed, "faults": list(self.faults), "schedule": self.schedule,
+            "verdict": dataclasses.asdict(self.verdict),
+            "published": [[p, s, at] for (p, s), at in sorted(record.published.items())],
+            "acknowledged": sorted(record.acked),
+            "subscribed_at": record.subscribed_at,
+            "session_lost": record.session_lost,
+            "deliveries": {client: [dataclasses.asdict(d) for d in got]
+                           for client, got in record.deliveries.items()}}))
 
     def lines(self) -> list[str]:
         """A line per invariant, the figures, and on a failure the details and the schedule."""
@@ -181,7 +197,7 @@ class Chaos:
         verdict.errors = len(self.record.errors) + self._tracebacks(verdict.details)
         verdict.details += self.record.errors[:5]
         return Outcome(self.seed, self.faults, verdict, self.schedule, self.record.refusals,
-                       sessions)
+                       sessions, self.record)
 
     def _tracebacks(self, details: list[str]) -> int:
         found = 0

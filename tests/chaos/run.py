@@ -34,13 +34,18 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=8.0,
                         help="messages per second of each of the six publishers")
     parser.add_argument("--keep", type=Path, default=None,
-                        help="a folder for the nodes' data and logs, kept afterwards")
+                        help="a folder for the nodes' data and logs and the clients' record "
+                             "(record.json), kept afterwards")
     args = parser.parse_args()
     faults = tuple(f for f in args.faults.split(",") if f)
     with tempfile.TemporaryDirectory(prefix="hive-chaos-") as temporary:
         folder = args.keep or Path(temporary)
         outcome = Chaos(args.seed, folder, args.minutes * 60, faults, args.rate).run()
         print("\n".join(outcome.lines()))
+        if args.keep is not None:
+            outcome.dump(args.keep / "record.json")
+            print(f"nodes' logs in {args.keep}/n*/hive.log, the clients' record in "
+                  f"{args.keep}/record.json")
     return 1 if outcome.verdict.broken else 0
 
 
