@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for Hive's tests: the Debian packages and servers they use for real
-# (mosquitto, HAProxy, Chromium, Consul, dockerd, dnsmasq, iproute2, Java for Spark), then .venv
-# (scripts/setup.sh)
-# with the test tools and Spark.
+# (mosquitto, HAProxy, Chromium, Consul, dockerd, dnsmasq, iproute2, iptables, Java for Spark),
+# then .venv (scripts/setup.sh) with the test tools and Spark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +30,7 @@ fi
 bash scripts/testbed/consul.sh  # Consul 1.8.7 in .tools/bin, for hive-ext-consul's tests
 bash scripts/testbed/netns.sh   # iproute2 for the network namespace tests
 bash scripts/testbed/docker.sh  # dockerd and dnsmasq for hive-ext-docker's tests
+bash scripts/testbed/iptables.sh  # iptables and setpriv for the chaos test's partitions
 bash scripts/setup.sh
 bash scripts/testbed/container.sh  # (after setup.sh: it uses .venv) docker-compose and offline wheels for tests/container
 bash scripts/testbed/spark.sh   # Java if missing; pyspark, pyarrow, boto3, moto in .venv

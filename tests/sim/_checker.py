@@ -15,9 +15,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ._world import World
+from ._world import Record, World
 
 INVARIANTS = ("lost", "qos2_duplicates", "wrong_session_present", "owners", "errors")
 """What must be 0 for a run to pass (the other counts are reported)."""
@@ -51,12 +52,18 @@ class Verdict:
 
 
 def check(world: World) -> Verdict:
-    record = world.record
+    verdict = count(world.record, [c.client_id for c in world.clients if c.role == "sub"])
+    verdict.owners = _owners(world, verdict.details)
+    return verdict
+
+
+def count(record: Record, subscribers: Iterable[str]) -> Verdict:
+    """Every invariant but ``owners`` (which needs the nodes), from what the clients recorded:
+    the simulation's clients and the real ones of ``tests/chaos`` fill the same record."""
     verdict = Verdict(published=len(record.published), acknowledged=len(record.acked))
-    subscribers = [c for c in world.clients if c.role == "sub"]
-    for sub in subscribers:
-        since = record.subscribed_at.get(sub.client_id)
-        got = record.deliveries.get(sub.client_id, [])
+    for client_id in subscribers:
+        since = record.subscribed_at.get(client_id)
+        got = record.deliveries.get(client_id, [])
         seen: dict[tuple[str, int], int] = {}
         latest: dict[str, int] = {}
         for delivery in got:
@@ -70,7 +77,7 @@ def check(world: World) -> Verdict:
                     if len(verdict.details) < 20:
                         first = next(d for d in got if (d.publisher, d.seq) == key)
                         verdict.details.append(
-                            f"{sub.client_id} got {key} twice at QoS 2: at {first.at:.3f} "
+                            f"{client_id} got {key} twice at QoS 2: at {first.at:.3f} "
                             f"from {first.node} (id {first.packet_id}), again at "
                             f"{delivery.at:.3f} from {delivery.node} (id {delivery.packet_id}"
                             f"{', DUP' if delivery.dup else ''})")
@@ -90,12 +97,11 @@ def check(world: World) -> Verdict:
             if key not in seen:
                 verdict.lost += 1
                 if len(verdict.details) < 20:
-                    verdict.details.append(f"{sub.client_id} never got {key} (published at "
+                    verdict.details.append(f"{client_id} never got {key} (published at "
                                            f"{record.published[key]:.3f})")
     verdict.wrong_session_present = len(record.session_lost)
     for client_id, node, at in record.session_lost[:5]:
         verdict.details.append(f"{client_id} found no session on {node} at {at:.3f}")
-    verdict.owners = _owners(world, verdict.details)
     verdict.errors = len(record.errors)
     verdict.details += record.errors[:5]
     return verdict
