@@ -40,7 +40,8 @@ class ClusterPort(Protocol):
 
     @property
     def has_peers(self) -> bool:
-        """Other nodes are members now (a session may live on one of them)."""
+        """Other nodes are members now, or out of reach for a while (a session may live on
+        one of them)."""
         ...
 
     def remote_routes(self, topic: str) -> tuple[frozenset[str], RemoteGroups]:

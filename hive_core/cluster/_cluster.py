@@ -1017,7 +1017,9 @@ class Cluster:
 
     @property
     def has_peers(self) -> bool:
-        return bool(self.members)
+        # Out of reach counts: a node cut off from all others must still ask (and refuse a
+        # CONNECT whose session is over there), not open a fresh session.
+        return bool(self.members or self._absent_at)
 
     def remote_routes(self, topic: str) -> tuple[frozenset[str], RemoteGroups]:
         return self.table.match(topic)
