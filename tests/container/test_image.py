@@ -282,13 +282,16 @@ def test_the_compose_cluster_behind_haproxy_loses_nothing_when_a_node_is_killed(
 
 
 def wait_for_client(client_id: str, stack: Stack) -> str:
-    """The service whose node logged the client's connection."""
-    found: list[str] = []
+    """The service whose node logged the client's latest connection (a client may have been
+    on another node first: the latest line by its time stamp wins, not the last service)."""
+    found: list[tuple[str, str]] = []
+    pattern = re.compile(r"^(\S+ \S+) .*client '" + re.escape(client_id) + "' connected from",
+                         re.MULTILINE)
 
     def connected() -> bool:
-        found[:] = [s for s in ("hive1", "hive2", "hive3")
-                    if f"client '{client_id}' connected from" in stack.logs(s)]
+        found[:] = [(stamps[-1], s) for s in ("hive1", "hive2", "hive3")
+                    if (stamps := pattern.findall(stack.logs(s)))]
         return bool(found)
 
     wait_for(connected, 20, f"{client_id}'s connection in a node's log")
-    return found[-1]
+    return max(found)[1]
