@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sim._checker import INVARIANTS, Verdict, count
-from sim._world import Record
+from sim._mqtt_client import Record
 
 from ._clients import IN_FLIGHT, Clock, RealClient
 from ._cluster import Firewall, Node, make_nodes, members, sessions_held

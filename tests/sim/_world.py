@@ -12,31 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import itertools
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hive_core.broker import Broker, BrokerSettings, ClientConnection
 from hive_core.cluster import Cluster, ClusterSettings, ReplicatingStore
 from hive_core.mqtt import (
-    ConnAck,
     Connect,
-    Disconnect,
     PacketDecoder,
-    PingReq,
     PropertyId,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    SubAck,
-    Subscribe,
-    SubscriptionRequest,
-    encode_packet,
 )
 from hive_core.persistence import MemorySessionStore
 from hive_core.plugins import ExtensionManager, Extensions
@@ -44,6 +31,7 @@ from hive_ext_api import ClusterNodeAddress, hookimpl
 
 from ._disk import SimShelf, SimStore
 from ._loop import Incarnation, SimLoop
+from ._mqtt_client import Record, RecordingClient
 from ._net import SimNetwork
 
 PORT = 7800
@@ -141,53 +129,21 @@ def _reopened(shelf: SimShelf) -> SimShelf:
 # ------------------------------------------------------------------------------ clients
 
 
-@dataclass
-class Delivery:
-    publisher: str
-    seq: int
-    qos: int
-    new: bool  # a new message for the client, not a resend of an exchange in progress
-    at: float
-    node: str = ""  # the node that delivered it
-    packet_id: int | None = None
-    dup: bool = False
+class SimClient(RecordingClient, asyncio.Protocol):
+    """A client of the simulation: its connection is a link of the simulated network."""
 
-
-@dataclass
-class Record:
-    """What the checker reads."""
-
-    published: dict[tuple[str, int], float] = field(default_factory=dict)  # first sent at
-    qos_of: dict[str, int] = field(default_factory=dict)  # publisher -> QoS
-    acked: set[tuple[str, int]] = field(default_factory=set)
-    subscribed_at: dict[str, float] = field(default_factory=dict)  # subscriber -> first SUBACK
-    deliveries: dict[str, list[Delivery]] = field(default_factory=dict)
-    session_lost: list[tuple[str, str, float]] = field(default_factory=list)  # client, node, at
-    refusals: int = 0
-    errors: list[str] = field(default_factory=list)
-
-
-class SimClient(asyncio.Protocol):
     def __init__(self, world: World, client_id: str, role: str, qos: int, home: str) -> None:
+        super().__init__(client_id, role, qos, world.record, "t", world.options.keep_alive)
         self.world = world
-        self.client_id = client_id
-        self.role = role  # "pub" or "sub"
-        self.qos = qos
         self.home = home  # the node it connects to while that node lives
         self.context = contextvars.Context()
-        self.transport: Any = None
-        self.node: str | None = None
-        self.connected = False
-        self.had_session = False
-        self.decoder = PacketDecoder(protocol_version=5, server=False)
-        self.pids = itertools.cycle(range(1, 65536))
-        self.outgoing: dict[int, tuple[int, str]] = {}  # pid -> (seq, "publish" | "pubrel")
-        self.unsent: list[int] = []  # seqs published while down or refused: sent at connect
-        self.awaiting_rel: set[int] = set()  # inbound QoS 2 ids, PUBREC sent
-        self.seq = 0
-        self.last_heard = 0.0
-        self.connecting = False
-        self.stopped_publishing = False
+
+    @property
+    def now(self) -> float:
+        return self.world.loop.now
+
+    def later(self, delay: float, callback: Callable[..., None], *args: Any) -> None:
+        self.world.loop.call_later(delay, callback, *args, context=self.context)
 
     # -- connecting
 
@@ -215,7 +171,7 @@ class SimClient(asyncio.Protocol):
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         self.transport = transport
-        self.last_heard = self.world.loop.now
+        self.last_heard = self.now
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -225,132 +181,16 @@ class SimClient(asyncio.Protocol):
 
     def _retry(self) -> None:
         if not self.world.stopping:
-            self.world.loop.call_later(self.world.rng.uniform(0.3, 1.5), self.connect,
-                                       context=self.context)
+            self.later(self.world.rng.uniform(0.3, 1.5), self.connect)
 
     def drop(self) -> None:
-        """Close the connection (a client that decided its node is gone, or moves)."""
         if self.transport is not None:
             self.transport.close()
 
-    def send(self, packet: Any) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(encode_packet(packet, 5))
-
     def data_received(self, data: bytes) -> None:
-        self.last_heard = self.world.loop.now
+        self.last_heard = self.now
         for packet in self.decoder.feed(data):
             self.on_packet(packet)
-
-    # -- the protocol
-
-    def on_packet(self, packet: Any) -> None:
-        world, record = self.world, self.world.record
-        if isinstance(packet, ConnAck):
-            self.connecting = False
-            if packet.reason_code != 0:
-                record.refusals += 1
-                self.drop()
-                return
-            self.connected = True
-            if self.had_session and not packet.session_present:
-                record.session_lost.append((self.client_id, self.node or "", world.loop.now))
-                self.awaiting_rel.clear()
-            self.had_session = True
-            if self.role == "sub" and (not packet.session_present
-                                       or self.client_id not in record.subscribed_at):
-                self.send(Subscribe(next(self.pids), [SubscriptionRequest("t/#", self.qos)]))
-            self._resend(packet.session_present)
-            self.world.loop.call_later(world.options.keep_alive, self._keep_alive,
-                                       self.transport, context=self.context)
-        elif isinstance(packet, SubAck):
-            record.subscribed_at.setdefault(self.client_id, world.loop.now)
-        elif isinstance(packet, Publish):
-            self._on_publish(packet)
-        elif isinstance(packet, PubAck):
-            entry = self.outgoing.pop(packet.packet_id, None)
-            if entry is not None and packet.reason_code < 0x80:
-                record.acked.add((self.client_id, entry[0]))
-            elif entry is not None:
-                self.unsent.append(entry[0])
-        elif isinstance(packet, PubRec):
-            entry = self.outgoing.get(packet.packet_id)
-            if entry is not None and packet.reason_code < 0x80:
-                record.acked.add((self.client_id, entry[0]))
-                self.outgoing[packet.packet_id] = (entry[0], "pubrel")
-                self.send(PubRel(packet.packet_id))
-            elif entry is not None:
-                del self.outgoing[packet.packet_id]
-                self.unsent.append(entry[0])
-        elif isinstance(packet, PubComp):
-            self.outgoing.pop(packet.packet_id, None)
-        elif isinstance(packet, PubRel):
-            self.awaiting_rel.discard(packet.packet_id)
-            self.send(PubComp(packet.packet_id))
-        elif isinstance(packet, Disconnect):
-            self.drop()
-
-    def _on_publish(self, packet: Publish) -> None:
-        publisher, _, seq = packet.payload.decode().partition(":")
-        new = True
-        if packet.qos == 2:
-            new = packet.packet_id not in self.awaiting_rel
-            self.awaiting_rel.add(packet.packet_id)  # type: ignore[arg-type]
-            self.send(PubRec(packet.packet_id))  # type: ignore[arg-type]
-        elif packet.qos == 1:
-            self.send(PubAck(packet.packet_id))  # type: ignore[arg-type]
-        self.world.record.deliveries.setdefault(self.client_id, []).append(
-            Delivery(publisher, int(seq), packet.qos, new, self.world.loop.now, self.node or "",
-                     packet.packet_id, packet.dup))
-
-    def _resend(self, session_present: bool) -> None:
-        for pid, (seq, step) in sorted(self.outgoing.items()):
-            if step == "pubrel" and session_present:
-                self.send(PubRel(pid))
-            elif step == "publish":
-                self._send_publish(seq, pid, dup=session_present)
-            else:  # the broker forgot the exchange: the message is sent again as new
-                del self.outgoing[pid]
-                self.unsent.append(seq)
-        unsent, self.unsent = self.unsent, []
-        for seq in unsent:
-            self._publish(seq)
-
-    def _keep_alive(self, transport: Any) -> None:
-        if transport is not self.transport or self.transport is None:
-            return
-        silent = self.world.loop.now - self.last_heard
-        if silent > 1.5 * self.world.options.keep_alive:
-            self.drop()  # no answer to the last PINGREQ: the node is gone for this client
-            return
-        self.send(PingReq())
-        self.world.loop.call_later(self.world.options.keep_alive, self._keep_alive, transport,
-                                   context=self.context)
-
-    # -- publishing
-
-    def publish_next(self) -> None:
-        self.seq += 1
-        self.world.record.published[(self.client_id, self.seq)] = self.world.loop.now
-        self._publish(self.seq)
-
-    def _publish(self, seq: int) -> None:
-        if not self.connected:
-            self.unsent.append(seq)
-            return
-        pid = next(self.pids)
-        while pid in self.outgoing:
-            pid = next(self.pids)
-        self.outgoing[pid] = (seq, "publish")
-        self._send_publish(seq, pid, dup=False)
-
-    def _send_publish(self, seq: int, pid: int, dup: bool) -> None:
-        self.send(Publish(f"t/{self.client_id}", f"{self.client_id}:{seq}".encode(), self.qos,
-                          dup=dup, packet_id=pid))
-
-    @property
-    def pending(self) -> int:
-        return len(self.outgoing) + len(self.unsent)
 
 
 # ------------------------------------------------------------------------------ the world
