@@ -95,23 +95,7 @@ def test_the_previous_releases_wheel_joins_serves_and_is_upgraded_in_place(
     joined = rf"Cluster node {old} \(.*\) joined the cluster; node protocol {{}}"
     assert re.search(joined.format(PROTOCOL_VERSION - 1), nodes[1].log), nodes[1].log[-3000:]
 
-    old_side = Subscriber([nodes[0].port], "window/#", 1)
-    new_side = Subscriber([nodes[1].port], "window/#", 1)
-    old_side.start()
-    new_side.start()
-    time.sleep(0.5)
-    try:
-        for first, port in ((1, nodes[0].port), (1001, nodes[2].port)):
-            publisher = Publisher([port], "window/x", 1, count=200, rate=400, first=first)
-            publisher.start()
-            wait_until(publisher.all_acknowledged, 30, "acknowledgements")
-            publisher.stop()
-            for subscriber in (old_side, new_side):
-                wait_until(lambda s=subscriber, p=publisher: p.acknowledged <= set(s.snapshot()),
-                           20, "the messages on both sides")
-    finally:
-        old_side.stop()
-        new_side.stop()
+    traffic_both_ways(nodes, "window", publishers_on=(0, 2))
     assert metrics(nodes[0]).get("cluster", {}).get("backups"), "protocol 3 replicates"
 
     # The upgrade itself: the old node stops (its backups confirm first), starts on this build
@@ -140,23 +124,7 @@ def test_a_build_without_arrival_stamps_reads_every_publish_frame_of_this_one(
     for node in nodes:
         node.start()
     wait_for_members(nodes, 3, timeout=30)
-    old_side = Subscriber([nodes[0].port], "stamps/#", 1)
-    new_side = Subscriber([nodes[1].port], "stamps/#", 1)
-    old_side.start()
-    new_side.start()
-    time.sleep(0.5)
-    try:
-        for first, port in ((1, nodes[2].port), (1001, nodes[0].port)):
-            publisher = Publisher([port], "stamps/x", 1, count=200, rate=400, first=first)
-            publisher.start()
-            wait_until(publisher.all_acknowledged, 30, "acknowledgements")
-            publisher.stop()
-            for subscriber in (old_side, new_side):
-                wait_until(lambda s=subscriber, p=publisher: p.acknowledged <= set(s.snapshot()),
-                           20, "the messages on both sides")
-    finally:
-        old_side.stop()
-        new_side.stop()
+    traffic_both_ways(nodes, "stamps", publishers_on=(2, 0))
     # Extension services across the cluster: the old build skips the question (an unknown
     # frame kind); the answer comes after the wait, without its clients, and says so.
     admin = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="admin")
@@ -203,3 +171,26 @@ def test_a_build_of_node_protocol_1_is_refused_with_what_to_do(
     time.sleep(6)  # static discovery dials again every 5 s: said once all the same
     assert current.log.count("speaks node protocol 1") == 1
     assert "Cluster size = 2" not in current.log
+
+
+def traffic_both_ways(nodes: list[Any], topic: str, publishers_on: tuple[int, int]) -> None:
+    """A QoS 1 subscriber on the old build's node (0) and one on a new node (1); 200 messages
+    published on each of ``publishers_on`` in turn reach both, every one acknowledged."""
+    old_side = Subscriber([nodes[0].port], f"{topic}/#", 1)
+    new_side = Subscriber([nodes[1].port], f"{topic}/#", 1)
+    old_side.start()
+    new_side.start()
+    time.sleep(0.5)
+    try:
+        for first, index in zip((1, 1001), publishers_on, strict=True):
+            publisher = Publisher([nodes[index].port], f"{topic}/x", 1, count=200, rate=400,
+                                  first=first)
+            publisher.start()
+            wait_until(publisher.all_acknowledged, 30, "acknowledgements")
+            publisher.stop()
+            for subscriber in (old_side, new_side):
+                wait_until(lambda s=subscriber, p=publisher: p.acknowledged <= set(s.snapshot()),
+                           20, "the messages on both sides")
+    finally:
+        old_side.stop()
+        new_side.stop()
