@@ -1,15 +1,10 @@
 """Many nodes, one logical broker: membership, node transport, routing between nodes."""
 
 from hive_core.cluster._client_services import ClusterClients
-from hive_core.cluster._cluster import (
-    Cluster,
-    ClusterMetrics,
-    ClusterSettings,
-    ClusterStats,
-    Member,
-)
+from hive_core.cluster._cluster import Cluster, ClusterMetrics, ClusterSettings, ClusterStats
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
 from hive_core.cluster._latency import LatencySnapshot
+from hive_core.cluster._parts import Member
 from hive_core.cluster._progress import progress_interval
 from hive_core.cluster._replication import ReplicaFolder, ReplicaShelf, ReplicatingStore
 from hive_core.cluster._routing import RoutingTable

@@ -23,7 +23,7 @@ from cluster.test_membership import (
     until,
 )
 from hive_core.broker import ClientConnection
-from hive_core.cluster import MemoryNetwork, _cluster
+from hive_core.cluster import MemoryNetwork, _session_frames
 from hive_core.mqtt import ConnAck, Connect, PacketDecoder, Publish, ReasonCode, encode_packet
 from hive_core.persistence import StoredMessage
 from hive_core.plugins import ExtensionManager, Extensions
@@ -52,7 +52,7 @@ def connack(client: Client) -> ConnAck | None:
 def stall(node: Node) -> list[tuple[Any, ...]]:
     """``node`` stops answering session fetches (a paused process); returns what it got."""
     asked: list[tuple[Any, ...]] = []
-    node.cluster._hand_over = lambda link, request, client_id, failed=None: asked.append(  # type: ignore
+    node.cluster.custody.hand_over = lambda link, request, client_id, failed=None: asked.append(  # type: ignore
         (link, request, client_id))
     return asked
 
@@ -95,12 +95,12 @@ def test_a_stalled_owner_gets_the_client_refused_and_keeps_the_session() -> None
         assert connack(refused).reason_code == SERVER_UNAVAILABLE_V3  # type: ignore
         assert refused.wire.closed and "dev" not in n2.broker.sessions
         # n1 wakes up and answers the old request: n2 declines, n1 keeps everything
-        del n1.cluster._hand_over  # type: ignore[attr-defined]
+        del n1.cluster.custody.hand_over  # type: ignore[attr-defined]
         link, request, client_id = asked[0]
-        n1.cluster._hand_over(link, request, client_id)
+        n1.cluster.custody.hand_over(link, request, client_id)
         await settle()
         assert len(n1.broker.sessions["dev"].queue) == 30
-        assert not n1.cluster._handing.get(link)
+        assert not n1.cluster.custody.handing.get(link)
         again = n2.client("dev", clean=False)
         await until(lambda: len(again.received) == 30, what="the whole queue on n2")
         assert again.payloads == [b"%d" % i for i in range(30)]
@@ -129,7 +129,7 @@ def test_a_stalled_node_does_not_delay_clients_whose_sessions_are_elsewhere() ->
 
 def test_a_session_and_retained_messages_larger_than_a_frame_cross_in_parts(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_cluster, "PART_BYTES", 2000)
+    monkeypatch.setattr(_session_frames, "PART_BYTES", 2000)
 
     async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
         n1, n2, n3 = nodes

@@ -117,7 +117,7 @@ def test_a_peer_without_the_health_check_is_not_watched() -> None:
     async def scenario(nodes: list[UdpNode]) -> None:
         n1, n2 = nodes
         assert n2.cluster.health is None
-        assert "health_port" not in n2.cluster._hello()
+        assert "health_port" not in n2.cluster.membership.hello()
         await asyncio.sleep(0.1)
         assert n1.cluster.health is not None and not n1.cluster.health._watches
         assert full_mesh(nodes)()

@@ -1,0 +1,506 @@
+"""Session custody: which node holds each persistent session, and how a session moves.
+
+Every node keeps a directory of the sessions the other nodes hold (``owners``: client id ->
+(node, custody epoch)) and the epochs of its own (``owned_since``). A custody epoch only grows
+(:meth:`Custody.epoch`): every claim (CLIENT_CONNECTED, OWNED, a takeover, a merge) carries
+one, and of two claims the higher wins on every node whatever order they arrive in, so the
+directories converge after any split.
+
+A CONNECT for a session held elsewhere asks that node and no other (SESSION_FETCH); the holder
+sends it in parts and keeps it until the asking node confirms (SESSION_TAKEN, then the tail of
+what arrived meanwhile) or declines. When a split heals and two nodes hold a copy, one keeps
+it (:meth:`Custody.on_owned`): the other first has every member route the keeper's filters to
+the keeper (ROUTE_TO / ROUTED), then hands its queue on (MERGE_QUEUE) and drops its copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import anyio
+
+from hive_core.broker import SessionUnavailable
+from hive_core.cluster._link import PeerLink
+from hive_core.cluster._parts import FrameHandler, Member, NodeContext
+from hive_core.cluster._replication import message_fields
+from hive_core.cluster._session_frames import (
+    Handover,
+    SessionFetch,
+    in_parts,
+    session_parts,
+)
+from hive_core.cluster._wire import FrameKind
+from hive_ext_api import ClusterNodeAddress, StoredMessage
+
+log = logging.getLogger("hive.cluster")
+
+ENDED_SESSIONS = 1_000_000
+"""Tombstones of ended sessions kept; beyond it the oldest half goes."""
+
+Claim = tuple[bool, int, bool]
+"""(client connected there, custody epoch, node id smaller): of two copies the larger keeps."""
+
+
+class Custody:
+    """The session directory, this node's own sessions' epochs, and the moves between nodes."""
+
+    def __init__(self, node: NodeContext) -> None:
+        self.node = node
+        # Which node holds the session of a client id (other nodes only), with its custody
+        # epoch: a CONNECT asks that node and no other; of two holders, the higher epoch wins.
+        # Learnt from OWNED on join, CLIENT_CONNECTED, SESSION_GONE.
+        self.owners: dict[str, tuple[str, int]] = {}
+        self.owned_since: dict[str, int] = {}  # the epochs of this node's own sessions
+        self.ended_sessions: dict[str, int] = {}  # client id -> when its session ended (ns)
+        # Sessions this node exported and holds until the asking node confirms: by link.
+        self.handing: dict[PeerLink, set[str]] = {}
+        self.fetches: dict[int, SessionFetch] = {}
+        self._fetch_seq = 0
+        # ROUTE_TO sent, copies to drop once every member answered: token -> (keeper, the
+        # sessions with the keeper's claim, the members not answered yet).
+        self._barriers: dict[int, tuple[str, list[tuple[str, Claim]], set[str]]] = {}
+        self._barrier_serial = 0
+        # client id -> the last queue position its replica held when taken over here: a copy
+        # of the session elsewhere (a split) had everything up to it too.
+        self.adopted_marks: dict[str, int] = {}
+        self.merges = 0  # copies of a session dropped here for another node's
+
+    def frame_handlers(self) -> dict[FrameKind, FrameHandler]:
+        return {
+            FrameKind.SESSION_FETCH: self._on_fetch,
+            FrameKind.SESSION: self._on_session,
+            FrameKind.SESSION_TAKEN: self._on_taken,
+            FrameKind.SESSION_DECLINED: self._on_declined,
+            FrameKind.SESSION_TAIL: self._on_tail,
+            FrameKind.CLIENT_CONNECTED: self._on_client_connected,
+            FrameKind.OWNED: self._on_owned,
+            FrameKind.SESSION_GONE: self._on_gone,
+            FrameKind.ROUTE_TO: self._on_route_to,
+            FrameKind.ROUTED: lambda member, body: self.routed(member.node_id, int(body)),
+            FrameKind.MERGE_QUEUE: lambda member, body: self._merge_queue(
+                str(body[0]), int(body[1]), body[2]),
+        }
+
+    # ------------------------------------------------------------------ the directory
+
+    def epoch(self, client_id: str, above: int = 0) -> int:
+        """A new custody epoch for ``client_id``'s session: higher than any this node knows
+        of (its own copy's, the directory's, ``above``). Epochs only grow, so every node keeps
+        the same holder in its directory whatever order the claims arrive in; they start from
+        the clock (nanoseconds) so that they also order after the claims of older nodes."""
+        known = max(self.owned_since.get(client_id, 0),
+                    self.owners.get(client_id, ("", 0))[1], above)
+        return max(time.time_ns(), known + 1)
+
+    def owner_of(self, client_id: str) -> str | None:
+        """The other node holding the session of ``client_id``, as far as this node knows."""
+        entry = self.owners.get(client_id)
+        return entry[0] if entry is not None else None
+
+    def hold(self, client_ids: list[str]) -> None:
+        """These sessions are this node's now, each with a new epoch."""
+        for client_id in client_ids:
+            self.owned_since[client_id] = self.epoch(client_id)
+            self.owners.pop(client_id, None)
+
+    def forget_node(self, node_id: str) -> None:
+        """No session is held on ``node_id`` any more (forgotten, or taken over)."""
+        for client_id, (owner, _epoch) in list(self.owners.items()):
+            if owner == node_id:
+                del self.owners[client_id]
+
+    def send_owned(self, member: Member, client_ids: list[str]) -> None:
+        """OWNED: the sessions this node holds (with their epochs, for protocol 3), in parts."""
+        since, connected = self.owned_since, self.node.broker.is_connected
+        body: list[Any] = client_ids if member.protocol < 3 else [
+            [c, since.get(c, 0), connected(c)] for c in client_ids]
+        for at in range(0, len(body), 10_000):
+            member.link.send(FrameKind.OWNED, body[at:at + 10_000])
+
+    def client_connected(self, client_id: str) -> None:
+        since = self.owned_since[client_id] = self.epoch(client_id)
+        self.owners.pop(client_id, None)
+        for member in self.node.members.values():
+            member.link.send(FrameKind.CLIENT_CONNECTED,
+                             [client_id, since] if member.protocol >= 3 else client_id)
+
+    def _on_client_connected(self, member: Member, body: Any) -> None:
+        """CLIENT_CONNECTED: the client is on the member now, with this custody epoch; a
+        claim older than the copy here (late, from before a split or a takeover) changes
+        nothing."""
+        node_id = member.node_id
+        client_id, since = (str(body[0]), int(body[1])) if isinstance(body, list) \
+            else (str(body), time.time_ns())
+        if since < self.owned_since.get(client_id, 0):
+            log.info("node %s says client %r connected there, before this node took its "
+                     "session over: ignored", node_id, client_id)
+            return
+        current = self.owners.get(client_id)
+        if current is None or since >= current[1]:
+            self.owners[client_id] = (node_id, since)
+        self.owned_since.pop(client_id, None)
+        self.node.broker.taken_over_elsewhere(client_id)
+
+    def session_ended(self, client_id: str, deleted: bool = True) -> None:
+        self.owned_since.pop(client_id, None)
+        members = self.node.members.values()
+        if not deleted:
+            for member in members:
+                member.link.send(FrameKind.SESSION_GONE, client_id)
+            return
+        # A tombstone: a copy of the session older than this (on a node that was away) is
+        # dropped when that node comes back, not resurrected.
+        version = self._ended(client_id, time.time_ns())
+        for member in members:
+            member.link.send(FrameKind.SESSION_GONE,
+                             [client_id, version] if member.protocol >= 3 else client_id)
+
+    def _ended(self, client_id: str, version: int) -> int:
+        ended = self.ended_sessions
+        version = max(version, ended.get(client_id, 0))
+        ended[client_id] = version
+        if len(ended) > ENDED_SESSIONS:
+            for old in sorted(ended, key=ended.__getitem__)[:len(ended) // 2]:
+                del ended[old]
+        return version
+
+    def _on_gone(self, member: Member, body: Any) -> None:
+        """SESSION_GONE: the member holds the session no more (ended, with a tombstone)."""
+        client_id = str(body[0]) if isinstance(body, list) else str(body)
+        owner = self.owners.get(client_id)
+        if owner is not None and owner[0] == member.node_id:
+            del self.owners[client_id]
+        if not isinstance(body, list):
+            return
+        version = self._ended(client_id, int(body[1]))
+        broker = self.node.broker
+        if self.node.takeover.replicator is not None and not broker.is_connected(client_id) \
+                and client_id in broker.owned_sessions() \
+                and self.owned_since.get(client_id, 0) < version:
+            log.info("the session of %r ended on node %s after this node's copy was made: "
+                     "dropping the copy", client_id, member.node_id)
+            self.owned_since.pop(client_id, None)
+            broker.taken_over_elsewhere(client_id)
+
+    # ------------------------------------------------------------------ a session moving
+
+    def _on_fetch(self, member: Member, body: Any) -> None:
+        failed = str(body[2]) if len(body) > 2 and body[2] else None
+        self.hand_over(member.link, int(body[0]), str(body[1]), failed)
+
+    def hand_over(self, link: PeerLink, request: int, client_id: str,
+                  failed: str | None = None) -> None:
+        """Another node asks for a session: send it in parts, hold it until it confirms.
+
+        ``failed``: the asking node found the session's node dead and asks this one as the
+        node that takes it over; if this node has not found out yet, it answers once it has
+        (or not at all, and the client is refused and tries again).
+        """
+        node, takeover = self.node, self.node.takeover
+        if node.leaving_since is not None:
+            return  # leaving: the asking node asks the node that takes over, after the BYE
+        if failed is not None and failed in node.members and takeover.holds_replica(failed):
+            async def when_taken() -> None:
+                with anyio.move_on_after(node.settings.connect_timeout):
+                    while failed in node.members:
+                        await anyio.sleep(0.02)
+                if failed not in node.members and not link.closed:
+                    self.hand_over(link, request, client_id)
+            asyncio.get_running_loop().create_task(when_taken())
+            return
+        if takeover.taking or takeover.rescuing(client_id):
+            # Among the sessions being taken over: it moves on once it is here whole (what
+            # the other nodes kept for the failed node included), so that no message reaches
+            # it both through the rescue and directly on its new node.
+            async def later() -> None:
+                await takeover.taken(*takeover.taking)
+                with anyio.move_on_after(node.settings.connect_timeout):
+                    while takeover.rescuing(client_id):
+                        await anyio.sleep(0.01)
+                if not link.closed:
+                    self.hand_over(link, request, client_id)
+            asyncio.get_running_loop().create_task(later())
+            return
+        records = node.broker.export_session(client_id)
+        node.broker.flush()  # the client's connection here closes now, with its reason
+        if records is None:
+            link.send(FrameKind.SESSION, [request, client_id, None, False])
+            return
+        self.handing.setdefault(link, set()).add(client_id)
+        asking = node.members.get(link.peer_id) if link.peer_id else None
+        parts = list(session_parts(records, seen=asking is not None and asking.session_seen))
+        for index, part in enumerate(parts):
+            link.send(FrameKind.SESSION, [request, client_id, part, index < len(parts) - 1])
+
+    async def fetch(self, client_id: str) -> Handover | None:
+        """Before a client's CONNACK: the node that holds its session hands it over.
+
+        Only that node is asked (the directory says which); None when no member holds one.
+        Raises :class:`SessionUnavailable` when the owner does not answer within the connect
+        timeout: its copy stays where it is, and the client may try again.
+        """
+        node, takeover = self.node, self.node.takeover
+        replicating = takeover.replicator is not None
+        for attempt in (1, 2):
+            entry = self.owners.get(client_id)
+            owner = entry[0] if entry is not None else None
+            if owner is not None and owner not in node.members and replicating:
+                # Its node failed or left: the node taking its sessions over has it (or will).
+                taker = takeover.taker_of(owner)
+                if taker == node.node_id:
+                    await takeover.taken(owner)
+                    if not node.broker.has_session(client_id) and \
+                            self.owner_of(client_id) == owner and owner not in node.members:
+                        # Not taken over (its node still answers, or no replica was complete
+                        # here): a fresh session would hide the real one, which lives on.
+                        raise SessionUnavailable(
+                            f"the node holding the session ({owner}) is unreachable")
+                    return None  # here now, if it was in the replica
+                owner = taker
+            elif owner is None and takeover.taking:
+                await takeover.taken(*takeover.taking)  # it may be among what is taken here
+                return None
+            member = node.members.get(owner) if owner is not None else None
+            if member is None or member.link.closed:
+                if owner is not None and replicating:
+                    raise SessionUnavailable(
+                        f"the node holding the session ({owner}) is unreachable")
+                return None
+            self._fetch_seq += 1
+            request = self._fetch_seq
+            fetch = self.fetches[request] = SessionFetch(request, client_id, member.link)
+            failed = entry[0] if entry is not None and entry[0] != owner else None
+            try:
+                member.link.send(FrameKind.SESSION_FETCH, [request, client_id, failed])
+                with anyio.move_on_after(node.settings.connect_timeout):
+                    await fetch.done.wait()
+            finally:
+                del self.fetches[request]
+            if not fetch.done.is_set():
+                log.warning("node %s did not hand over the session of %r within %.0f s: "
+                            "the client is refused and may try again", owner, client_id,
+                            node.settings.connect_timeout)
+                raise SessionUnavailable(
+                    f"the node holding the session ({owner}) did not answer")
+            if fetch.failed is not None:
+                if attempt == 1 and owner not in node.members and replicating:
+                    continue  # it left meanwhile (a node stopping answers no more fetches)
+                raise SessionUnavailable(f"the session could not be fetched: {fetch.failed}")
+            if fetch.records is None:
+                self.owners.pop(client_id, None)
+                return None
+            return Handover(fetch.records, fetch)
+        return None
+
+    def _on_session(self, member: Member, body: Any) -> None:
+        request, client_id, part, more = body
+        fetch = self.fetches.get(request)
+        if fetch is not None and fetch.link is member.link:
+            fetch.part(part, more)
+        elif part is not None and len(part) >= 3:  # the first part of an answer too late
+            member.link.send(FrameKind.SESSION_DECLINED, [request, client_id])
+
+    def _on_taken(self, member: Member, body: Any) -> None:
+        """SESSION_TAKEN: the asking node has the session; what arrived here since follows."""
+        client_id = str(body[1])
+        self.handing.get(member.link, set()).discard(client_id)
+        tail = self.node.broker.release_session(client_id, taken=True)
+        identified = member.protocol >= 4
+        entries = [[*message_fields(m), *(mid or ("", 0))] if identified
+                   else message_fields(m) for m, mid in tail]
+        for part in in_parts(entries, lambda f: len(f[1])):
+            member.link.send(FrameKind.SESSION_TAIL, [client_id, part])
+
+    def _on_declined(self, member: Member, body: Any) -> None:
+        client_id = str(body[1])
+        self.handing.get(member.link, set()).discard(client_id)
+        self.node.broker.release_session(client_id, taken=False)
+
+    def _on_tail(self, member: Member, body: Any) -> None:
+        self.node.broker.append_handed_over(str(body[0]), [
+            (StoredMessage(*fields[:7]),
+             (str(fields[7]), int(fields[8])) if len(fields) > 8 and fields[8] else None)
+            for fields in body[1]])
+
+    def link_lost(self, link: PeerLink) -> None:
+        """Sessions handed over on ``link`` and not confirmed stay here; its fetches fail."""
+        for client_id in self.handing.pop(link, ()):
+            self.node.broker.release_session(client_id, taken=False)
+        for fetch in self.fetches.values():
+            if fetch.link is link:
+                fetch.fail("the connection to the node holding it closed")
+
+    # ------------------------------------------------------------------ two copies: a merge
+
+    def _on_owned(self, member: Member, body: list[Any]) -> None:
+        """OWNED from a member. Of two nodes holding a session (after a failure or a split),
+        one keeps it: the one with the client connected, else the higher epoch (then the
+        smaller node id). The other hands its queue on (MERGE_QUEUE) and drops its copy."""
+        node_id, node = member.node_id, self.node
+        local = set(node.broker.owned_sessions())
+        dropped: list[tuple[str, Claim]] = []
+        kept: list[str] = []
+        for item in body:
+            if isinstance(item, list):
+                client_id, since = str(item[0]), int(item[1])
+                connected = bool(item[2]) if len(item) > 2 else False
+            else:
+                client_id, since, connected = str(item), 0, False
+            if client_id in local:
+                theirs = (connected, since, node_id < node.node_id)
+                mine = (node.broker.is_connected(client_id),
+                        self.owned_since.get(client_id, 0), node.node_id < node_id)
+                if theirs > mine:
+                    dropped.append((client_id, theirs))
+                elif since >= mine[1]:
+                    # This copy stays (its client is here) although the other claim is newer:
+                    # a custody epoch above it, told to every member, so that no directory
+                    # keeps naming the node whose copy goes.
+                    self.owned_since[client_id] = self.epoch(client_id, above=since)
+                    kept.append(client_id)
+                continue
+            ended = self.ended_sessions.get(client_id, 0)
+            # Ended after that copy was made. Only with replication: then a session that
+            # lived on after the end has a newer copy on the node that took it over.
+            if ended > since and not connected and node.takeover.replicator is not None:
+                member.link.send(FrameKind.SESSION_GONE, [client_id, ended])
+                continue
+            current = self.owners.get(client_id)
+            if current is None or since >= current[1]:
+                self.owners[client_id] = (node_id, since)
+        if kept:
+            for other in node.members.values():
+                self.send_owned(other, kept)
+        if dropped:
+            self._route_to_keeper(node_id, dropped)
+
+    def _route_to_keeper(self, keeper: str, dropped: list[tuple[str, Claim]]) -> None:
+        """Before this node drops its copies (and their filters) for ``keeper``, the other
+        members route what matches the keeper's filters to it (ROUTE_TO), even those not
+        linked to it yet: a node back after a split re-links one peer after the other. The
+        copies end once every member has answered (ROUTED): what a member routed here before
+        is in this node's queue by then and goes to the keeper with it (MERGE_QUEUE); without
+        that, a message in flight to this node, or published on a member that has no route to
+        the keeper yet, would match nobody and be lost."""
+        node = self.node
+        member = node.members.get(keeper)
+        if member is None:
+            return
+        self._barrier_serial += 1
+        token = self._barrier_serial
+        body = [token, keeper, member.address.host, member.address.port, member.incarnation,
+                sorted(node.table.filters_of(keeper))]
+        waiting = set()
+        for other in node.members.values():
+            if other.node_id != keeper and other.protocol >= 4:
+                other.link.send(FrameKind.ROUTE_TO, body)
+                waiting.add(other.node_id)
+        self._barriers[token] = (keeper, dropped, waiting)
+        if waiting:
+            asyncio.get_running_loop().call_later(
+                node.settings.connect_timeout, self._drop_copies, token)
+        else:
+            self._drop_copies(token)
+
+    def routed(self, peer_id: str, token: int) -> None:
+        """ROUTED (or the member left): one answer fewer to wait for."""
+        barrier = self._barriers.get(token)
+        if barrier is not None:
+            barrier[2].discard(peer_id)
+            if not barrier[2]:
+                self._drop_copies(token)
+
+    def member_left(self, peer_id: str) -> None:
+        """A member left: it answers no barrier."""
+        for token in list(self._barriers):
+            self.routed(peer_id, token)
+
+    def _drop_copies(self, token: int) -> None:
+        barrier = self._barriers.pop(token, None)
+        if barrier is None:
+            return
+        keeper, dropped, waiting = barrier
+        node = self.node
+        if waiting:
+            log.warning("nodes %s did not confirm routing to node %s in %.0f s: dropping the "
+                        "copies it keeps anyway", ", ".join(sorted(waiting)), keeper,
+                        node.settings.connect_timeout)
+        local = set(node.broker.owned_sessions())
+        for client_id, theirs in dropped:
+            if client_id not in local:
+                continue  # ended here meanwhile
+            mine = (node.broker.is_connected(client_id), self.owned_since.get(client_id, 0),
+                    node.node_id < keeper)
+            if theirs > mine:  # else its client connected here meanwhile: this copy stays
+                self._drop_copy(client_id, keeper, theirs[1])
+
+    def _on_route_to(self, member: Member, body: list[Any]) -> None:
+        """ROUTE_TO: another member drops its copies for ``keeper``. Not linked to the keeper
+        yet: its filters are routed to it from now on and what they match is kept for it (as
+        for an absent member) until the link is up, then sent (REPLAY). ROUTED answers."""
+        node = self.node
+        token, keeper = int(body[0]), str(body[1])
+        if keeper != node.node_id:
+            # Linked to the keeper or not, its filters are routed to it from now on: a link
+            # that closes before the keeper's own FILTERS arrived leaves them in the table
+            # (kept for it while it is away), not missing.
+            for topic_filter in body[5]:
+                node.table.add(keeper, str(topic_filter))
+            node.broker.remote_routes_changed()
+        if keeper != node.node_id and keeper not in node.members:
+            address = ClusterNodeAddress(str(body[2]), int(body[3]))
+            node.membership.expect(keeper, address, int(body[4]))
+            log.info("node %s keeps sessions node %s held: routing its %d filters to it until "
+                     "it is linked here", keeper, member.node_id, len(body[5]))
+        # After every message routed to the sender before now: it drops its copies on this.
+        member.link.send(FrameKind.ROUTED, token)
+
+    def _drop_copy(self, client_id: str, keeper: str, since: int) -> None:
+        """Another node keeps this session: hand it what was queued here, end the copy."""
+        node = self.node
+        member = node.members.get(keeper)
+        mark = self.adopted_marks.pop(client_id, 0)
+        queue = node.broker.queued_records(client_id)
+        if member is not None and member.protocol >= 3:
+            identified = member.protocol >= 4
+            entries = [[seq, message_fields(m), *(mid or ("", 0)), *(rescued or ("", 0, 0))]
+                       if identified else [seq, message_fields(m)]
+                       for seq, m, mid, rescued in queue]
+            parts = list(in_parts(entries, lambda item: len(item[1][1]))) or [[]]
+            for part in parts:
+                member.link.send(FrameKind.MERGE_QUEUE, [client_id, mark, part])
+        log.info("the session of %r is also on node %s, which keeps it: %d queued messages "
+                 "handed to it, the copy here dropped", client_id, keeper, len(queue))
+        self.owned_since.pop(client_id, None)
+        node.broker.taken_over_elsewhere(client_id)
+        self.owners[client_id] = (keeper, since)
+        self.merges += 1
+
+    def _merge_queue(self, client_id: str, mark: int, entries: list[list[Any]]) -> None:
+        """MERGE_QUEUE: the queue of a dropped copy. Positions up to the marks were in both
+        copies (a replica's; delivered or queued here already); the rest were queued there
+        while the copies were apart: they are added here."""
+        node = self.node
+        mark = max(mark, self.adopted_marks.get(client_id, 0))
+        new: list[tuple[StoredMessage, tuple[str, int] | None]] = []
+        handled = 0
+        for entry in entries:
+            seq, fields = entry[0], entry[1]
+            if seq <= mark:
+                continue
+            origin, serial = (str(entry[2]), int(entry[3])) if len(entry) > 3 else ("", 0)
+            if len(entry) > 6 and entry[4] == node.node_id and origin and \
+                    int(entry[6]) <= node.forwarding.handled_before(origin, int(entry[5])):
+                # Rescued from this node by a takeover while it was frozen, yet handled here
+                # before (its replica had not recorded it): delivered already.
+                handled += 1
+                continue
+            new.append((StoredMessage(*fields), (origin, serial) if serial else None))
+        if handled:
+            log.info("the copy of %r held elsewhere had %d messages this node had handled "
+                     "already: not added again", client_id, handled)
+        if new:
+            node.broker.merge_queue(client_id, new)

@@ -1,0 +1,159 @@
+"""What the parts of the cluster ask of each other: the settings, a member, and one port each.
+
+``Membership``, ``Custody`` and ``Takeover`` each own their state and handle the frames about
+it; they reach each other only through the ports here (and the node's :class:`NodeContext`),
+never by importing one another, so each can be read, and replaced in a test, on its own.
+"""
+
+from __future__ import annotations
+
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+from anyio.abc import TaskGroup
+
+from hive_core.cluster._auth import PeerAuthentication
+from hive_core.cluster._forwarding import Forwarding
+from hive_core.cluster._health import HealthCheck, HealthCheckSettings
+from hive_core.cluster._link import PeerLink
+from hive_core.cluster._replication import Replicator
+from hive_core.cluster._routing import RoutingTable
+from hive_core.cluster._transport import NodeTransport
+from hive_core.cluster._wire import PROTOCOL_VERSION, FrameKind
+from hive_ext_api import ClusterNodeAddress
+
+if TYPE_CHECKING:
+    from hive_core.broker import BrokerPort
+    from hive_core.plugins import Extensions
+
+
+@dataclass(slots=True)
+class ClusterSettings:
+    bind_host: str
+    bind_port: int
+    external_host: str
+    external_port: int
+    heartbeat_interval: float = 3.0
+    heartbeat_timeout: float = 9.0
+    connect_timeout: float = 5.0
+    server_ssl: ssl.SSLContext | None = None
+    client_ssl: ssl.SSLContext | None = None
+    transport_kind: str = "tcp"  # or "udp" (no TLS there)
+    health_check: HealthCheckSettings | None = None  # None: the TCP health check is off
+    discovery_reload_interval: float = 60.0  # <discovery><extension><reload-interval>
+    shared_secret: str | None = field(default=None, repr=False)  # <authentication>: peers prove it
+    replica_count: int = 1  # <replication><replica-count>: this node and replica_count - 1 backups
+    replicas_folder: Path | None = None  # where the replicas of other nodes are kept
+    protocol: int = PROTOCOL_VERSION  # the highest node protocol spoken (lower: test an upgrade)
+    progress_interval: float = 10.0  # seconds between "still ongoing" lines of a long sync
+    disaster_window: float = 60.0  # seconds within which departures count as one disaster
+
+
+@dataclass(slots=True)
+class Member:
+    node_id: str
+    address: ClusterNodeAddress
+    version: str
+    protocol: int
+    link: PeerLink
+    incarnation: int = 0  # when the peer process started: a higher one means it restarted
+    joined_at: float = field(default_factory=time.monotonic)
+    synced: bool = False  # its SYNCED arrived: this node knows what the peer holds
+    merging: bool = False  # back after a split: merging until its SYNCED
+    arrival_stamps: bool = False  # its HELLO said so: its PUBLISH frames may carry routed_at
+    session_seen: bool = False  # its HELLO said so: a SESSION's first part may carry its seen ids
+    # Its load as its last HEARTBEAT said: [connections, sessions, messages in, messages out]
+    load: list[int] | None = None
+    load_at: float = 0.0  # Unix time it arrived
+    previous: tuple[float, list[int]] | None = None  # the heartbeat's before: for rates
+
+
+FrameHandler = Callable[[Member, Any], None]
+"""What a part of the cluster does with a frame from a member: (member, body)."""
+
+
+class MembershipPort(Protocol):
+    """What the other parts ask of :class:`~hive_core.cluster._membership.Membership`."""
+
+    absent: dict[str, float]
+
+    def expect(self, node_id: str, address: ClusterNodeAddress, incarnation: int) -> None: ...
+
+    def remove(self, peer_id: str, why: str) -> None: ...
+
+    def seen_of_known(self) -> tuple[int, int]: ...
+
+
+class CustodyPort(Protocol):
+    """What the other parts ask of :class:`~hive_core.cluster._custody.Custody`."""
+
+    adopted_marks: dict[str, int]
+
+    def hold(self, client_ids: list[str]) -> None: ...
+
+    def send_owned(self, member: Member, client_ids: list[str]) -> None: ...
+
+    def forget_node(self, node_id: str) -> None: ...
+
+    def link_lost(self, link: PeerLink) -> None: ...
+
+    def member_left(self, peer_id: str) -> None: ...
+
+
+class TakeoverPort(Protocol):
+    """What the other parts ask of :class:`~hive_core.cluster._takeover.Takeover`."""
+
+    replicator: Replicator | None
+    taking: dict[str, anyio.Event]
+
+    def holds_replica(self, node_id: str) -> bool: ...
+
+    def rescuing(self, client_id: str) -> bool: ...
+
+    async def taken(self, *failed: str) -> None: ...
+
+    def taker_of(self, failed: str) -> str | None: ...
+
+    def ring_changed(self, renewed: str | None = None) -> None: ...
+
+    def member_left(self, member: Member, why: str) -> None: ...
+
+
+class NodeContext(Protocol):
+    """The node the parts belong to (:class:`~hive_core.cluster.Cluster`): what they share."""
+
+    node_id: str
+    settings: ClusterSettings
+    broker: BrokerPort
+    extensions: Extensions
+    address: ClusterNodeAddress
+    incarnation: int
+    transport: NodeTransport
+    authentication: PeerAuthentication
+    health: HealthCheck | None
+    table: RoutingTable
+    forwarding: Forwarding
+    members: dict[str, Member]
+    stopping: bool
+    tasks: TaskGroup | None
+    leaving_since: float | None
+
+    @property
+    def membership(self) -> MembershipPort: ...
+
+    @property
+    def custody(self) -> CustodyPort: ...
+
+    @property
+    def takeover(self) -> TakeoverPort: ...
+
+    def on_frame(self, link: PeerLink, kind: FrameKind, body: Any) -> None: ...
+
+    def synchronise(self, member: Member) -> None: ...
+
+    def local_filters(self) -> list[str]: ...

@@ -1,0 +1,361 @@
+"""Replication on the ring, and the takeover of a failed node's sessions from its replica.
+
+A node's backups are the members that follow it on the ring (:class:`Replicator`, see
+``_replication.py``); the replicas of other nodes are held here (:class:`Replicas`). When a
+member fails, the first surviving member after it on the ring takes its sessions over
+(:meth:`Takeover.take_over`): it tells every member (TAKEN_OVER), adopts the sessions, and each
+member sends it what it had kept for the failed node and the replica does not account for
+(RESCUED, then RESCUE_DONE); those messages go to the adopted sessions only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import anyio
+
+from hive_core.broker import Message, SessionRecords
+from hive_core.cluster._parts import FrameHandler, Member, NodeContext
+from hive_core.cluster._replication import (
+    ReplicaFolder,
+    Replicas,
+    ReplicaShelf,
+    ReplicatingStore,
+    Replicator,
+    Watermarks,
+    in_record_parts,
+    successors,
+)
+from hive_core.cluster._session_frames import PART_BYTES, in_parts, message_from
+from hive_core.cluster._wire import FrameDecoder, FrameKind
+from hive_core.mqtt import decode_properties
+from hive_ext_api import ClusterNodeAddress
+
+log = logging.getLogger("hive.cluster")
+
+
+class Takeover:
+    """This node's backups and the replicas it holds; failed nodes' sessions taken over."""
+
+    def __init__(self, node: NodeContext, store: ReplicatingStore | None,
+                 replica_shelf: ReplicaShelf | None) -> None:
+        self.node = node
+        settings = node.settings
+        replicating = (store is not None and settings.replica_count > 1
+                       and settings.protocol >= 3
+                       and (settings.replicas_folder is not None or replica_shelf is not None))
+        self.replicator = Replicator(
+            store, self._replica_snapshot, self._watermarks, self._send_snapshot,
+            self._send_ops, self._send_release) if replicating and store is not None else None
+        shelf = replica_shelf if replica_shelf is not None else (
+            ReplicaFolder(settings.replicas_folder)
+            if settings.replicas_folder is not None else None)
+        self.replicas = Replicas(shelf, self._acknowledge_replica, self._replica_missing) \
+            if replicating and shelf is not None else None
+        self._resync_asked: set[str] = set()
+        self.taking: dict[str, anyio.Event] = {}  # failed nodes whose sessions are being taken
+        self.adopted_from: dict[str, set[str]] = {}  # failed node -> client ids taken from it
+        self.excluding: dict[str, set[str]] = {}  # peer -> failed nodes it has not rescued yet
+        self._departures: list[tuple[float, str]] = []  # (monotonic time, node) of failures
+        self.takeovers = 0
+        self.sessions_taken_over = 0
+        self.messages_rescued = 0
+
+    def frame_handlers(self) -> dict[FrameKind, FrameHandler]:
+        return {
+            FrameKind.REPL_OPS: self._on_ops,
+            FrameKind.REPL_ACK: self._on_ack,
+            FrameKind.REPL_RESYNC: self._on_resync,
+            FrameKind.REPL_SNAPSHOT: self._on_snapshot,
+            FrameKind.REPL_RELEASE: self._on_release,
+            FrameKind.TAKEN_OVER: lambda member, body: self._rescue_for(
+                member, str(body[0]), body[1]),
+            FrameKind.RESCUED: lambda member, body: self.deliver_rescued(
+                str(body[0]), body[1], member.node_id, member.incarnation,
+                int(body[2]) if len(body) > 2 else 0),
+            FrameKind.RESCUE_DONE: lambda member, body: self.excluding.get(
+                member.node_id, set()).discard(str(body)),
+        }
+
+    def holds_replica(self, node_id: str) -> bool:
+        return self.replicas is not None and self.replicas.holds(node_id)
+
+    # ------------------------------------------------------------------ the ring
+
+    def ring_changed(self, renewed: str | None = None) -> None:
+        """Members came or went: this node's backups are the next ones on the ring."""
+        replicator = self.replicator
+        if replicator is None or self.node.stopping:
+            return
+        if renewed is not None:
+            replicator.lost(renewed)  # a restarted backup starts again from a snapshot
+        ring = [m.node_id for m in self.node.members.values() if m.protocol >= 3]
+        replicator.set_backups(successors(self.node.node_id, ring,
+                                          self.node.settings.replica_count - 1))
+
+    def taker_of(self, failed: str) -> str | None:
+        """The first member after ``failed`` on the ring: it takes its sessions over."""
+        ring = [m.node_id for m in self.node.members.values() if m.protocol >= 3]
+        ring.append(self.node.node_id)
+        after = successors(failed, ring, len(ring))
+        return after[0] if after else None
+
+    def member_left(self, member: Member, why: str) -> None:
+        """``member`` left the cluster: the ring again, and its sessions taken over here if
+        this node follows it (and sees the larger side of a split, or it is surely dead)."""
+        node, peer_id = self.node, member.node_id
+        self.excluding.pop(peer_id, None)  # it will not rescue anything now
+        if self.replicator is None:
+            return
+        self.replicator.lost(peer_id)
+        self.ring_changed()
+        if why != "it shut down" and not node.stopping:
+            self._check_disaster(peer_id)
+        if not node.stopping and self.taker_of(peer_id) == node.node_id \
+                and self.holds_replica(peer_id) and peer_id not in self.taking:
+            self.taking[peer_id] = anyio.Event()
+            probe = member.address if why == "its connection closed" else None
+            # The larger side of a split takes a node over; a node that sees no more than
+            # half of the nodes it knew (itself included) takes it over only if the node
+            # is surely dead (its port refuses), not merely out of reach.
+            seen, known = node.membership.seen_of_known()
+            asyncio.get_running_loop().create_task(
+                self.take_over(peer_id, probe, 2 * seen > known, member.address))
+
+    def _check_disaster(self, node_id: str) -> None:
+        settings = self.node.settings
+        now = time.monotonic()
+        window = settings.disaster_window
+        self._departures = [(t, n) for t, n in self._departures if now - t < window]
+        self._departures = [(t, n) for t, n in self._departures if n != node_id]
+        self._departures.append((now, node_id))
+        gone = len(self._departures)
+        if gone >= settings.replica_count:
+            log.warning(
+                "Cluster disaster detected at %s: %d nodes left the cluster within %.0f s "
+                "(%s), and replica-count is %d: not every replica is reachable, some "
+                "persistent data may be unavailable until those nodes return",
+                time.strftime("%Y-%m-%d %H:%M:%S %Z"), gone, window,
+                ", ".join(n for _t, n in self._departures), settings.replica_count)
+
+    # ------------------------------------------------------------------ replication frames
+
+    def _watermarks(self) -> Watermarks:
+        return {peer: [seen.incarnation, seen.handled]
+                for peer, seen in self.node.forwarding.incoming.items()}
+
+    def _replica_snapshot(self) -> tuple[list[SessionRecords], list[list[Any]]]:
+        return self.node.broker.replica_records(), self.node.broker.replica_wills()
+
+    def _send_snapshot(self, node_id: str, seq: int, records: list[SessionRecords],
+                       wills: list[list[Any]]) -> None:
+        member = self.node.members.get(node_id)
+        if member is None:
+            return
+        parts = list(in_record_parts(records, PART_BYTES))
+        for index, part in enumerate(parts):
+            member.link.send(FrameKind.REPL_SNAPSHOT,
+                             [seq, index == 0, part, wills if index == 0 else [],
+                              index < len(parts) - 1])
+
+    def _send_ops(self, node_id: str, first: int, ops: list[Any],
+                  watermarks: Watermarks) -> None:
+        member = self.node.members.get(node_id)
+        if member is not None:
+            member.link.send(FrameKind.REPL_OPS, [first, ops, watermarks])
+
+    def _send_release(self, node_id: str) -> None:
+        member = self.node.members.get(node_id)
+        if member is not None:
+            member.link.send(FrameKind.REPL_RELEASE)
+
+    def _replica_missing(self, origin: str) -> None:
+        member = self.node.members.get(origin)
+        if member is not None and origin not in self._resync_asked:
+            self._resync_asked.add(origin)  # once, until its snapshot comes
+            member.link.send(FrameKind.REPL_RESYNC)
+
+    def _acknowledge_replica(self, origin: str, seq: int) -> None:
+        member = self.node.members.get(origin)
+        if member is not None:
+            member.link.send(FrameKind.REPL_ACK, seq)
+
+    def _on_ops(self, member: Member, body: Any) -> None:
+        if self.replicas is not None:
+            self.replicas.ops(member.node_id, int(body[0]), body[1], body[2])
+
+    def _on_ack(self, member: Member, body: Any) -> None:
+        if self.replicator is not None:
+            self.replicator.acknowledged(member.node_id, int(body))
+
+    def _on_resync(self, member: Member, body: Any) -> None:
+        if self.replicator is not None and member.node_id in self.replicator.backups:
+            log.info("node %s holds no replica of this node's sessions any more: sending "
+                     "them again", member.node_id)
+            self.ring_changed(renewed=member.node_id)
+
+    def _on_snapshot(self, member: Member, body: Any) -> None:
+        self._resync_asked.discard(member.node_id)
+        if self.replicas is not None:
+            self.replicas.snapshot_part(member.node_id, int(body[0]), bool(body[1]),
+                                        body[2], body[3], bool(body[4]))
+
+    def _on_release(self, member: Member, body: Any) -> None:
+        if self.replicas is not None:
+            self.replicas.release(member.node_id)
+
+    # ------------------------------------------------------------------ a takeover
+
+    async def taken(self, *failed: str) -> None:
+        """Until the takeovers of ``failed`` under way here are over."""
+        for node_id in failed:
+            event = self.taking.get(node_id)
+            if event is not None:
+                with anyio.move_on_after(self.node.settings.connect_timeout):
+                    await event.wait()
+
+    async def take_over(self, failed: str, probe: ClusterNodeAddress | None = None,
+                        majority: bool = True,
+                        address: ClusterNodeAddress | None = None) -> None:
+        """``failed`` left and this node follows it on the ring: its sessions become ours.
+
+        ``probe``: the link closed without a heartbeat timeout; the node is taken over only if
+        its port no longer answers (after a pause of this node, the peers close its links).
+        Without ``majority`` (this node sees no more than half of the nodes), only if its port
+        at ``address`` refuses: a node out of reach (a split) keeps its sessions, and the
+        larger side takes them over.
+        """
+        node = self.node
+        began = time.monotonic()
+        event = self.taking[failed]
+        try:
+            assert self.replicas is not None
+            asked = probe if probe is not None else (address if not majority else None)
+            verdict = await node.transport.answers(asked) if asked is not None else False
+            if verdict:
+                log.warning("node %s closed its link to this node but still answers: its "
+                            "sessions stay with it", failed)
+                return
+            if verdict is None and not majority:
+                seen, known = node.membership.seen_of_known()
+                log.warning("node %s does not answer, and this node sees %d of the %d nodes it "
+                            "knew: its sessions are not taken over here (the larger side takes "
+                            "them, or the node keeps them)", failed, seen, known)
+                return
+            taken = await self.replicas.take(failed)
+            if taken is None:
+                return
+            if failed in node.members:  # it came back meanwhile: it keeps its sessions
+                log.info("node %s is back: its sessions stay with it", failed)
+                return
+            # From here on, one step: the peers hear of it before any frame the adoption sends.
+            for member in node.members.values():
+                if member.protocol >= 3:
+                    member.link.send(FrameKind.TAKEN_OVER, [failed, taken.watermarks])
+                    self.excluding.setdefault(member.node_id, set()).add(failed)
+            adopted = node.broker.adopt_sessions(taken.records)
+            marks = {r.session.client_id: max((seq for seq, _m in r.queue), default=0)
+                     for r in taken.records}
+            custody = node.custody
+            custody.hold(adopted)
+            for client_id in adopted:
+                custody.adopted_marks[client_id] = marks.get(client_id, 0)
+            self.adopted_from.setdefault(failed, set()).update(adopted)
+            first, rescued = self._unhandled(failed, taken.watermarks)
+            self._drop_node(failed)
+            self.deliver_rescued(failed, rescued, node.node_id, node.incarnation, first)
+            wills = node.broker.adopt_wills(taken.wills)
+            for member in node.members.values():
+                member.link.send(FrameKind.FILTERS, node.local_filters())
+                custody.send_owned(member, adopted)
+            self.takeovers += 1
+            self.sessions_taken_over += len(adopted)
+            log.warning("Took over the %d persistent sessions of failed node %s from its replica "
+                        "in %d ms (%d messages it had not handled delivered to them, %d of its "
+                        "clients' wills published, %d pending)", len(adopted), failed,
+                        (time.monotonic() - began) * 1000, len(rescued), wills,
+                        len(taken.wills) - wills)
+            await node.broker.commit()
+        except Exception:
+            log.exception("could not take over the sessions of node %s", failed)
+        finally:
+            del self.taking[failed]
+            event.set()
+
+    def rescuing(self, client_id: str) -> bool:
+        """Whether ``client_id`` was taken over from a node whose share some peer has not
+        finished sending."""
+        return any(client_id in self.adopted_from.get(failed, ())
+                   for failed_nodes in self.excluding.values() for failed in failed_nodes)
+
+    def adopted_of(self, peer_id: str) -> set[str]:
+        """The sessions taken over from the nodes whose share ``peer_id`` is still sending."""
+        ids: set[str] = set()
+        for failed in self.excluding.get(peer_id, ()):
+            ids |= self.adopted_from.get(failed, set())
+        return ids
+
+    def _unhandled(self, failed: str, watermarks: Watermarks) -> tuple[int, list[bytes]]:
+        """The data frames kept for ``failed`` that its replica does not account for, and the
+        place of the first."""
+        node = self.node
+        out = node.forwarding.outgoing.get(failed)
+        if out is None:
+            return 0, []
+        mark = watermarks.get(node.node_id)
+        handled = mark[1] if mark is not None and mark[0] == node.incarnation else 0
+        skip = max(0, handled - out.acked)
+        return out.acked + skip + 1, list(out.frames)[skip:]
+
+    def _drop_node(self, node_id: str) -> None:
+        """A failed node whose sessions were taken over: nothing is routed or kept for it."""
+        node = self.node
+        node.membership.absent.pop(node_id, None)
+        node.table.drop(node_id)
+        node.forwarding.abandon(node_id)
+        node.custody.forget_node(node_id)
+        node.broker.remote_routes_changed()
+
+    def _rescue_for(self, taker: Member, failed: str, watermarks: Watermarks) -> None:
+        """TAKEN_OVER: send the taker what was kept for ``failed``, route its share there."""
+        node = self.node
+        if failed in node.members:
+            # The taker found it dead before this node did: its sessions are the taker's now,
+            # so what this node sends it from here on must go there (it dials again anyway).
+            node.membership.remove(failed, f"node {taker.node_id} took its sessions over")
+        if failed not in node.members:
+            place, rescued = self._unhandled(failed, watermarks)
+            for part in in_parts(rescued, len):
+                taker.link.send(FrameKind.RESCUED, [failed, part, place])
+                place += len(part)
+            for topic_filter in node.table.filters_of(failed):
+                node.table.add(taker.node_id, topic_filter)  # until the taker's FILTERS
+            self._drop_node(failed)
+        taker.link.send(FrameKind.RESCUE_DONE, failed)
+
+    def deliver_rescued(self, failed: str, frames: list[bytes], origin: str,
+                        incarnation: int, place: int) -> None:
+        """Frames a failed node had not handled (the first at ``place`` in what ``origin``
+        sent it): for the sessions taken over from it only."""
+        broker = self.node.broker
+        adopted = self.adopted_from.get(failed, set())
+        decoder = FrameDecoder()
+        for at, frame in enumerate(frames, place):
+            for kind, body in decoder.feed(frame):
+                self.messages_rescued += 1
+                if kind is FrameKind.PUBLISH:
+                    topic, payload, qos, retain, props, expiry_at, publisher, serial, _ = body
+                    message = Message(topic, payload, qos, retain,
+                                      decode_properties(props) if props else None, publisher,
+                                      expiry_at)
+                    if serial:
+                        message.mid = (origin, serial)
+                    if place:
+                        message.rescued = (failed, incarnation, at)
+                    broker.publish_among(message, adopted, among=True)
+                elif kind is FrameKind.SHARED_PUBLISH:
+                    broker.deliver_shared(body[0], body[1], message_from(body[2]))
+        broker.flush()
