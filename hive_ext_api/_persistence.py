@@ -35,6 +35,11 @@ class StoredMessage:
     properties: bytes = b""  # encoded MQTT 5 PUBLISH properties, without the length prefix
     expiry_at: float | None = None  # Unix time after which the message is dropped; None: never
     publisher_id: str = ""  # the client id that published it (for "no local")
+    # Its identity in a cluster (API 1.5): the node that routed it first and its serial there.
+    # A session that took it once takes no copy of it again. "" and 0: none (a single node,
+    # or a store that does not keep them: such a message is never taken for a copy).
+    origin: str = ""
+    serial: int = 0
 
 
 @dataclass(slots=True, frozen=True)

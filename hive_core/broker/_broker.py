@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Collection, Coroutine, Iterable
 from dataclasses import replace
 from typing import Any
 
 from hive_core.broker._expiry import SessionClock
-from hive_core.broker._handover import takes
+from hive_core.broker._handover import MessageId, takes
 from hive_core.broker._message import Message
 from hive_core.broker._metrics import BrokerMetrics, BrokerStats
 from hive_core.broker._outbox import Outbox
@@ -730,8 +731,38 @@ class Broker:
         return [(p.seq, stored_message(p), p.message.mid, p.message.rescued)
                 for p in session.queue if p.seq]
 
-    def merge_queue(self, client_id: str, messages: list[Queued]) -> None:
-        """Messages another copy of this session queued (a split healed): queue them here."""
+    def taken_identities(self, client_id: str) -> list[MessageId]:
+        """What the session's client has surely had: identities taken, less those still
+        queued or sent without an acknowledgement (PUBREC counts: the client has it)."""
+        session = self.sessions.get(client_id)
+        if session is None or not session.seen:
+            return []
+        pending = {p.message.mid for p in session.queue}
+        pending.update(o.pending.message.mid for o in session.inflight.values()
+                       if o.state != "pubrel")
+        return [mid for mid in session.seen if mid not in pending]
+
+    def merge_queue(self, client_id: str, messages: list[Queued],
+                    taken: list[MessageId] | None = None) -> None:
+        """Messages another copy of this session queued (a split healed): queue them here.
+
+        ``taken``: what the other copy's client surely had. While the copies were apart both
+        were routed to, so such a message may wait in this copy's queue: it leaves the queue
+        unsent, and no way brings it here again."""
+        session = self.sessions.get(client_id)
+        if session is not None and taken:
+            for mid in taken:
+                takes(session, mid)
+            had = set(taken)
+            if any(p.message.mid in had for p in session.queue):
+                kept: deque[Pending] = deque()
+                for pending in session.queue:
+                    if pending.message.mid in had:
+                        self.records.dequeue(session, pending)
+                        self.metrics.handover_duplicates_skipped += 1
+                    else:
+                        kept.append(pending)
+                session.queue = kept
         self.append_handed_over(client_id, messages)
 
     def forget_sessions(self) -> None:

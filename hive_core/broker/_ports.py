@@ -172,12 +172,19 @@ class BrokerPort(Protocol):
         """A session's queue, by position: what a dropped copy hands on."""
         ...
 
+    def taken_identities(self, client_id: str) -> list[MessageId]:
+        """The identities of the messages a session took (oldest first): what a dropped copy
+        hands on with its queue, so that the kept copy sends none of them again."""
+        ...
+
     def load(self) -> list[int]:
         """[connections, sessions, messages in, messages out], for the peers' heartbeats."""
         ...
 
-    def merge_queue(self, client_id: str, messages: list[Queued]) -> None:
-        """What a dropped copy of this session had queued: queue it here."""
+    def merge_queue(self, client_id: str, messages: list[Queued],
+                    taken: list[MessageId] | None = None) -> None:
+        """What a dropped copy of this session had queued: queue it here. ``taken``: what
+        that copy had delivered (or queued): not delivered again from here."""
         ...
 
     def forget_sessions(self) -> None:

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from hive_core.broker._handover import takes
 from hive_core.broker._message import Message
 from hive_core.broker._session import Outbound, Pending, Session, Subscription
 from hive_core.mqtt import (
@@ -53,9 +54,10 @@ def stored_message(pending: Pending) -> StoredMessage:
     props = dict(message.properties) if message.properties else {}
     if pending.subscription_ids:
         props[P.SUBSCRIPTION_IDENTIFIER] = list(pending.subscription_ids)
+    origin, serial = message.mid or ("", 0)
     return StoredMessage(message.topic, message.payload, pending.qos, pending.retain,
                          encode_properties(props) if props else b"", message.expiry_at,
-                         message.publisher_id)
+                         message.publisher_id, origin, serial)
 
 
 def pending_from(stored: StoredMessage) -> Pending:
@@ -63,6 +65,8 @@ def pending_from(stored: StoredMessage) -> Pending:
     sub_ids = props.pop(P.SUBSCRIPTION_IDENTIFIER, None)
     message = Message(stored.topic, stored.payload, stored.qos, stored.retain, props,
                       stored.publisher_id, stored.expiry_at)
+    if stored.serial:
+        message.mid = (stored.origin, stored.serial)
     return Pending(message, stored.qos, tuple(sub_ids) if sub_ids else None, stored.retain)
 
 
@@ -145,6 +149,12 @@ def session_from(records: SessionRecords, now: float) -> Session:
             session.inflight[inflight.packet_id] = Outbound(pending, inflight.state)
     if records.seen:
         session.seen = dict.fromkeys((str(o), int(n)) for o, n in records.seen)
+    # What it holds it took: a copy of one of those (a merge, a rescue) is not taken again.
+    held = [p.message.mid for p in session.queue]
+    held += [o.pending.message.mid for o in session.inflight.values()]
+    for mid in held:
+        if mid is not None:
+            takes(session, mid)
     return session
 
 

@@ -81,7 +81,7 @@ class Custody:
             FrameKind.ROUTE_TO: self._on_route_to,
             FrameKind.ROUTED: lambda member, body: self.routed(member.node_id, int(body)),
             FrameKind.MERGE_QUEUE: lambda member, body: self._merge_queue(
-                str(body[0]), int(body[1]), body[2]),
+                str(body[0]), int(body[1]), body[2], body[3] if len(body) > 3 else None),
         }
 
     # ------------------------------------------------------------------ the directory
@@ -231,7 +231,8 @@ class Custody:
             return
         self.handing.setdefault(link, set()).add(client_id)
         asking = node.members.get(link.peer_id) if link.peer_id else None
-        parts = list(session_parts(records, seen=asking is not None and asking.session_seen))
+        parts = list(session_parts(records, seen=asking is not None and asking.session_seen,
+                                   identified=asking is not None and asking.identities))
         for index, part in enumerate(parts):
             link.send(FrameKind.SESSION, [request, client_id, part, index < len(parts) - 1])
 
@@ -252,13 +253,17 @@ class Custody:
                 taker = takeover.taker_of(owner)
                 if taker == node.node_id:
                     await takeover.taken(owner)
-                    if not node.broker.has_session(client_id) and \
-                            self.owner_of(client_id) == owner and owner not in node.members:
-                        # Not taken over (its node still answers, or no replica was complete
-                        # here): a fresh session would hide the real one, which lives on.
-                        raise SessionUnavailable(
-                            f"the node holding the session ({owner}) is unreachable")
-                    return None  # here now, if it was in the replica
+                    if node.broker.has_session(client_id):
+                        return None  # here now, taken over from the replica
+                    current = self.owner_of(client_id)
+                    if current is None:
+                        return None  # ended meanwhile
+                    if attempt == 1 and (current != owner or current in node.members):
+                        continue  # its node is back, or another holds it now: ask there
+                    # Not taken over (its node still answers, or no replica was complete
+                    # here): a fresh session would hide the real one, which lives on.
+                    raise SessionUnavailable(
+                        f"the node holding the session ({owner}) is unreachable")
                 owner = taker
             elif owner is None and takeover.taking:
                 await takeover.taken(*takeover.taking)  # it may be among what is taken here
@@ -470,8 +475,15 @@ class Custody:
                        if identified else [seq, message_fields(m)]
                        for seq, m, mid, rescued in queue]
             parts = list(in_parts(entries, lambda item: len(item[1][1]))) or [[]]
-            for part in parts:
-                member.link.send(FrameKind.MERGE_QUEUE, [client_id, mark, part])
+            # The last part says what this copy's client had: the keeper's queue may hold
+            # those too (both copies were routed to), and must not send them again.
+            taken = [list(mid) for mid in node.broker.taken_identities(client_id)] \
+                if identified else []
+            for index, part in enumerate(parts):
+                body = [client_id, mark, part]
+                if index == len(parts) - 1 and taken:
+                    body.append(taken)
+                member.link.send(FrameKind.MERGE_QUEUE, body)
         log.info("the session of %r is also on node %s, which keeps it: %d queued messages "
                  "handed to it, the copy here dropped", client_id, keeper, len(queue))
         self.owned_since.pop(client_id, None)
@@ -479,10 +491,12 @@ class Custody:
         self.owners[client_id] = (keeper, since)
         self.merges += 1
 
-    def _merge_queue(self, client_id: str, mark: int, entries: list[list[Any]]) -> None:
+    def _merge_queue(self, client_id: str, mark: int, entries: list[list[Any]],
+                     taken: list[list[Any]] | None = None) -> None:
         """MERGE_QUEUE: the queue of a dropped copy. Positions up to the marks were in both
         copies (a replica's; delivered or queued here already); the rest were queued there
-        while the copies were apart: they are added here."""
+        while the copies were apart: they are added here. ``taken`` (with the last part): the
+        identities that copy's client had, not sent again from here."""
         node = self.node
         mark = max(mark, self.adopted_marks.get(client_id, 0))
         new: list[tuple[StoredMessage, tuple[str, int] | None]] = []
@@ -502,5 +516,5 @@ class Custody:
         if handled:
             log.info("the copy of %r held elsewhere had %d messages this node had handled "
                      "already: not added again", client_id, handled)
-        if new:
-            node.broker.merge_queue(client_id, new)
+        if new or taken:
+            node.broker.merge_queue(client_id, new, [(str(o), int(n)) for o, n in taken or ()])

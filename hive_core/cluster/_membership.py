@@ -78,8 +78,12 @@ class Membership:
         return bool(self.members or self.absent_at)
 
     def seen_of_known(self) -> tuple[int, int]:
-        """(nodes this node sees, nodes it knew): itself included in both."""
-        return 1 + len(self.members), 1 + len(self.members) + len(self.absent_at)
+        """(nodes this node sees, nodes it knew): itself included in both. A member silent
+        for half the heartbeat timeout is not seen: cut off at the same moment as another one
+        that just timed out, it would otherwise count until its own timeout a tick later."""
+        fresh = time.monotonic() - self.node.settings.heartbeat_timeout / 2
+        seen = sum(1 for m in self.members.values() if m.link.last_read >= fresh)
+        return 1 + seen, 1 + len(self.members) + len(self.absent_at)
 
     # ------------------------------------------------------------------ discovery and dialling
 
@@ -184,6 +188,7 @@ class Membership:
                 "min_protocol": MIN_PROTOCOL_VERSION, "version": __version__,
                 "host": node.address.host, "port": node.address.port,
                 "incarnation": node.incarnation, "arrival_stamps": 1, "session_seen": 1,
+                "identities": 1,
                 **self._health_hello()}
 
     def _health_hello(self) -> dict[str, Any]:
@@ -270,7 +275,8 @@ class Membership:
         self.spoke[peer_id] = (protocol, stamps)
         member = self.members[peer_id] = Member(
             peer_id, address, str(hello.get("version", "")), protocol, link, incarnation,
-            merging=merging, arrival_stamps=stamps, session_seen=bool(hello.get("session_seen")))
+            merging=merging, arrival_stamps=stamps, session_seen=bool(hello.get("session_seen")),
+            identities=bool(hello.get("identities")))
         if merging:
             # A session here may have a copy there (a takeover while apart), and the members
             # route to both for a moment: each session takes each message once (its identity).

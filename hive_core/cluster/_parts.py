@@ -67,6 +67,7 @@ class Member:
     merging: bool = False  # back after a split: merging until its SYNCED
     arrival_stamps: bool = False  # its HELLO said so: its PUBLISH frames may carry routed_at
     session_seen: bool = False  # its HELLO said so: a SESSION's first part may carry its seen ids
+    identities: bool = False  # its HELLO said so: stored messages may carry their identity
     # Its load as its last HEARTBEAT said: [connections, sessions, messages in, messages out]
     load: list[int] | None = None
     load_at: float = 0.0  # Unix time it arrived

@@ -58,8 +58,13 @@ Watermarks = dict[str, list[int]]  # peer id -> [its incarnation, data frames ha
 
 # ---------------------------------------------------------------------- records as frame bodies
 
-def message_fields(m: StoredMessage) -> list[Any]:
-    return [m.topic, m.payload, m.qos, m.retain, m.properties, m.expiry_at, m.publisher_id]
+def message_fields(m: StoredMessage, identified: bool = False) -> list[Any]:
+    """A message as a frame's list; ``identified`` (the receiver reads nine fields, its HELLO
+    said ``identities``): with its cluster identity when it has one."""
+    fields = [m.topic, m.payload, m.qos, m.retain, m.properties, m.expiry_at, m.publisher_id]
+    if identified and m.serial:
+        fields += [m.origin, m.serial]
+    return fields
 
 
 def subscription_fields(s: StoredSubscription) -> list[Any]:
@@ -78,9 +83,9 @@ def session_of(fields: list[Any]) -> StoredSession:
         s[0]: StoredSubscription(*s) for s in subscriptions})
 
 
-def inflight_fields(i: StoredInflight) -> list[Any]:
+def inflight_fields(i: StoredInflight, identified: bool = False) -> list[Any]:
     return [i.client_id, i.packet_id, i.direction, i.state,
-            message_fields(i.message) if i.message is not None else None]
+            message_fields(i.message, identified) if i.message is not None else None]
 
 
 def inflight_of(fields: list[Any]) -> StoredInflight:
@@ -89,10 +94,10 @@ def inflight_of(fields: list[Any]) -> StoredInflight:
                           StoredMessage(*message) if message is not None else None)
 
 
-def records_fields(records: SessionRecords) -> list[Any]:
+def records_fields(records: SessionRecords, identified: bool = False) -> list[Any]:
     return [session_fields(records.session),
-            [[seq, message_fields(m)] for seq, m in records.queue],
-            [inflight_fields(i) for i in records.inflight]]
+            [[seq, message_fields(m, identified)] for seq, m in records.queue],
+            [inflight_fields(i, identified) for i in records.inflight]]
 
 
 def records_of(fields: list[Any]) -> SessionRecords:
@@ -144,6 +149,9 @@ class ReplicatingStore:
         self.seq = 0  # ops recorded so far (only while there are backups to send them to)
         self.pending: list[Op] = []  # recorded, not yet sent
         self.replicator: Replicator | None = None
+        # Every backup reads messages with their cluster identity (its HELLO said so): the
+        # ops carry it, so that a session taken over from a replica takes no copy twice.
+        self.identities = False
         self._atomic: Callable[[], AbstractContextManager[None]] = getattr(
             inner, "atomic", nullcontext)
         if not hasattr(inner, "save_subscription"):  # a store of extension API 1.0
@@ -183,7 +191,7 @@ class ReplicatingStore:
 
     def enqueue(self, client_id: str, seq: int, message: StoredMessage) -> None:
         self.inner.enqueue(client_id, seq, message)
-        self._op([ENQUEUE, client_id, seq, message_fields(message)])
+        self._op([ENQUEUE, client_id, seq, message_fields(message, self.identities)])
 
     def dequeue(self, client_id: str, seq: int) -> None:
         self.inner.dequeue(client_id, seq)
@@ -191,7 +199,7 @@ class ReplicatingStore:
 
     def save_inflight(self, inflight: StoredInflight) -> None:
         self.inner.save_inflight(inflight)
-        self._op([SAVE_INFLIGHT, inflight_fields(inflight)])
+        self._op([SAVE_INFLIGHT, inflight_fields(inflight, self.identities)])
 
     def delete_inflight(self, client_id: str, packet_id: int, direction: Direction) -> None:
         self.inner.delete_inflight(client_id, packet_id, direction)
@@ -646,12 +654,13 @@ def _read_sidecar(folder: Path) -> tuple[Watermarks, dict[str, list[Any]]]:
     return watermarks, wills
 
 
-def in_record_parts(records: list[SessionRecords], size: int) -> Iterator[list[list[Any]]]:
+def in_record_parts(records: list[SessionRecords], size: int,
+                    identified: bool = False) -> Iterator[list[list[Any]]]:
     """Sessions as snapshot parts of about ``size`` bytes of payload each."""
     part: list[list[Any]] = []
     total = 0
     for r in records:
-        part.append(records_fields(r))
+        part.append(records_fields(r, identified))
         total += 256 + sum(len(m.payload) for _, m in r.queue)
         if total >= size:
             yield part

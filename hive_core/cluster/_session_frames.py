@@ -78,20 +78,23 @@ class Handover:
                              [self.fetch.request, self.fetch.client_id])
 
 
-def session_parts(records: SessionRecords, seen: bool = False) -> Iterator[list[Any]]:
+def session_parts(records: SessionRecords, seen: bool = False,
+                  identified: bool = False) -> Iterator[list[Any]]:
     """A session as frame bodies: the record, the window and the first messages of the queue,
-    then the rest of the queue in parts of about PART_BYTES (a queue may be any size)."""
+    then the rest of the queue in parts of about PART_BYTES (a queue may be any size).
+    ``seen``, ``identified``: the asking node reads the identities taken, and messages with
+    theirs."""
     record, inflight = records.session, records.inflight
     subscriptions = [[s.topic_filter, s.qos, s.no_local, s.retain_as_published,
                       s.retain_handling, s.subscription_id] for s in record.subscriptions.values()]
-    parts = in_parts([[seq, message_fields(m)] for seq, m in records.queue],
+    parts = in_parts([[seq, message_fields(m, identified)] for seq, m in records.queue],
                      lambda item: len(item[1][1]))
     first = [
         [record.client_id, record.protocol_version, record.expiry_interval,
          record.disconnected_at, subscriptions],
         next(parts, []),
-        [[i.packet_id, i.direction, i.state, message_fields(i.message) if i.message else None]
-         for i in inflight],
+        [[i.packet_id, i.direction, i.state,
+          message_fields(i.message, identified) if i.message else None] for i in inflight],
     ]
     if seen:  # a node that takes them (its HELLO said so): the identities the session took
         first.append([list(mid) for mid in records.seen or ()])

@@ -92,9 +92,11 @@ class Takeover:
             return
         if renewed is not None:
             replicator.lost(renewed)  # a restarted backup starts again from a snapshot
-        ring = [m.node_id for m in self.node.members.values() if m.protocol >= 3]
-        replicator.set_backups(successors(self.node.node_id, ring,
-                                          self.node.settings.replica_count - 1))
+        members = self.node.members
+        ring = [m.node_id for m in members.values() if m.protocol >= 3]
+        backups = successors(self.node.node_id, ring, self.node.settings.replica_count - 1)
+        replicator.store.identities = all(members[b].identities for b in backups)
+        replicator.set_backups(backups)
 
     def taker_of(self, failed: str) -> str | None:
         """The first member after ``failed`` on the ring: it takes its sessions over."""
@@ -118,12 +120,8 @@ class Takeover:
                 and self.holds_replica(peer_id) and peer_id not in self.taking:
             self.taking[peer_id] = anyio.Event()
             probe = member.address if why == "its connection closed" else None
-            # The larger side of a split takes a node over; a node that sees no more than
-            # half of the nodes it knew (itself included) takes it over only if the node
-            # is surely dead (its port refuses), not merely out of reach.
-            seen, known = node.membership.seen_of_known()
             asyncio.get_running_loop().create_task(
-                self.take_over(peer_id, probe, 2 * seen > known, member.address))
+                self.take_over(peer_id, probe, member.address))
 
     def _check_disaster(self, node_id: str) -> None:
         settings = self.node.settings
@@ -155,7 +153,7 @@ class Takeover:
         member = self.node.members.get(node_id)
         if member is None:
             return
-        parts = list(in_record_parts(records, PART_BYTES))
+        parts = list(in_record_parts(records, PART_BYTES, member.identities))
         for index, part in enumerate(parts):
             member.link.send(FrameKind.REPL_SNAPSHOT,
                              [seq, index == 0, part, wills if index == 0 else [],
@@ -218,19 +216,21 @@ class Takeover:
                     await event.wait()
 
     async def take_over(self, failed: str, probe: ClusterNodeAddress | None = None,
-                        majority: bool = True,
                         address: ClusterNodeAddress | None = None) -> None:
         """``failed`` left and this node follows it on the ring: its sessions become ours.
 
         ``probe``: the link closed without a heartbeat timeout; the node is taken over only if
         its port no longer answers (after a pause of this node, the peers close its links).
-        Without ``majority`` (this node sees no more than half of the nodes), only if its port
-        at ``address`` refuses: a node out of reach (a split) keeps its sessions, and the
-        larger side takes them over.
+        The larger side of a split takes a node over: a node that sees no more than half of
+        the nodes it knew (itself included) takes it over only if its port at ``address``
+        refuses (it is surely dead), not when it is merely out of reach. Counted here, once
+        every departure of the same moment (one heartbeat tick) is known.
         """
         node = self.node
         began = time.monotonic()
         event = self.taking[failed]
+        seen, known = node.membership.seen_of_known()
+        majority = 2 * seen > known
         try:
             assert self.replicas is not None
             asked = probe if probe is not None else (address if not majority else None)
@@ -240,7 +240,6 @@ class Takeover:
                             "sessions stay with it", failed)
                 return
             if verdict is None and not majority:
-                seen, known = node.membership.seen_of_known()
                 log.warning("node %s does not answer, and this node sees %d of the %d nodes it "
                             "knew: its sessions are not taken over here (the larger side takes "
                             "them, or the node keeps them)", failed, seen, known)

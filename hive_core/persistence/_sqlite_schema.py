@@ -18,9 +18,10 @@ from ._model import (
     StoredSubscription,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _MESSAGE_COLUMNS = "topic, payload, qos, retain, properties, expiry_at, publisher_id"
+_QUEUED_COLUMNS = f"{_MESSAGE_COLUMNS}, origin, serial"  # with the message's cluster identity
 
 # Known trade-off: a message queued for N offline sessions is stored N times, once per queue row.
 # One row per (client, seq) keeps a dequeue a single-row delete, with no reference counting.
@@ -40,6 +41,7 @@ _CREATE = (
         client_id TEXT NOT NULL, seq INTEGER NOT NULL,
         topic TEXT NOT NULL, payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL,
         properties BLOB NOT NULL, expiry_at REAL, publisher_id TEXT NOT NULL,
+        origin TEXT NOT NULL DEFAULT '', serial INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (client_id, seq))""",
     # A rowid table on purpose: rowid order is the order the exchanges started, which is the
     # order MQTT requires for re-sending PUBLISH and PUBREL packets after a reconnect.
@@ -47,6 +49,7 @@ _CREATE = (
         client_id TEXT NOT NULL, packet_id INTEGER NOT NULL, direction TEXT NOT NULL,
         state TEXT NOT NULL, topic TEXT, payload BLOB, qos INTEGER, retain INTEGER,
         properties BLOB, expiry_at REAL, publisher_id TEXT,
+        origin TEXT NOT NULL DEFAULT '', serial INTEGER NOT NULL DEFAULT 0,
         UNIQUE (client_id, packet_id, direction))""",
     """CREATE TABLE retained_message (
         topic TEXT PRIMARY KEY, payload BLOB NOT NULL, qos INTEGER NOT NULL,
@@ -117,7 +120,15 @@ def _versions(db: sqlite3.Connection) -> None:
         db.execute(f"ALTER TABLE {table} ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
 
 
-_MIGRATIONS = {1: _subscriptions_to_rows, 2: _versions}
+def _identities(db: sqlite3.Connection) -> None:
+    """Version 4 keeps each queued and in-flight message's cluster identity (origin node,
+    serial), so that a session restored from disk takes no copy of a message twice."""
+    for table in ("queued_message", "inflight"):
+        db.execute(f"ALTER TABLE {table} ADD COLUMN origin TEXT NOT NULL DEFAULT ''")
+        db.execute(f"ALTER TABLE {table} ADD COLUMN serial INTEGER NOT NULL DEFAULT 0")
+
+
+_MIGRATIONS = {1: _subscriptions_to_rows, 2: _versions, 3: _identities}
 """From a schema version to the next one, run inside the opening transaction."""
 
 
@@ -147,11 +158,11 @@ def load(db: sqlite3.Connection, now: float) -> Snapshot:
             session.subscriptions[topic_filter] = StoredSubscription(
                 topic_filter, qos, bool(no_local), bool(rap), handling, sub_id)
     for client_id, seq, *message in db.execute(
-        f"SELECT client_id, seq, {_MESSAGE_COLUMNS} FROM queued_message ORDER BY client_id, seq"
+        f"SELECT client_id, seq, {_QUEUED_COLUMNS} FROM queued_message ORDER BY client_id, seq"
     ):
         snapshot.queues.setdefault(client_id, []).append((seq, _message(message)))
     for client_id, packet_id, direction, state, *message in db.execute(
-        f"SELECT client_id, packet_id, direction, state, {_MESSAGE_COLUMNS}"
+        f"SELECT client_id, packet_id, direction, state, {_QUEUED_COLUMNS}"
         " FROM inflight ORDER BY rowid"
     ):
         snapshot.inflight.setdefault(client_id, []).append(
@@ -217,9 +228,9 @@ def write(db: sqlite3.Connection, batch: PendingBatch, version: int) -> int:
             ((c, seq) for c, seq, w in _queue_writes(batch) if w.message is None),
         )
         run(
-            "INSERT OR REPLACE INTO queued_message VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO queued_message VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                (c, seq, *_message_row(w.message))
+                (c, seq, *_queued_row(w.message))
                 for c, seq, w in _queue_writes(batch)
                 if w.message is not None
             ),
@@ -234,11 +245,12 @@ def write(db: sqlite3.Connection, batch: PendingBatch, version: int) -> int:
             ),
         )
         run(
-            "INSERT INTO inflight VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT INTO inflight VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (client_id, packet_id, direction) DO UPDATE SET"
             " state = excluded.state, topic = excluded.topic, payload = excluded.payload,"
             " qos = excluded.qos, retain = excluded.retain, properties = excluded.properties,"
-            " expiry_at = excluded.expiry_at, publisher_id = excluded.publisher_id",
+            " expiry_at = excluded.expiry_at, publisher_id = excluded.publisher_id,"
+            " origin = excluded.origin, serial = excluded.serial",
             (
                 _inflight_row(w.inflight)
                 for exchanges in batch.inflight.values()
@@ -276,13 +288,18 @@ def _message_row(m: StoredMessage) -> tuple[Any, ...]:
     return (m.topic, m.payload, m.qos, int(m.retain), m.properties, m.expiry_at, m.publisher_id)
 
 
+def _queued_row(m: StoredMessage) -> tuple[Any, ...]:
+    return (*_message_row(m), m.origin, m.serial)
+
+
 def _message(row: Any) -> StoredMessage:
-    topic, payload, qos, retain, properties, expiry_at, publisher_id = row
-    return StoredMessage(topic, payload, qos, bool(retain), properties, expiry_at, publisher_id)
+    topic, payload, qos, retain, properties, expiry_at, publisher_id, *identity = row
+    return StoredMessage(topic, payload, qos, bool(retain), properties, expiry_at, publisher_id,
+                         *identity)
 
 
 def _inflight_row(i: StoredInflight) -> tuple[Any, ...]:
-    message = (None,) * 7 if i.message is None else _message_row(i.message)
+    message = (None,) * 7 + ("", 0) if i.message is None else _queued_row(i.message)
     return (i.client_id, i.packet_id, i.direction, i.state, *message)
 
 

@@ -334,6 +334,9 @@ async def test_a_version_1_database_is_migrated_with_its_subscriptions(tmp_path:
         db.execute("DROP TABLE subscription")
         for table in ("session", "retained_message"):  # added by version 3
             db.execute(f"ALTER TABLE {table} DROP COLUMN version")
+        for table in ("queued_message", "inflight"):  # added by version 4
+            db.execute(f"ALTER TABLE {table} DROP COLUMN origin")
+            db.execute(f"ALTER TABLE {table} DROP COLUMN serial")
         db.execute("ALTER TABLE session ADD COLUMN subscriptions TEXT NOT NULL DEFAULT ''")
         db.execute("UPDATE schema_version SET version = 1")
         db.execute(
@@ -351,8 +354,49 @@ async def test_a_version_1_database_is_migrated_with_its_subscriptions(tmp_path:
     await reopened.close()
     assert list(again.sessions["c1"].subscriptions) == ["$share/g/b"]
     with sqlite3.connect(store.path) as db:
-        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (3,)
+        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (4,)
         assert db.execute("SELECT version FROM session").fetchone()[0] > 0  # stamped by the write
+
+
+async def test_queued_and_in_flight_messages_keep_their_cluster_identity(tmp_path: Path) -> None:
+    """Schema 4: a session restored from disk knows which messages it holds, by identity, so
+    that a copy of one (a merge after a split, a rescue) is not taken a second time."""
+    store = FileSessionStore(tmp_path, sync=False)
+    await store.open()
+    store.save_session(StoredSession("c1", 5, 3600))
+    store.enqueue("c1", 1, StoredMessage("t", b"q", 2, origin="n2", serial=41))
+    store.enqueue("c1", 2, StoredMessage("t", b"plain", 1))
+    store.save_inflight(StoredInflight("c1", 7, "out", "publish",
+                                       StoredMessage("t", b"f", 2, origin="n3", serial=9)))
+    await store.commit()
+    reopened, snapshot = await reopen(store)
+    await reopened.close()
+    queue = dict(snapshot.queues["c1"])
+    assert (queue[1].origin, queue[1].serial) == ("n2", 41)
+    assert (queue[2].origin, queue[2].serial) == ("", 0)
+    flight = snapshot.inflight["c1"][0].message
+    assert flight is not None and (flight.origin, flight.serial) == ("n3", 9)
+
+
+async def test_a_version_3_database_is_migrated_with_messages_without_identity(
+        tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    await store.open()
+    await store.close()
+    with sqlite3.connect(store.path) as db:  # the version 3 layout
+        for table in ("queued_message", "inflight"):
+            db.execute(f"ALTER TABLE {table} DROP COLUMN origin")
+            db.execute(f"ALTER TABLE {table} DROP COLUMN serial")
+        db.execute("UPDATE schema_version SET version = 3")
+        db.execute("INSERT INTO session VALUES ('c1', 5, 3600, NULL, 1)")
+        db.execute("INSERT INTO queued_message VALUES ('c1', 1, 't', x'71', 1, 0, x'', NULL, '')")
+    migrated = FileSessionStore(tmp_path, sync=False)
+    snapshot = await migrated.open()
+    await migrated.close()
+    (seq, message), = snapshot.queues["c1"]
+    assert (seq, message.payload, message.origin, message.serial) == (1, b"q", "", 0)
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (4,)
 
 
 async def test_the_database_lives_in_the_data_folder_in_wal_mode(tmp_path: Path) -> None:

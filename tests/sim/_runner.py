@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import sys
+from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -30,32 +31,45 @@ def run_seed(seed: int, options: Options, verbose: bool = False) -> dict[str, An
     return result
 
 
-def run_seeds(seeds: Iterable[int], options: Options) -> Iterator[dict[str, Any]]:
-    """Each seed forked from this process; the results in order."""
+def run_seeds(seeds: Iterable[int], options: Options, jobs: int = 1) -> Iterator[dict[str, Any]]:
+    """Each seed forked from this process, up to ``jobs`` at once; the results in order."""
+    running: deque[tuple[int, int, int]] = deque()  # (seed, pid, read end of its pipe)
     for seed in seeds:
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: run, answer, leave at once
-            code = 0
-            try:
-                os.close(read)
-                answer = json.dumps(run_seed(seed, options)).encode()
-                with os.fdopen(write, "wb") as out:
-                    out.write(answer)
-            except BaseException as exc:
-                code = 1
-                sys.stderr.write(f"seed {seed}: {exc!r}\n")
-            finally:
-                os._exit(code)
-        os.close(write)
-        with os.fdopen(read, "rb") as answer_in:
-            data = answer_in.read()
-        _, status = os.waitpid(pid, 0)
-        if not data:
-            yield {"seed": seed, "broken": ["crashed"], "details": [f"exit status {status}"],
-                   "schedule": []}
-            continue
-        yield json.loads(data)
+        running.append(_fork(seed, options))
+        if len(running) >= jobs:
+            yield _collect(*running.popleft())
+    while running:
+        yield _collect(*running.popleft())
+
+
+def _fork(seed: int, options: Options) -> tuple[int, int, int]:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: run, answer, leave at once
+        code = 0
+        try:
+            os.close(read)
+            answer = json.dumps(run_seed(seed, options)).encode()
+            with os.fdopen(write, "wb") as out:
+                out.write(answer)
+        except BaseException as exc:
+            code = 1
+            sys.stderr.write(f"seed {seed}: {exc!r}\n")
+        finally:
+            os._exit(code)
+    os.close(write)
+    return seed, pid, read
+
+
+def _collect(seed: int, pid: int, read: int) -> dict[str, Any]:
+    with os.fdopen(read, "rb") as answer_in:
+        data = answer_in.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        return {"seed": seed, "broken": ["crashed"], "details": [f"exit status {status}"],
+                "schedule": []}
+    result: dict[str, Any] = json.loads(data)
+    return result
 
 
 def verdict_line(result: dict[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """Run the cluster simulation for any number of seeds, or replay one.
 
-    python tests/sim/run.py --seeds 0-9999            # a range (each seed in its own process)
+    python tests/sim/run.py --seeds 0-9999 --jobs 2   # a range (each seed in its own process)
     python tests/sim/run.py --seeds 1234 --verbose    # one seed: its schedule and log lines
     python tests/sim/run.py --seeds 0-999 --faults kill,move --traffic 30
 
@@ -57,6 +57,9 @@ def main() -> int:
     parser.add_argument("--traffic", type=float, default=Options.traffic,
                         help="seconds of publishing (simulated)")
     parser.add_argument("--nodes", type=int, default=Options.nodes)
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="seeds run at once, each in a process of its own (verdicts do not "
+                             "depend on it)")
     parser.add_argument("--verbose", action="store_true",
                         help="one seed, in this process, with the nodes' log lines")
     args = parser.parse_args()
@@ -71,7 +74,7 @@ def main() -> int:
         results = [run_seed(seeds[0], options, verbose=True)]
     else:
         results = []
-        for result in run_seeds(seeds, options):
+        for result in run_seeds(seeds, options, max(1, args.jobs)):
             results.append(result)
             if result["broken"]:
                 print(verdict_line(result), flush=True)
