@@ -194,8 +194,7 @@ class Cluster:
                                                                     member, body),
             FrameKind.FILTER_REMOVE: lambda member, body: self._routes(self.table.remove,
                                                                        member, body),
-            FrameKind.FILTERS: lambda member, body: self._routes(self.table.replace,
-                                                                 member, list(body)),
+            FrameKind.FILTERS: self._on_filters,
             FrameKind.RETAIN: lambda _member, body: self._apply_retained(body, join=False),
             FrameKind.RETAINED: self._on_retained,
             **self.membership.frame_handlers(),
@@ -381,6 +380,10 @@ class Cluster:
         self.forwarding.replaying(member.node_id, int(body[0]), int(body[1]))
         self._acknowledge_soon(member.node_id)  # what it holds and this node had handled
 
+    def _on_filters(self, member: Member, body: Any) -> None:
+        member.filters_known = True
+        self._routes(self.table.replace, member, list(body))
+
     def _routes(self, change: Any, member: Member, body: Any) -> None:
         change(member.node_id, body)
         self.broker.remote_routes_changed()
@@ -510,6 +513,10 @@ class Cluster:
     async def forwards_acknowledged(self) -> None:
         """Until the peers have acknowledged every message sent to them so far (or left)."""
         await self.forwarding.acknowledged(self.members)
+
+    def acknowledge_soon(self, peer_id: str) -> None:
+        """A data frame from ``peer_id`` was handled: FORWARD_ACK once it is durable here."""
+        self._acknowledge_soon(peer_id)
 
     def _acknowledge_soon(self, peer_id: str) -> None:
         self._ack_due.add(peer_id)

@@ -32,7 +32,7 @@ from hive_core.cluster._session_frames import (
     in_parts,
     session_parts,
 )
-from hive_core.cluster._wire import FrameKind
+from hive_core.cluster._wire import FrameKind, encode_frame
 from hive_ext_api import ClusterNodeAddress, StoredMessage
 
 log = logging.getLogger("hive.cluster")
@@ -80,8 +80,7 @@ class Custody:
             FrameKind.SESSION_GONE: self._on_gone,
             FrameKind.ROUTE_TO: self._on_route_to,
             FrameKind.ROUTED: lambda member, body: self.routed(member.node_id, int(body)),
-            FrameKind.MERGE_QUEUE: lambda member, body: self._merge_queue(
-                str(body[0]), int(body[1]), body[2], body[3] if len(body) > 3 else None),
+            FrameKind.MERGE_QUEUE: self._on_merge_queue,
         }
 
     # ------------------------------------------------------------------ the directory
@@ -464,12 +463,21 @@ class Custody:
         member.link.send(FrameKind.ROUTED, token)
 
     def _drop_copy(self, client_id: str, keeper: str, since: int) -> None:
-        """Another node keeps this session: hand it what was queued here, end the copy."""
+        """Another node keeps this session: hand it what was queued here, end the copy.
+
+        To a keeper that says ``identities`` the queue goes as data frames (like PUBLISH):
+        kept here until the keeper has them durably (FORWARD_ACK), sent again after a
+        reconnect, and handed to whoever takes the keeper over if it fails first (RESCUED).
+        Sent once otherwise: a keeper that fails before it wrote them loses them."""
         node = self.node
         member = node.members.get(keeper)
+        if member is None:
+            log.info("the session of %r is also on node %s, which is not linked here now: the "
+                     "copy here stays until the two meet again", client_id, keeper)
+            return
         mark = self.adopted_marks.pop(client_id, 0)
         queue = node.broker.queued_records(client_id)
-        if member is not None and member.protocol >= 3:
+        if member.protocol >= 3:
             identified = member.protocol >= 4
             entries = [[seq, message_fields(m), *(mid or ("", 0)), *(rescued or ("", 0, 0))]
                        if identified else [seq, message_fields(m)]
@@ -483,13 +491,30 @@ class Custody:
                 body = [client_id, mark, part]
                 if index == len(parts) - 1 and taken:
                     body.append(taken)
-                member.link.send(FrameKind.MERGE_QUEUE, body)
+                if member.identities:
+                    frame = encode_frame(FrameKind.MERGE_QUEUE, body)
+                    member.link.send_encoded(frame)
+                    node.forwarding.sent(keeper, frame)
+                else:
+                    member.link.send(FrameKind.MERGE_QUEUE, body)
         log.info("the session of %r is also on node %s, which keeps it: %d queued messages "
                  "handed to it, the copy here dropped", client_id, keeper, len(queue))
         self.owned_since.pop(client_id, None)
         node.broker.taken_over_elsewhere(client_id)
         self.owners[client_id] = (keeper, since)
         self.merges += 1
+
+    def _on_merge_queue(self, member: Member, body: Any) -> None:
+        node = self.node
+        if member.identities:  # a data frame: counted, skipped if handled, acknowledged
+            if not node.forwarding.arrived(member.node_id):
+                return
+            node.acknowledge_soon(member.node_id)
+        self.merge_queue(body)
+
+    def merge_queue(self, body: list[Any]) -> None:
+        """A MERGE_QUEUE's body: from a member, or rescued from a failed keeper's share."""
+        self._merge_queue(str(body[0]), int(body[1]), body[2], body[3] if len(body) > 3 else None)
 
     def _merge_queue(self, client_id: str, mark: int, entries: list[list[Any]],
                      taken: list[list[Any]] | None = None) -> None:

@@ -68,6 +68,7 @@ class Member:
     arrival_stamps: bool = False  # its HELLO said so: its PUBLISH frames may carry routed_at
     session_seen: bool = False  # its HELLO said so: a SESSION's first part may carry its seen ids
     identities: bool = False  # its HELLO said so: stored messages may carry their identity
+    filters_known: bool = False  # its FILTERS arrived on this link
     # Its load as its last HEARTBEAT said: [connections, sessions, messages in, messages out]
     load: list[int] | None = None
     load_at: float = 0.0  # Unix time it arrived
@@ -104,6 +105,8 @@ class CustodyPort(Protocol):
     def link_lost(self, link: PeerLink) -> None: ...
 
     def member_left(self, peer_id: str) -> None: ...
+
+    def merge_queue(self, body: list[Any]) -> None: ...
 
 
 class TakeoverPort(Protocol):
@@ -158,3 +161,5 @@ class NodeContext(Protocol):
     def synchronise(self, member: Member) -> None: ...
 
     def local_filters(self) -> list[str]: ...
+
+    def acknowledge_soon(self, peer_id: str) -> None: ...

@@ -357,4 +357,6 @@ class Takeover:
                     broker.publish_among(message, adopted, among=True)
                 elif kind is FrameKind.SHARED_PUBLISH:
                     broker.deliver_shared(body[0], body[1], message_from(body[2]))
+                elif kind is FrameKind.MERGE_QUEUE:  # a queue handed to the failed keeper
+                    self.node.custody.merge_queue(body)
         broker.flush()
