@@ -209,6 +209,7 @@ class Broker:
             session.expiry_interval = expiry
             session.protocol_version = version
         session.connection = link
+        session.taken_over = False
         session.disconnected_at = None
         session.will = will
         self.records.will(session, self.clock.will_delay(session) if will is not None else 0)
@@ -700,6 +701,7 @@ class Broker:
             if existing is not None and existing.connection is not None:
                 continue
             self.import_session(record, keep_positions=True)
+            self.sessions[client_id].taken_over = True
             adopted.append(client_id)
         return adopted
 
@@ -724,12 +726,18 @@ class Broker:
         return session is not None and session.connection is not None
 
     def queued_records(self, client_id: str) -> list[QueuedRecord]:
-        """The queue of a session: position, record, identity and rescue of each message."""
+        """The queue of a session, after what was sent and not acknowledged: position,
+        record, identity and rescue of each message."""
         session = self.sessions.get(client_id)
         if session is None:
             return []
-        return [(p.seq, stored_message(p), p.message.mid, p.message.rescued)
-                for p in session.queue if p.seq]
+        # Sent and not acknowledged first (a PUBREC counts: the client has it): they are
+        # older than the queue, and the client may never have had them.
+        # One sent straight from the window has no queue position: -1, which no mark covers.
+        sent = [(o.pending.seq or -1, o.pending) for o in session.inflight.values()
+                if o.state != "pubrel"]
+        return [(seq, stored_message(p), p.message.mid, p.message.rescued)
+                for seq, p in (*sent, *((p.seq, p) for p in session.queue)) if seq]
 
     def taken_identities(self, client_id: str) -> list[MessageId]:
         """What the session's client has surely had: identities taken, less those still
@@ -742,14 +750,29 @@ class Broker:
                        if o.state != "pubrel")
         return [mid for mid in session.seen if mid not in pending]
 
+    def inbound_qos2(self, client_id: str) -> list[int]:
+        session = self.sessions.get(client_id)
+        return sorted(session.inbound_qos2) if session is not None else []
+
     def merge_queue(self, client_id: str, messages: list[Queued],
-                    taken: list[MessageId] | None = None) -> None:
+                    taken: list[MessageId] | None = None,
+                    inbound: list[int] | None = None) -> None:
         """Messages another copy of this session queued (a split healed): queue them here.
 
         ``taken``: what the other copy's client surely had. While the copies were apart both
         were routed to, so such a message may wait in this copy's queue: it leaves the queue
-        unsent, and no way brings it here again."""
+        unsent, and no way brings it here again. ``inbound``: QoS 2 PUBLISHes the client
+        sent the other copy, routed there: sent again here (DUP), they get a PUBREC and are
+        not routed a second time."""
         session = self.sessions.get(client_id)
+        if session is not None and inbound and session.taken_over:
+            # Only onto a copy its client has not used since: else that client may have
+            # finished those exchanges here and reused the packet ids.
+            for pid in inbound:
+                if pid not in session.inbound_qos2:
+                    session.inbound_qos2.add(pid)
+                    if session.persistent:
+                        self.records.received_qos2(session, pid)
         if session is not None and taken:
             for mid in taken:
                 takes(session, mid)

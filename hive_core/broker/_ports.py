@@ -181,10 +181,17 @@ class BrokerPort(Protocol):
         """[connections, sessions, messages in, messages out], for the peers' heartbeats."""
         ...
 
+    def inbound_qos2(self, client_id: str) -> list[int]:
+        """The packet ids of the QoS 2 PUBLISHes the session's client sent and not yet
+        released (PUBREL): routed already, so a copy of them sent again is not."""
+        ...
+
     def merge_queue(self, client_id: str, messages: list[Queued],
-                    taken: list[MessageId] | None = None) -> None:
+                    taken: list[MessageId] | None = None,
+                    inbound: list[int] | None = None) -> None:
         """What a dropped copy of this session had queued: queue it here. ``taken``: what
-        that copy had delivered (or queued): not delivered again from here."""
+        that copy's client surely had: not delivered again from here. ``inbound``: that
+        copy's QoS 2 PUBLISHes routed and not released (see :meth:`inbound_qos2`)."""
         ...
 
     def forget_sessions(self) -> None:

@@ -122,8 +122,16 @@ def stored_session(session: Session) -> StoredSession:
 
 def _outbound_record(client_id: str, packet_id: int, outbound: Outbound) -> StoredInflight:
     if outbound.state == "pubrel":
-        return StoredInflight(client_id, packet_id, "out", "pubrel", None)
+        return _released_record(client_id, packet_id, outbound)
     return StoredInflight(client_id, packet_id, "out", "publish", stored_message(outbound.pending))
+
+
+def _released_record(client_id: str, packet_id: int, outbound: Outbound | None) -> StoredInflight:
+    """A QoS 2 delivery the client has (PUBREC): no message left to send, but its identity,
+    so that a copy of it (a merge, a rescue) is not delivered as a new one."""
+    mid = outbound.pending.message.mid if outbound is not None else None
+    stub = StoredMessage("", b"", 2, origin=mid[0], serial=mid[1]) if mid else None
+    return StoredInflight(client_id, packet_id, "out", "pubrel", stub)
 
 
 def session_from(records: SessionRecords, now: float) -> Session:
@@ -224,7 +232,8 @@ class Records:
 
     def released(self, session: Session, packet_id: int) -> None:
         """PUBREC came for an outbound QoS 2 delivery: only its PUBREL is left to finish."""
-        self.store.save_inflight(StoredInflight(session.client_id, packet_id, "out", "pubrel"))
+        self.store.save_inflight(_released_record(session.client_id, packet_id,
+                                                  session.inflight.get(packet_id)))
 
     def acknowledged(self, session: Session, packet_id: int) -> None:
         self.store.delete_inflight(session.client_id, packet_id, "out")

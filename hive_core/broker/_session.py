@@ -87,7 +87,7 @@ class Session:
     __slots__ = (
         "client_id", "connection", "disconnected_at", "expiry_interval", "inbound_qos2",
         "inflight", "next_packet_id", "protocol_version", "queue", "seen", "subscriptions",
-        "will",
+        "taken_over", "will",
     )
 
     def __init__(self, client_id: str, protocol_version: int, expiry_interval: int) -> None:
@@ -105,6 +105,9 @@ class Session:
         # The identities of the messages from other nodes (or routed across the cluster)
         # this session took, newest last (see _handover.py); made on first use.
         self.seen: dict[tuple[str, int], None] | None = None
+        # Taken over from a failed node's replica, and no client connected to it here since:
+        # what another copy says its client did meanwhile (a split) is newer than this.
+        self.taken_over = False
 
     @property
     def persistent(self) -> bool:

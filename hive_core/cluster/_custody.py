@@ -67,6 +67,12 @@ class Custody:
         # of the session elsewhere (a split) had everything up to it too.
         self.adopted_marks: dict[str, int] = {}
         self.merges = 0  # copies of a session dropped here for another node's
+        # What this node last told each member it holds (OWNED): (client connected, epoch) by
+        # client id. When that member's claim to the same session arrives, this node weighs
+        # it against what it told, not against its state of that moment: the member weighs
+        # the same two claims, so the two decide alike (a client that dropped in between
+        # would otherwise have each node give its copy up for the other's).
+        self._told: dict[str, dict[str, tuple[bool, int]]] = {}
 
     def frame_handlers(self) -> dict[FrameKind, FrameHandler]:
         return {
@@ -116,6 +122,10 @@ class Custody:
         since, connected = self.owned_since, self.node.broker.is_connected
         body: list[Any] = client_ids if member.protocol < 3 else [
             [c, since.get(c, 0), connected(c)] for c in client_ids]
+        if member.protocol >= 3:
+            told = self._told.setdefault(member.node_id, {})
+            for client_id, epoch, is_connected in body:
+                told[client_id] = (bool(is_connected), int(epoch))
         for at in range(0, len(body), 10_000):
             member.link.send(FrameKind.OWNED, body[at:at + 10_000])
 
@@ -355,8 +365,11 @@ class Custody:
                 client_id, since, connected = str(item), 0, False
             if client_id in local:
                 theirs = (connected, since, node_id < node.node_id)
-                mine = (node.broker.is_connected(client_id),
-                        self.owned_since.get(client_id, 0), node.node_id < node_id)
+                told = self._told.get(node_id, {}).get(client_id)
+                own_since = self.owned_since.get(client_id, 0)
+                mine = (told[0], told[1], node.node_id < node_id) \
+                    if told is not None and told[1] == own_since else \
+                    (node.broker.is_connected(client_id), own_since, node.node_id < node_id)
                 if theirs > mine:
                     dropped.append((client_id, theirs))
                 elif since >= mine[1]:
@@ -418,7 +431,8 @@ class Custody:
                 self._drop_copies(token)
 
     def member_left(self, peer_id: str) -> None:
-        """A member left: it answers no barrier."""
+        """A member left: it answers no barrier, and what it was told is told again."""
+        self._told.pop(peer_id, None)
         for token in list(self._barriers):
             self.routed(peer_id, token)
 
@@ -487,10 +501,15 @@ class Custody:
             # those too (both copies were routed to), and must not send them again.
             taken = [list(mid) for mid in node.broker.taken_identities(client_id)] \
                 if identified else []
+            # And which QoS 2 PUBLISHes of its client were routed here and not released: the
+            # client sends them again to the keeper, which must not route them twice.
+            inbound = node.broker.inbound_qos2(client_id) if member.identities else []
             for index, part in enumerate(parts):
-                body = [client_id, mark, part]
-                if index == len(parts) - 1 and taken:
+                body: list[Any] = [client_id, mark, part]
+                if index == len(parts) - 1 and (taken or inbound):
                     body.append(taken)
+                    if inbound:
+                        body.append(inbound)
                 if member.identities:
                     frame = encode_frame(FrameKind.MERGE_QUEUE, body)
                     member.link.send_encoded(frame)
@@ -514,21 +533,24 @@ class Custody:
 
     def merge_queue(self, body: list[Any]) -> None:
         """A MERGE_QUEUE's body: from a member, or rescued from a failed keeper's share."""
-        self._merge_queue(str(body[0]), int(body[1]), body[2], body[3] if len(body) > 3 else None)
+        self._merge_queue(str(body[0]), int(body[1]), body[2], body[3] if len(body) > 3 else None,
+                          [int(pid) for pid in body[4]] if len(body) > 4 else None)
 
     def _merge_queue(self, client_id: str, mark: int, entries: list[list[Any]],
-                     taken: list[list[Any]] | None = None) -> None:
+                     taken: list[list[Any]] | None = None,
+                     inbound: list[int] | None = None) -> None:
         """MERGE_QUEUE: the queue of a dropped copy. Positions up to the marks were in both
         copies (a replica's; delivered or queued here already); the rest were queued there
         while the copies were apart: they are added here. ``taken`` (with the last part): the
-        identities that copy's client had, not sent again from here."""
+        identities that copy's client had, not sent again from here; ``inbound``: its client's
+        QoS 2 PUBLISHes routed there and not released."""
         node = self.node
         mark = max(mark, self.adopted_marks.get(client_id, 0))
         new: list[tuple[StoredMessage, tuple[str, int] | None]] = []
         handled = 0
         for entry in entries:
             seq, fields = entry[0], entry[1]
-            if seq <= mark:
+            if 0 <= seq <= mark:  # -1: sent from the window, never queued: no mark covers it
                 continue
             origin, serial = (str(entry[2]), int(entry[3])) if len(entry) > 3 else ("", 0)
             if len(entry) > 6 and entry[4] == node.node_id and origin and \
@@ -541,5 +563,6 @@ class Custody:
         if handled:
             log.info("the copy of %r held elsewhere had %d messages this node had handled "
                      "already: not added again", client_id, handled)
-        if new or taken:
-            node.broker.merge_queue(client_id, new, [(str(o), int(n)) for o, n in taken or ()])
+        if new or taken or inbound:
+            node.broker.merge_queue(client_id, new, [(str(o), int(n)) for o, n in taken or ()],
+                                    inbound)
