@@ -54,6 +54,7 @@ class PeerLink(asyncio.Protocol):
         # did not run) is stale: the peer has given this node up and sent or will send the
         # same frames elsewhere (a takeover). Set by the cluster to the heartbeat timeout.
         self.stale_after: float | None = None
+        self.went_stale = False  # closed for that: what this node knows of the peer is old
         self.frames_out = 0
         self.bytes_in = 0  # on the wire, since the link opened
         self.bytes_out = 0
@@ -93,6 +94,7 @@ class PeerLink(asyncio.Protocol):
             log.warning("nothing was read on the link to %s for %.1f s (this node or %s did "
                         "not run, or the network held it back): what waited on it is stale; "
                         "closing it", self.peer_id, now - self.last_read, self.peer_id)
+            self.went_stale = True
             self.close()  # what is still due comes again on a new link (REPLAY) or elsewhere
             return
         self.last_read = now

@@ -342,14 +342,18 @@ class Membership:
         if why != "it shut down":  # unreachable, not gone: dialled until it is back
             self.absent_at[peer_id] = (member.address, member.incarnation)
         node.forwarding.left(peer_id)
-        if not member.filters_known and not node.table.filters_of(peer_id):
+        unknown = not member.filters_known and not node.table.filters_of(peer_id)
+        if unknown or member.link.went_stale:
             # Gone before it said what it subscribes to (a link lost right after a restart
-            # of either node): everything is kept for it, and it takes what it wants of it
-            # when it is back (REPLAY), rather than what its clients want being lost.
+            # of either node), or its link was closed as stale (this node did not run: what
+            # the peer said meanwhile, a session moved there, was never read): everything is
+            # kept for it, and it takes what it wants of it when it is back (REPLAY) and has
+            # said again what it wants (FILTERS), rather than what its clients want being lost.
             node.table.add(peer_id, "#")
             node.broker.remote_routes_changed()
-            log.info("node %s left before its topic filters arrived: every message is kept "
-                     "for it until it is back", peer_id)
+            log.info("node %s left %s: every message is kept for it until it is back",
+                     peer_id, "before its topic filters arrived" if unknown
+                     else "while this node was not reading its link")
         if node.health is not None:
             node.health.forget(peer_id)
         log.warning("Cluster node %s left the cluster: %s", peer_id, why)
