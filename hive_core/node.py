@@ -22,7 +22,14 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from hive_core import __version__
 from hive_core.admin import Backups, ControlCenter, RestApi
-from hive_core.broker import Broker, BrokerSettings, BrokerStats, NodeServices
+from hive_core.broker import (
+    Broker,
+    BrokerSettings,
+    BrokerStats,
+    ClusterPressure,
+    NodeServices,
+    OverloadMonitor,
+)
 from hive_core.cluster import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
@@ -308,6 +315,11 @@ class HiveNode:
         broker.start(snapshot)
         extensions_started = False
         cluster: Cluster | None = None
+        overload: OverloadMonitor | None = None
+        watching = anyio.CancelScope()
+        if self.config.overload_protection.enabled:
+            overload = OverloadMonitor(broker)
+            tasks.start_soon(self._watch_overload, overload, watching)
         try:
             await self.extensions.start(self._context)
             extensions_started = True
@@ -334,6 +346,10 @@ class HiveNode:
                     cluster.node_id, self.services.clients, self.services.disconnect,
                     lambda: cluster.members, cluster.owner_of)
                 self.services.cluster_from(cluster.client_services)
+                if overload is not None:  # peers hear of this node's pressure, and it of theirs
+                    pressure = cluster.peer_pressure
+                    overload.cluster = ClusterPressure(pressure.link_bytes, pressure.peer_level,
+                                                       pressure.announce)
                 await cluster.start(tasks)
             if not self._stopping.is_set():
                 self.listeners = await open_mqtt_listeners(
@@ -347,6 +363,7 @@ class HiveNode:
             log.info("Shutting down Hive")
         finally:
             self._not_ready = "stopping"
+            watching.cancel()  # every client is read again: the node says goodbye to them
             with anyio.CancelScope(shield=True):
                 close_listeners(self.listeners)
                 if self.rest_api is not None:
@@ -365,6 +382,11 @@ class HiveNode:
                     await self.extensions.stop(self._context)
                 await store.close()
             log.info("Hive stopped")
+
+    @staticmethod
+    async def _watch_overload(overload: OverloadMonitor, scope: anyio.CancelScope) -> None:
+        with scope:
+            await overload.run()
 
     def stop(self) -> None:
         """Ask the node to stop (from the event loop's thread)."""

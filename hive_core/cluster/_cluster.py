@@ -37,6 +37,7 @@ from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
 from hive_core.cluster._latency import Latencies, LatencySnapshot
 from hive_core.cluster._link import PeerLink
+from hive_core.cluster._overload import PeerPressure
 from hive_core.cluster._replication import (
     ReplicaFolder,
     Replicas,
@@ -362,6 +363,7 @@ class Cluster:
         self._own_loads: tuple[tuple[float, list[int]] | None,
                                tuple[float, list[int]] | None] = (None, None)
         self.forwarding = Forwarding()
+        self.peer_pressure = PeerPressure(self.members, self.forwarding)  # overload protection
         self._absent: dict[str, float] = {}  # nodes that left: when they are forgotten
         # The node protocol each node last spoke here, and whether it took arrival stamps.
         self._spoke: dict[str, tuple[int, bool]] = {}
@@ -1006,6 +1008,8 @@ class Cluster:
                 member.load_at = time.time()
         elif kind is FrameKind.BYE:
             self._remove(member.node_id, "it shut down")
+        elif kind is FrameKind.OVERLOAD:
+            self.peer_pressure.heard(member.node_id, body)
         elif kind in SERVICE_FRAMES and self.client_services is not None:
             self.client_services.on_frame(member, kind, body)
 

@@ -1,0 +1,373 @@
+"""``<overload-protection>``: the node's pressure, and credit taken from the heaviest senders.
+
+Ten times a second the node takes a :class:`Pressure` sample: how late the event loop ran, how
+full the queue of a connected subscriber that falls behind is, the messages waiting in
+connected clients' queues, the bytes waiting for other nodes, the slowest disk commit, its
+resident memory and the pressure other nodes announced. Each source gives a level from 0 to
+10; the node's level is the highest, and falls by one per sample at most.
+
+While the level is above 0 the node is *engaged*: what it reads from its clients per sample (its
+*budget*) starts at the rate that made it engaged, shrinks at every sample under pressure (by a
+tenth per level: to nothing at level 10) and grows again by a quarter at every sample
+without. The budget is shared
+equally among the clients that want to send. A client's credit grows by its share and shrinks
+by what it sent; a client in debt is not read from (its socket fills and TCP slows it down)
+until the shares have paid the debt back. Light senders (a CONNECT, a PINGREQ, a few messages
+a second) stay under their share and are never held, nor is a client the node is delivering
+to (its acknowledgements are what drains the backlog). The node ends the engagement once the
+level has stayed 0 for ``CALM`` seconds.
+
+:class:`OverloadProtection` is the decision, socket-free; :class:`OverloadMonitor` samples a
+running broker on a timer (nothing of it runs per message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, cast
+
+if TYPE_CHECKING:
+    from hive_core.broker._broker import Broker
+    from hive_core.broker._channel import Channel
+
+__all__ = ["ClusterPressure", "OverloadMonitor", "OverloadProtection", "OverloadStats",
+           "Pressure", "Sender", "memory_limit", "resident_memory"]
+
+log = logging.getLogger("hive.overload")
+
+TICK = 0.1
+"""Seconds between samples."""
+MAX_LEVEL = 10
+LAG_STEP = 0.025
+"""Seconds the event loop runs late per level: 250 ms late is level 10."""
+FILL_FROM, FILL_TO = 0.1, 0.6
+"""How full (of ``<max-queue-size>``) the queue of a connected, acknowledging subscriber may
+get before it counts, and where it is level 10 (messages are dropped once it is full)."""
+QUEUED_STEP = 50_000
+"""Messages waiting in connected clients' queues, all together, per level."""
+LINK_STEP = 4 * 1024 * 1024
+"""Bytes waiting for other nodes (unwritten, or written and not acknowledged) per level; at
+level 10 they are 40 MiB, below the 64 MiB a node keeps for one peer before dropping any."""
+COMMIT_STEP = 0.1
+"""Seconds a disk commit takes per level."""
+MEMORY_FROM = 0.5
+"""The share of the memory limit where memory starts to count; 100 % is level 10."""
+CALM = 5.0
+"""Seconds at level 0 before the engagement ends (one log line per flood, not per wave)."""
+MIN_SHARE = 512
+"""Bytes per sample every client may send whatever the level: CONNECT, PINGREQ and a few
+messages always get through."""
+GROWTH = 1.25
+"""The budget's growth per sample without pressure."""
+MAX_DEBT = 10
+"""A client's debt is at most this many shares: a heavy sender is held a second at most at a
+time, then sends its share again."""
+REST_SCAN = 0.5
+"""Seconds between counts of what each client read while the node is not engaged."""
+
+SOURCES = ("loop-lag", "queue-fill", "queued", "node-links", "disk", "memory", "peers")
+
+
+class Sender(Protocol):
+    """A client connection as overload protection sees it (a :class:`Channel` is one)."""
+
+    received: int  # bytes read from it so far
+    held: bool  # reading paused by overload protection
+
+    @property
+    def delivering(self) -> bool:
+        """Messages to it wait for its acknowledgement (holding it would stall them)."""
+        ...
+
+    def hold_reading(self) -> None: ...
+
+    def release_reading(self) -> None: ...
+
+
+@dataclass(slots=True)
+class Pressure:
+    """One sample of the node's load."""
+
+    loop_lag: float = 0.0  # seconds the sample ran later than asked
+    queue_fill: float = 0.0  # the fullest queue of a subscriber that acknowledges (0 to 1)
+    queued_messages: int = 0  # waiting in the queues of connected clients' sessions
+    link_bytes: int = 0  # waiting for other nodes: not written yet, or not acknowledged
+    commit_seconds: float = 0.0  # the slowest disk commit since the last sample
+    memory_bytes: int = 0  # resident
+    memory_limit: int = 0  # 0: unknown
+    peer_level: int = 0  # the highest level announced by the nodes this one forwards to
+
+    def levels(self) -> dict[str, int]:
+        """The level of each source (see ``SOURCES``), 0 to 10."""
+        memory = 0
+        if self.memory_limit:
+            used = self.memory_bytes / self.memory_limit
+            memory = int((used - MEMORY_FROM) / (1 - MEMORY_FROM) * MAX_LEVEL) \
+                if used > MEMORY_FROM else 0
+        fill = int((self.queue_fill - FILL_FROM) / (FILL_TO - FILL_FROM) * MAX_LEVEL) + 1 \
+            if self.queue_fill > FILL_FROM else 0
+        raw = (int(self.loop_lag / LAG_STEP), fill, self.queued_messages // QUEUED_STEP,
+               self.link_bytes // LINK_STEP, int(self.commit_seconds / COMMIT_STEP), memory,
+               self.peer_level)
+        return {source: max(0, min(MAX_LEVEL, value)) for source, value in zip(SOURCES, raw,
+                                                                                 strict=True)}
+
+
+@dataclass(slots=True)
+class _Account:
+    mark: int  # Sender.received at the last count
+    credit: float = 0.0
+
+
+@dataclass(slots=True, frozen=True)
+class OverloadStats:
+    """Overload protection at one moment, for the metrics."""
+
+    level: int
+    engaged: bool
+    clients_held: int
+    share: int  # bytes per sample each client may send now (0: not engaged)
+    engagements: int  # times it engaged
+    holds: int  # times a client was held
+    sources: dict[str, int] = field(default_factory=dict)  # level by source
+    loop_lag: float = 0.0
+    budget: int = 0  # bytes per sample read from all clients together (0: not engaged)
+
+
+class OverloadProtection:
+    """The level and the credit of each sender (see the module docstring); no I/O."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.level = 0
+        self.engaged_since: float | None = None
+        self.engagements = 0
+        self.holds = 0
+        self.share = 0.0
+        self.sources: dict[str, int] = dict.fromkeys(SOURCES, 0)
+        self.pressure = Pressure()
+        self._accounts: dict[Sender, _Account] = {}
+        self._marked_at = now
+        self._rate = 0.0  # bytes per sample the senders sent when the engagement began
+        self.budget = 0.0  # bytes per sample the node reads from all its clients together
+        self._calm_since: float | None = None
+        self._peak = 0  # the highest level of this engagement
+        self._peak_held = 0
+
+    @property
+    def engaged(self) -> bool:
+        return self.engaged_since is not None
+
+    def update(self, pressure: Pressure, senders: Collection[Sender], now: float) -> None:
+        """A new sample: the level moves, and while engaged each sender's credit."""
+        self.pressure = pressure
+        self.sources = pressure.levels()
+        measured = max(self.sources.values())
+        self.level = measured if measured >= self.level else self.level - 1
+        if self.engaged_since is None:
+            if self.level == 0:
+                if now - self._marked_at >= REST_SCAN:
+                    self._mark(senders, now)
+                return
+            self._engage(senders, now)
+        if measured:  # a tenth less per level: nothing at level 10 (but every client's minimum)
+            self.budget *= (MAX_LEVEL - measured) / MAX_LEVEL
+        else:
+            self.budget = min(self.budget * GROWTH + MIN_SHARE, 2 * self._rate + MIN_SHARE)
+        self._peak = max(self._peak, self.level)
+        self._share_credit(senders, now)
+        if self.level:
+            self._calm_since = None
+        elif self._calm_since is None:
+            self._calm_since = now
+        elif now - self._calm_since >= CALM:
+            self._end(now)
+
+    def _mark(self, senders: Iterable[Sender], now: float) -> None:
+        accounts = self._accounts
+        self._accounts = {sender: _Account(sender.received) for sender in senders}
+        del accounts
+        self._marked_at = now
+
+    def _engage(self, senders: Collection[Sender], now: float) -> None:
+        accounts = self._accounts
+        elapsed = max(now - self._marked_at, TICK)
+        sent = 0
+        for sender in senders:
+            account = accounts.get(sender)
+            sent += sender.received - (account.mark if account is not None else 0)
+        self._rate = self.budget = sent * TICK / elapsed
+        self.engaged_since = now
+        self.engagements += 1
+        self._peak = self.level
+        self._peak_held = 0
+        self._calm_since = None
+        causes = ", ".join(f"{source} {level}" for source, level in self.sources.items() if level)
+        log.warning("Overload protection engaged: level %d (%s); the clients that send the "
+                    "most are read less until the pressure falls", self.level, causes)
+
+    def _share_credit(self, senders: Collection[Sender], now: float) -> None:
+        accounts = self._accounts
+        counted: list[tuple[Sender, _Account, int]] = []
+        wanting = 0
+        for sender in senders:
+            account = accounts.get(sender)
+            if account is None:  # connected since the last count: everything it sent is new
+                account = accounts[sender] = _Account(0)
+            used = sender.received - account.mark
+            account.mark = sender.received
+            if sender.delivering:  # its acknowledgements drain the backlog: never held
+                account.credit = 0.0
+                if sender.held:
+                    sender.release_reading()
+                continue
+            if used or sender.held:
+                wanting += 1
+            counted.append((sender, account, used))
+        if len(accounts) > len(senders):  # forget the connections that are gone
+            self._accounts = {sender: accounts[sender] for sender in senders}
+        self._marked_at = now
+        share = self.share = max(float(MIN_SHARE), self.budget / max(1, wanting))
+        held = 0
+        for sender, account, used in counted:
+            account.credit = max(-MAX_DEBT * share, min(account.credit + share, share) - used)
+            if account.credit < 0:
+                held += 1
+                if not sender.held:
+                    self.holds += 1
+                    sender.hold_reading()
+            elif sender.held:
+                sender.release_reading()
+        self._peak_held = max(self._peak_held, held)
+
+    def _end(self, now: float) -> None:
+        for sender in self._accounts:
+            if sender.held:
+                sender.release_reading()
+            self._accounts[sender].credit = 0.0
+        began = self.engaged_since or now
+        self.engaged_since = None
+        self._calm_since = None
+        self.share = 0.0
+        log.warning("Overload protection ended after %.1f s: highest level %d, %d clients "
+                    "held at once at most", now - began, self._peak, self._peak_held)
+
+    def release_all(self) -> None:
+        """Stop holding anyone (the node stops)."""
+        for sender in self._accounts:
+            if sender.held:
+                sender.release_reading()
+
+    def stats(self) -> OverloadStats:
+        held = sum(sender.held for sender in self._accounts) if self.engaged else 0
+        return OverloadStats(self.level, self.engaged, held,
+                             int(self.share) if self.engaged else 0, self.engagements,
+                             self.holds, dict(self.sources), self.pressure.loop_lag,
+                             int(self.budget) if self.engaged else 0)
+
+
+# ---------------------------------------------------------------------- sampling a running node
+
+
+def resident_memory() -> int:
+    """This process's resident memory in bytes (0 where /proc is not there)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def memory_limit() -> int:
+    """The memory this process may use: its cgroup's limit, else the machine's (0: unknown)."""
+    limits = []
+    with contextlib.suppress(OSError):
+        text = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if text.isdigit():
+            limits.append(int(text))
+    with contextlib.suppress(OSError, ValueError):
+        limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    return min(limits) if limits else 0
+
+
+def _queues(connections: Iterable[Channel], capacity: int, now: float) -> tuple[float, int]:
+    """(the fill of the fullest queue of a subscriber that read lately, messages queued for
+    connected clients). A client that sent nothing for a second (a QoS 0 subscriber, one that
+    hangs) is no measure of the node: its queue's own limit holds it."""
+    fullest = 0
+    queued = 0
+    for channel in connections:
+        session = channel.session
+        if session is not None and session.queue:
+            size = len(session.queue)
+            queued += size
+            if size > fullest and now - channel.last_read < 1.0:
+                fullest = size
+    return fullest / capacity, queued
+
+
+@dataclass(slots=True)
+class ClusterPressure:
+    """What the cluster adds to a sample, and where the node's level goes (see node.py)."""
+
+    link_bytes: Callable[[], int]
+    peer_level: Callable[[], int]
+    announce: Callable[[int], None]
+
+
+class OverloadMonitor:
+    """Samples ``broker`` every ``TICK`` seconds and acts on the level (one task per node)."""
+
+    def __init__(self, broker: Broker, memory_cap: int | None = None) -> None:
+        self.broker = broker
+        self.protection = OverloadProtection(time.monotonic())
+        self.cluster: ClusterPressure | None = None
+        self._memory_cap = memory_limit() if memory_cap is None else memory_cap
+        self._announced = 0
+        self._announced_at = 0.0
+        broker.overload = self
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        broker = self.broker
+        records = broker.records
+        connections = cast("set[Channel]", broker.connections)
+        capacity = broker.settings.max_queue_size
+        try:
+            while True:
+                asked = loop.time()
+                await asyncio.sleep(TICK)
+                now = loop.time()
+                cluster = self.cluster
+                fill, queued = _queues(connections, capacity, time.monotonic())
+                pressure = Pressure(
+                    loop_lag=max(0.0, now - asked - TICK), queue_fill=fill,
+                    queued_messages=queued,
+                    commit_seconds=records.slowest_commit(),
+                    memory_bytes=resident_memory() if self._memory_cap else 0,
+                    memory_limit=self._memory_cap)
+                if cluster is not None:
+                    pressure.link_bytes = cluster.link_bytes()
+                    pressure.peer_level = cluster.peer_level()
+                self.protection.update(pressure, connections, time.monotonic())
+                if cluster is not None:
+                    self._announce(cluster, now)
+        finally:
+            self.protection.release_all()
+
+    def _announce(self, cluster: ClusterPressure, now: float) -> None:
+        """Other nodes hear of this node's own level when it changes, and every second while
+        it is above 0 (a link made meanwhile learns it too). What peers announced is not
+        passed on: each node throttles its own senders."""
+        own = max(level for source, level in self.protection.sources.items()
+                  if source != "peers") if self.protection.level else 0
+        if own != self._announced or (own and now - self._announced_at >= 1.0):
+            cluster.announce(own)
+            self._announced = own
+            self._announced_at = now
