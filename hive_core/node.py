@@ -13,9 +13,9 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -28,6 +28,7 @@ from hive_core.broker import (
     BrokerStats,
     ClusterPressure,
     NodeServices,
+    OverloadedConnection,
     OverloadMonitor,
 )
 from hive_core.cluster import (
@@ -318,7 +319,9 @@ class HiveNode:
         overload: OverloadMonitor | None = None
         watching = anyio.CancelScope()
         if self.config.overload_protection.enabled:
-            overload = OverloadMonitor(broker)
+            overload = broker.overload = OverloadMonitor(
+                cast("Collection[OverloadedConnection]", broker.connections),  # Channels all
+                broker.settings.max_queue_size, broker.records.slowest_commit)
             tasks.start_soon(self._watch_overload, overload, watching)
         try:
             await self.extensions.start(self._context)

@@ -12,7 +12,12 @@ from hive_core.broker._channel import Channel, ChannelIo
 from hive_core.broker._connection import ClientConnection, Transport
 from hive_core.broker._message import Message
 from hive_core.broker._metrics import DROP_REASONS, BrokerMetrics, BrokerStats
-from hive_core.broker._overload import ClusterPressure, OverloadMonitor, OverloadStats
+from hive_core.broker._overload import (
+    ClusterPressure,
+    OverloadedConnection,
+    OverloadMonitor,
+    OverloadStats,
+)
 from hive_core.broker._ports import (
     BrokerPort,
     ClusterPort,
@@ -45,6 +50,7 @@ __all__ = [
     "NodeServices",
     "OverloadMonitor",
     "OverloadStats",
+    "OverloadedConnection",
     "RemoteGroups",
     "Route",
     "Session",

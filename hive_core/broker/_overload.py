@@ -31,14 +31,22 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from hive_core.broker._broker import Broker
-    from hive_core.broker._channel import Channel
+    from hive_core.broker._session import Session
 
-__all__ = ["ClusterPressure", "OverloadMonitor", "OverloadProtection", "OverloadStats",
-           "Pressure", "Sender", "memory_limit", "resident_memory"]
+__all__ = [
+    "ClusterPressure",
+    "OverloadMonitor",
+    "OverloadProtection",
+    "OverloadStats",
+    "OverloadedConnection",
+    "Pressure",
+    "Sender",
+    "memory_limit",
+    "resident_memory",
+]
 
 log = logging.getLogger("hive.overload")
 
@@ -296,7 +304,15 @@ def memory_limit() -> int:
     return min(limits) if limits else 0
 
 
-def _queues(connections: Iterable[Channel], capacity: int, now: float) -> tuple[float, int]:
+class OverloadedConnection(Sender, Protocol):
+    """A client connection as the monitor samples it (a :class:`Channel` is one)."""
+
+    session: Session | None
+    last_read: float  # monotonic
+
+
+def _queues(connections: Iterable[OverloadedConnection], capacity: int, now: float,
+            ) -> tuple[float, int]:
     """(the fill of the fullest queue of a subscriber that read lately, messages queued for
     connected clients). A client that sent nothing for a second (a QoS 0 subscriber, one that
     hangs) is no measure of the node: its queue's own limit holds it."""
@@ -322,23 +338,27 @@ class ClusterPressure:
 
 
 class OverloadMonitor:
-    """Samples ``broker`` every ``TICK`` seconds and acts on the level (one task per node)."""
+    """Samples a node every ``TICK`` seconds and acts on the level (one task per node).
 
-    def __init__(self, broker: Broker, memory_cap: int | None = None) -> None:
-        self.broker = broker
+    ``connections`` are the broker's client connections (read at each sample),
+    ``queue_capacity`` its ``<max-queue-size>``, ``slowest_commit`` its store's measure.
+    """
+
+    def __init__(self, connections: Collection[OverloadedConnection], queue_capacity: int,
+                 slowest_commit: Callable[[], float], memory_cap: int | None = None) -> None:
+        self.connections = connections
+        self.queue_capacity = queue_capacity
+        self.slowest_commit = slowest_commit
         self.protection = OverloadProtection(time.monotonic())
         self.cluster: ClusterPressure | None = None
         self._memory_cap = memory_limit() if memory_cap is None else memory_cap
         self._announced = 0
         self._announced_at = 0.0
-        broker.overload = self
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        broker = self.broker
-        records = broker.records
-        connections = cast("set[Channel]", broker.connections)
-        capacity = broker.settings.max_queue_size
+        connections = self.connections
+        capacity = self.queue_capacity
         try:
             while True:
                 asked = loop.time()
@@ -349,7 +369,7 @@ class OverloadMonitor:
                 pressure = Pressure(
                     loop_lag=max(0.0, now - asked - TICK), queue_fill=fill,
                     queued_messages=queued,
-                    commit_seconds=records.slowest_commit(),
+                    commit_seconds=self.slowest_commit(),
                     memory_bytes=resident_memory() if self._memory_cap else 0,
                     memory_limit=self._memory_cap)
                 if cluster is not None:

@@ -16,13 +16,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from hive_core.cluster._forwarding import Forwarding
+from hive_core.cluster._link import PeerLink
 from hive_core.cluster._wire import FrameKind
-
-if TYPE_CHECKING:
-    from hive_core.cluster._cluster import Member
-    from hive_core.cluster._forwarding import Forwarding
 
 __all__ = ["PeerPressure"]
 
@@ -32,10 +30,15 @@ FORWARDED_WITHIN = 2.0
 """A peer counts as one this node forwards to when it sent it a message this recently."""
 
 
+class _Member(Protocol):
+    @property
+    def link(self) -> PeerLink: ...
+
+
 class PeerPressure:
     """The levels peers announced, this node's announcements, and its links' backlog."""
 
-    def __init__(self, members: Mapping[str, Member], forwarding: Forwarding) -> None:
+    def __init__(self, members: Mapping[str, _Member], forwarding: Forwarding) -> None:
         self._members = members
         self._forwarding = forwarding
         self.levels: dict[str, tuple[int, float]] = {}  # peer: (level, monotonic time heard)

@@ -65,3 +65,13 @@ def test_a_flooded_node_keeps_answering_and_loses_nothing(hive_factory: Any,
     assert figures["connect_p50"] < 0.5 and figures["ping_p50"] < 0.5, figures
     assert figures["connect_max"] < 5 and figures["ping_max"] < 5, figures
     assert figures["rss_growth_mib"][0] < 200, figures
+
+
+def test_disabled_the_node_reads_every_client_and_the_subscribers_queue_overflows(
+        hive_factory: Any, tmp_path: Path) -> None:
+    """<enabled>false</enabled>: the same flood is read as fast as it comes; the subscriber
+    falls behind, its queue fills and the node drops messages it had acknowledged."""
+    figures = flood_one_node(hive_factory, tmp_path, enabled=False, seconds=6.0, settle=0.0)
+    assert "Overload protection" not in figures["log"]
+    assert figures["overload"] is None
+    assert figures["dropped"] > 0 and figures["lost"] > 0, figures
