@@ -183,6 +183,9 @@ def _broker(stats: BrokerStats) -> Iterator[Metric]:
         yield _labelled("gauge", "hive_overload_protection_source_level",
                         "The pressure of each source, 0 to 10, at the last sample (the level "
                         "is the highest).", "source", sorted(stats.overload.sources.items()))
+        yield _labelled("counter", "hive_overload_protection_pressure_samples",
+                        "Samples (ten a second) in which a source's pressure was above 0.",
+                        "source", sorted(stats.overload.pressured.items()))
 
 
 def _cluster(c: ClusterStats) -> Iterator[Metric]:

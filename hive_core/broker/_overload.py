@@ -8,8 +8,8 @@ resident memory and the pressure other nodes announced. Each source gives a leve
 
 While the level is above 0 the node is *engaged*: what it reads from its clients per sample (its
 *budget*) starts at the rate that made it engaged, shrinks at every sample under pressure (by a
-tenth per level: to nothing at level 10) and grows again by a quarter at every sample
-without. The budget is shared
+tenth per level, by half at most) and grows again by a twentieth of that rate at every
+sample without. The budget is shared
 equally among the clients that want to send. A client's credit grows by its share and shrinks
 by what it sent; a client in debt is not read from (its socket fills and TCP slows it down)
 until the shares have paid the debt back. Light senders (a CONNECT, a PINGREQ, a few messages
@@ -72,11 +72,13 @@ CALM = 5.0
 MIN_SHARE = 512
 """Bytes per sample every client may send whatever the level: CONNECT, PINGREQ and a few
 messages always get through."""
-GROWTH = 1.25
-"""The budget's growth per sample without pressure."""
-MAX_DEBT = 10
-"""A client's debt is at most this many shares: a heavy sender is held a second at most at a
-time, then sends its share again."""
+GROWTH = 0.05
+"""The budget's growth per sample without pressure, as a share of the rate that made the node
+engaged (the whole of it again in two seconds); it shrinks faster than it grows."""
+MAX_DEBT = 100
+"""A client's debt is at most this many shares (ten seconds' worth): what a held client sends
+in one burst when it is read again (its socket's buffer) is paid back in full, so a heavier
+sender is held longer and all get the same share, yet none is held longer than that."""
 REST_SCAN = 0.5
 """Seconds between counts of what each client read while the node is not engaged."""
 
@@ -131,7 +133,7 @@ class Pressure:
 @dataclass(slots=True)
 class _Account:
     mark: int  # Sender.received at the last count
-    credit: float = 0.0
+    credit: float = 0.0  # in shares: one share is added per sample, what it sent taken off
 
 
 @dataclass(slots=True, frozen=True)
@@ -147,6 +149,7 @@ class OverloadStats:
     sources: dict[str, int] = field(default_factory=dict)  # level by source
     loop_lag: float = 0.0
     budget: int = 0  # bytes per sample read from all clients together (0: not engaged)
+    pressured: dict[str, int] = field(default_factory=dict)  # samples above 0, by source
 
 
 class OverloadProtection:
@@ -159,6 +162,7 @@ class OverloadProtection:
         self.holds = 0
         self.share = 0.0
         self.sources: dict[str, int] = dict.fromkeys(SOURCES, 0)
+        self.pressured: dict[str, int] = dict.fromkeys(SOURCES, 0)  # samples above 0, by source
         self.pressure = Pressure()
         self._accounts: dict[Sender, _Account] = {}
         self._marked_at = now
@@ -176,6 +180,9 @@ class OverloadProtection:
         """A new sample: the level moves, and while engaged each sender's credit."""
         self.pressure = pressure
         self.sources = pressure.levels()
+        for source, level in self.sources.items():
+            if level:
+                self.pressured[source] += 1
         measured = max(self.sources.values())
         self.level = measured if measured >= self.level else self.level - 1
         if self.engaged_since is None:
@@ -184,10 +191,11 @@ class OverloadProtection:
                     self._mark(senders, now)
                 return
             self._engage(senders, now)
-        if measured:  # a tenth less per level: nothing at level 10 (but every client's minimum)
-            self.budget *= (MAX_LEVEL - measured) / MAX_LEVEL
+        if measured:  # a tenth less per level, half at most
+            self.budget *= max(0.5, (MAX_LEVEL - measured) / MAX_LEVEL)
         else:
-            self.budget = min(self.budget * GROWTH + MIN_SHARE, 2 * self._rate + MIN_SHARE)
+            self.budget = min(self.budget + GROWTH * self._rate + MIN_SHARE,
+                              2 * self._rate + MIN_SHARE)
         self._peak = max(self._peak, self.level)
         self._share_credit(senders, now)
         if self.level:
@@ -241,10 +249,14 @@ class OverloadProtection:
         if len(accounts) > len(senders):  # forget the connections that are gone
             self._accounts = {sender: accounts[sender] for sender in senders}
         self._marked_at = now
-        share = self.share = max(float(MIN_SHARE), self.budget / max(1, wanting))
+        # What was read since the last sample is charged at the share in force meanwhile.
+        before = self.share or max(float(MIN_SHARE), self.budget / max(1, wanting))
+        self.share = max(float(MIN_SHARE), self.budget / max(1, wanting))
         held = 0
         for sender, account, used in counted:
-            account.credit = max(-MAX_DEBT * share, min(account.credit + share, share) - used)
+            # In shares, not bytes: a debt made when the share was large is not forgiven
+            # when the share shrinks, nor made heavier.
+            account.credit = max(-MAX_DEBT, min(account.credit + 1, 1) - used / before)
             if account.credit < 0:
                 held += 1
                 if not sender.held:
@@ -277,7 +289,7 @@ class OverloadProtection:
         return OverloadStats(self.level, self.engaged, held,
                              int(self.share) if self.engaged else 0, self.engagements,
                              self.holds, dict(self.sources), self.pressure.loop_lag,
-                             int(self.budget) if self.engaged else 0)
+                             int(self.budget) if self.engaged else 0, dict(self.pressured))
 
 
 # ---------------------------------------------------------------------- sampling a running node

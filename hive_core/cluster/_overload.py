@@ -65,7 +65,7 @@ class PeerPressure:
         for peer, out in outgoing.items():
             before = self._sent.get(peer)
             if before is None or before[0] != out.sent:
-                self._sent[peer] = (out.sent, now if before is not None else 0.0)
+                self._sent[peer] = (out.sent, now)  # sampled every tick: first seen is recent
         highest = 0
         for peer, (level, heard) in list(self.levels.items()):
             if now - heard > HEARD_FOR or peer not in self._members:

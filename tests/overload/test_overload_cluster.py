@@ -56,9 +56,11 @@ def test_a_node_under_pressure_slows_what_its_peer_forwards(hive_factory: Any,
                                                             tmp_path: Path) -> None:
     figures, (a, b) = flood_a_cluster(hive_factory, tmp_path, enabled=True)
     assert "Overload protection engaged: level" in b.log  # its subscriber fell behind
-    # A held its publishers because B said so (the peers' source), not from its own pressure.
-    a_engaged = a.wait_for_log(r"Overload protection engaged: level \d+ \(([^)]*)\)")
-    assert "peers" in a_engaged.group(1), a_engaged.group(0)
+    assert "Overload protection engaged: level" in a.log
+    # B's subscriber fell behind, and A heard it from B (the peers' source) and held its
+    # publishers (B's link to A is never held: its heartbeats travel on it).
+    a_pressure, b_pressure = (o["pressured"] for o in figures["overload"])
+    assert b_pressure["queue-fill"] > 0 and a_pressure["peers"] > 0, figures
     assert figures["overload"][0]["holds"] > 0, figures
     assert figures["acked"] > 10_000, figures
     assert figures["lost"] == 0, figures
