@@ -30,7 +30,7 @@ class Extensions(ConfigModel, tag="extensions"):
 
 
 class OverloadProtection(ConfigModel, tag="overload-protection"):
-    """What a node does when it gets more work than it can do (see docs/overload-protection.md).
+    """What a node does when it gets more work than it can do (README, "Overload protection").
 
     The node measures its pressure ten times a second: how late its event loop runs, the
     messages waiting for delivery to connected clients, the bytes waiting for other nodes, how
