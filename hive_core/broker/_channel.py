@@ -321,6 +321,8 @@ class Channel:
             log.info("no CONNECT within %.1f s: closing", self.broker.settings.connect_timeout)
             self.close()
             return
+        if self.held or self.throttled:  # the node does not read it: its silence is ours
+            self.last_read = now
         # Reads only move last_read; the deadline is re-armed for what is left, not per read.
         left = self.last_read + self.keep_alive * 1.5 - now
         if left > 0:

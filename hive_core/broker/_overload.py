@@ -230,12 +230,14 @@ class OverloadProtection:
 
     def _share_credit(self, senders: Collection[Sender], now: float) -> None:
         accounts = self._accounts
+        current: dict[Sender, _Account] = {}  # the connections that are gone are forgotten
         counted: list[tuple[Sender, _Account, int]] = []
         wanting = 0
         for sender in senders:
             account = accounts.get(sender)
             if account is None:  # connected since the last count: everything it sent is new
-                account = accounts[sender] = _Account(0)
+                account = _Account(0)
+            current[sender] = account
             used = sender.received - account.mark
             account.mark = sender.received
             if sender.delivering:  # its acknowledgements drain the backlog: never held
@@ -246,8 +248,7 @@ class OverloadProtection:
             if used or sender.held:
                 wanting += 1
             counted.append((sender, account, used))
-        if len(accounts) > len(senders):  # forget the connections that are gone
-            self._accounts = {sender: accounts[sender] for sender in senders}
+        self._accounts = current
         self._marked_at = now
         # What was read since the last sample is charged at the share in force meanwhile.
         before = self.share or max(float(MIN_SHARE), self.budget / max(1, wanting))

@@ -244,3 +244,20 @@ def test_a_peer_counts_only_while_this_node_forwards_to_it() -> None:
         assert pressure.peer_level() == 9 and pressure.link_bytes() == 100
 
     asyncio.run(scenario())
+
+
+def test_a_held_client_is_not_timed_out_for_the_keep_alive_the_node_did_not_read() -> None:
+    async def scenario(broker: Broker) -> None:
+        peer = Peer(broker)
+        peer.connect("c", keep_alive=2)
+        peer.channel.hold_reading()
+        later = peer.channel.last_read + 30
+        peer.channel.check_deadline(later)  # its PINGREQs wait, unread, in the socket
+        assert not peer.io.closed
+        peer.channel.release_reading()
+        peer.channel.check_deadline(later + 2)  # read again: judged from the release on
+        assert not peer.io.closed
+        peer.channel.check_deadline(later + 3.1)
+        assert peer.io.closed
+
+    run(scenario)
