@@ -80,9 +80,13 @@ class PeerPressure:
 
     def link_bytes(self) -> int:
         """Bytes waiting for the members: not taken by their sockets yet, or forwarded and
-        not acknowledged."""
-        waiting = sum(out.size for out in self._forwarding.outgoing.values())
-        for member in self._members.values():
+        not acknowledged (what is kept for a node that left is not counted)."""
+        outgoing = self._forwarding.outgoing
+        waiting = 0
+        for peer, member in self._members.items():
+            kept = outgoing.get(peer)  # a node that left is no pressure: what it will get waits
+            if kept is not None:
+                waiting += kept.size
             transport = member.link.transport
             if transport is not None and not member.link.closed:
                 with contextlib.suppress(NotImplementedError):  # UDP keeps its own window

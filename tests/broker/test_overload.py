@@ -19,10 +19,12 @@ from hive_core.broker._overload import (
     OverloadProtection,
     Pressure,
 )
+from hive_core.broker._records import Records
 from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._overload import PeerPressure
 from hive_core.cluster._wire import FrameDecoder, FrameKind
 from hive_core.mqtt import Publish
+from hive_core.persistence import MemorySessionStore
 
 
 class FakeSender:
@@ -242,6 +244,8 @@ def test_a_peer_counts_only_while_this_node_forwards_to_it() -> None:
         assert pressure.link_bytes() == 0
         forwarding.sent("c", b"x" * 100)
         assert pressure.peer_level() == 9 and pressure.link_bytes() == 100
+        forwarding.sent("gone", b"x" * 1000)  # kept for a node that left: no pressure
+        assert pressure.link_bytes() == 100
 
     asyncio.run(scenario())
 
@@ -261,3 +265,21 @@ def test_a_held_client_is_not_timed_out_for_the_keep_alive_the_node_did_not_read
         assert peer.io.closed
 
     run(scenario)
+
+
+def test_the_disk_measure_is_the_slowest_commit_finished_or_still_waiting() -> None:
+    class SlowStore(MemorySessionStore):
+        async def commit(self) -> None:
+            await asyncio.sleep(0.2)
+
+    async def scenario() -> None:
+        records = Records(SlowStore())
+        assert records.slowest_commit() == 0.0
+        waiting = asyncio.create_task(records.commit())
+        await asyncio.sleep(0.1)
+        assert 0.05 < records.slowest_commit() < 0.2  # under way for a tenth of a second
+        await waiting
+        assert records.slowest_commit() >= 0.2
+        assert records.slowest_commit() == 0.0  # reported once
+
+    asyncio.run(scenario())
