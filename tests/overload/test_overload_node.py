@@ -8,6 +8,8 @@ the probe is answered, memory stays bounded, and every acknowledged message arri
 
 from __future__ import annotations
 
+import re
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +47,12 @@ def flood_one_node(hive_factory: Any, tmp_path: Path, enabled: bool,
                               [("127.0.0.1", node.port)], [node.pid], tmp_path, PUBLISHERS,
                               seconds, settle)
     metrics = rest_metrics("127.0.0.1", rest_port)
+    with urllib.request.urlopen(f"http://127.0.0.1:{rest_port}/api/v1/metrics/prometheus",
+                                timeout=10) as answer:
+        figures["prometheus"] = answer.read().decode()
     figures["dropped"] = metrics["broker"]["messages_dropped"]
     figures["overload"] = metrics.get("overload_protection")
-    print(figures)
+    print({name: value for name, value in figures.items() if name != "prometheus"})
     figures["log"] = node.log
     return figures
 
@@ -58,6 +63,15 @@ def test_a_flooded_node_keeps_answering_and_loses_nothing(hive_factory: Any,
     assert "Overload protection engaged: level" in figures["log"]
     assert figures["overload"]["engagements"] >= 1
     assert figures["overload"]["holds"] > 0  # the publishers were held at times
+    exposed = dict(re.findall(r"^(hive_overload_protection_\S+) (\S+)$", figures["prometheus"],
+                              re.MULTILINE))
+    assert float(exposed["hive_overload_protection_engaged_total"]) >= 1, exposed
+    assert float(exposed["hive_overload_protection_client_holds_total"]) > 0, exposed
+    assert float(exposed['hive_overload_protection_pressure_samples_total{source="queue-fill"}']) \
+        > 0, exposed
+    for name in ("level", "active", "clients_held", "credit_per_tick_bytes",
+                 "loop_lag_seconds"):
+        assert f"hive_overload_protection_{name}" in exposed, exposed
     assert figures["acked"] > 10_000, figures
     assert figures["lost"] == 0, figures
     assert figures["dropped"] == 0, figures
@@ -74,4 +88,5 @@ def test_disabled_the_node_reads_every_client_and_the_subscribers_queue_overflow
     figures = flood_one_node(hive_factory, tmp_path, enabled=False, seconds=6.0, settle=0.0)
     assert "Overload protection" not in figures["log"]
     assert figures["overload"] is None
+    assert "hive_overload_protection" not in figures["prometheus"]
     assert figures["dropped"] > 0 and figures["lost"] > 0, figures
