@@ -12,11 +12,11 @@ from hive_core.broker._channel import Channel, ChannelIo
 from hive_core.broker._connection import ClientConnection, Transport
 from hive_core.broker._message import Message
 from hive_core.broker._metrics import DROP_REASONS, BrokerMetrics, BrokerStats
-from hive_core.broker._overload import (
+from hive_core.broker._overload import OverloadStats
+from hive_core.broker._overload_monitor import (
     ClusterPressure,
     OverloadedConnection,
     OverloadMonitor,
-    OverloadStats,
 )
 from hive_core.broker._ports import (
     BrokerPort,

@@ -21,7 +21,7 @@ from hive_core.broker._handover import takes
 from hive_core.broker._message import Message
 from hive_core.broker._metrics import BrokerMetrics, BrokerStats
 from hive_core.broker._outbox import Outbox
-from hive_core.broker._overload import OverloadMonitor
+from hive_core.broker._overload_monitor import OverloadMonitor
 from hive_core.broker._ports import NO_GROUPS, NO_NODES, ClusterPort, Queued, QueuedRecord, Route
 from hive_core.broker._records import (
     Records,
