@@ -103,6 +103,7 @@ class OverloadMonitor:
         loop = asyncio.get_running_loop()
         connections = self.connections
         capacity = self.queue_capacity
+        lag = commit = 0.0  # the previous sample's
         try:
             while True:
                 asked = loop.time()
@@ -110,10 +111,13 @@ class OverloadMonitor:
                 now = loop.time()
                 cluster = self.cluster
                 fill, queued = _queues(connections, capacity, time.monotonic())
+                # Lag and commit time count when two samples in a row show them: one pause
+                # (a collection of garbage, a busy neighbour, one slow sync) is no overload.
+                lag_before, lag = lag, max(0.0, now - asked - TICK)
+                commit_before, commit = commit, self.slowest_commit()
                 pressure = Pressure(
-                    loop_lag=max(0.0, now - asked - TICK), queue_fill=fill,
-                    queued_messages=queued,
-                    commit_seconds=self.slowest_commit(),
+                    loop_lag=min(lag, lag_before), queue_fill=fill, queued_messages=queued,
+                    commit_seconds=min(commit, commit_before),
                     memory_bytes=resident_memory() if self._memory_cap else 0,
                     memory_limit=self._memory_cap)
                 if cluster is not None:

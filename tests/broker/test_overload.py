@@ -5,7 +5,9 @@ how a channel's hold composes with the receive-maximum throttle."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from hive_core.broker._overload import (
     OverloadProtection,
     Pressure,
 )
+from hive_core.broker._overload_monitor import OverloadMonitor
 from hive_core.broker._records import Records
 from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._overload import PeerPressure
@@ -281,5 +284,26 @@ def test_the_disk_measure_is_the_slowest_commit_finished_or_still_waiting() -> N
         await waiting
         assert records.slowest_commit() >= 0.2
         assert records.slowest_commit() == 0.0  # reported once
+
+    asyncio.run(scenario())
+
+
+def test_the_monitor_counts_a_lagging_loop_only_when_two_samples_in_a_row_show_it() -> None:
+    async def scenario() -> None:
+        monitor = OverloadMonitor(set(), 1000, lambda: 0.0, memory_cap=0)
+        task = asyncio.create_task(monitor.run())
+        await asyncio.sleep(0.35)
+        time.sleep(0.3)  # one pause: the loop runs late once
+        await asyncio.sleep(0.35)
+        assert monitor.protection.pressured["loop-lag"] == 0
+        for _ in range(4):  # the loop busy for a while: late at every sample
+            time.sleep(0.15)
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.25)
+        assert monitor.protection.pressured["loop-lag"] > 0
+        assert monitor.protection.engagements == 1
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     asyncio.run(scenario())
