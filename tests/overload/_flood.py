@@ -1,11 +1,12 @@
 """A flood of QoS 1 PUBLISHes from many MQTT 3.1.1 connections, as a process of its own.
 
-``python _flood.py HOST:PORT[,HOST:PORT...] PUBLISHERS SECONDS TOPIC_PREFIX [WINDOW] [SIZE]``
+``python _flood.py HOST:PORT[,HOST:PORT...] PUBLISHERS SECONDS TOPIC_PREFIX [WINDOW] [SIZE] [QOS]``
 
 Each publisher connects (round robin over the addresses), keeps ``WINDOW`` messages waiting for
 their PUBACK, and sends for ``SECONDS``; then it waits (10 s at most) for the PUBACKs still due
 and disconnects. The payload of each message is ``<publisher>:<serial>:`` padded to ``SIZE``
-bytes. On stdout, one JSON object: ``{"sent": {publisher: count}, "acked": {publisher:
+bytes. With QOS 0 each publisher writes as fast as its socket takes (nothing is acknowledged,
+nothing listed). On stdout, one JSON object: ``{"sent": {publisher: count}, "acked": {publisher:
 [serials]}}``: a serial is listed once its PUBACK arrived, i.e. once the broker took
 responsibility for it.
 """
@@ -44,13 +45,20 @@ def _publish(topic: bytes, packet_id: int, payload: bytes) -> bytes:
     return b"\x32" + _remaining_length(len(body)) + body
 
 
+def _publish_qos0(topic: bytes, payload: bytes) -> bytes:
+    body = len(topic).to_bytes(2, "big") + topic + payload
+    return b"\x30" + _remaining_length(len(body)) + body
+
+
 async def publisher(number: int, host: str, port: int, topic: str, seconds: float, window: int,
-                    size: int, acked: list[int]) -> int:
+                    size: int, acked: list[int], qos: int = 1) -> int:
     reader, writer = await asyncio.open_connection(host, port)
     writer.write(_connect(f"flood-{topic.replace('/', '-')}-{number}"))
     connack = await asyncio.wait_for(reader.readexactly(4), 30)
     assert connack[0] == 0x20 and connack[3] == 0, connack
     topic_raw = f"{topic}/{number}".encode()
+    if qos == 0:
+        return await _flood_qos0(writer, topic_raw, number, seconds, size)
     inflight: dict[int, int] = {}  # packet id: serial
     room = asyncio.Event()
     room.set()
@@ -111,14 +119,31 @@ async def publisher(number: int, host: str, port: int, topic: str, seconds: floa
     return serial
 
 
+async def _flood_qos0(writer: asyncio.StreamWriter, topic_raw: bytes, number: int,
+                      seconds: float, size: int) -> int:
+    serial = 0
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        batch = []
+        for _ in range(100):
+            serial += 1
+            batch.append(_publish_qos0(topic_raw, f"{number}:{serial}:".encode().ljust(size, b"x")))
+        writer.write(b"".join(batch))
+        await writer.drain()
+    writer.write(b"\xe0\x00")
+    writer.close()
+    return serial
+
+
 async def main() -> None:
     addresses = [(a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in sys.argv[1].split(",")]
     publishers, seconds, topic = int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
     window = int(sys.argv[5]) if len(sys.argv) > 5 else 50
     size = int(sys.argv[6]) if len(sys.argv) > 6 else 64
+    qos = int(sys.argv[7]) if len(sys.argv) > 7 else 1
     acked: dict[int, list[int]] = {n: [] for n in range(publishers)}
     sent = await asyncio.gather(*(
-        publisher(n, *addresses[n % len(addresses)], topic, seconds, window, size, acked[n])
+        publisher(n, *addresses[n % len(addresses)], topic, seconds, window, size, acked[n], qos)
         for n in range(publishers)), return_exceptions=True)
     print(json.dumps({"sent": {n: s if isinstance(s, int) else repr(s)
                                for n, s in enumerate(sent)},

@@ -28,10 +28,10 @@ PROBE_TIMEOUT = 10.0
 
 class Flood:
     def __init__(self, addresses: list[tuple[str, int]], publishers: int, seconds: float,
-                 topic: str, window: int = 50, size: int = 64) -> None:
+                 topic: str, window: int = 50, size: int = 64, qos: int = 1) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(FLOOD), ",".join(f"{h}:{p}" for h, p in addresses),
-             str(publishers), str(seconds), topic, str(window), str(size)],
+             str(publishers), str(seconds), topic, str(window), str(size), str(qos)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.seconds = seconds
 
