@@ -8,14 +8,13 @@ resident memory and the pressure other nodes announced. Each source gives a leve
 
 While the level is above 0 the node is *engaged*: what it reads from its clients per sample (its
 *budget*) starts at the rate that made it engaged, shrinks at every sample under pressure (by a
-tenth per level, by half at most) and grows again by a twentieth of that rate at every
-sample without. The budget is shared
-equally among the clients that want to send. A client's credit grows by its share and shrinks
-by what it sent; a client in debt is not read from (its socket fills and TCP slows it down)
-until the shares have paid the debt back. Light senders (a CONNECT, a PINGREQ, a few messages
-a second) stay under their share and are never held, nor is a client the node is delivering
-to (its acknowledgements are what drains the backlog). The node ends the engagement once the
-level has stayed 0 for ``CALM`` seconds.
+tenth per level, by half at most) and grows again by a twentieth of that rate at every sample
+without. The budget is shared equally among the clients that want to send. A client's credit
+grows by its share and shrinks by what it sent; a client in debt is not read from (its socket
+fills and TCP slows it down) until the shares have paid the debt back. Light senders (a CONNECT,
+a PINGREQ, a few messages a second) stay under their share and are never held, nor is a client
+the node is delivering to (its acknowledgements are what drains the backlog). The node ends the
+engagement once the level has stayed 0 for ``CALM`` seconds.
 
 :class:`OverloadProtection` is the decision, socket-free;
 :class:`~hive_core.broker._overload_monitor.OverloadMonitor` samples a running node on a timer
