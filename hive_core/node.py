@@ -13,16 +13,24 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from hive_core import __version__
 from hive_core.admin import Backups, ControlCenter, RestApi
-from hive_core.broker import Broker, BrokerSettings, BrokerStats, NodeServices
+from hive_core.broker import (
+    Broker,
+    BrokerSettings,
+    BrokerStats,
+    ClusterPressure,
+    NodeServices,
+    OverloadedConnection,
+    OverloadMonitor,
+)
 from hive_core.cluster import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
@@ -308,6 +316,13 @@ class HiveNode:
         broker.start(snapshot)
         extensions_started = False
         cluster: Cluster | None = None
+        overload: OverloadMonitor | None = None
+        watching = anyio.CancelScope()
+        if self.config.overload_protection.enabled:
+            overload = broker.overload = OverloadMonitor(
+                cast("Collection[OverloadedConnection]", broker.connections),  # Channels all
+                broker.settings.max_queue_size, broker.records.slowest_commit)
+            tasks.start_soon(self._watch_overload, overload, watching)
         try:
             await self.extensions.start(self._context)
             extensions_started = True
@@ -334,6 +349,10 @@ class HiveNode:
                     cluster.node_id, self.services.clients, self.services.disconnect,
                     lambda: cluster.members, cluster.owner_of)
                 self.services.cluster_from(cluster.client_services)
+                if overload is not None:  # peers hear of this node's pressure, and it of theirs
+                    pressure = cluster.peer_pressure
+                    overload.cluster = ClusterPressure(pressure.link_bytes, pressure.peer_level,
+                                                       pressure.announce)
                 await cluster.start(tasks)
             if not self._stopping.is_set():
                 self.listeners = await open_mqtt_listeners(
@@ -347,6 +366,7 @@ class HiveNode:
             log.info("Shutting down Hive")
         finally:
             self._not_ready = "stopping"
+            watching.cancel()  # every client is read again: the node says goodbye to them
             with anyio.CancelScope(shield=True):
                 close_listeners(self.listeners)
                 if self.rest_api is not None:
@@ -365,6 +385,11 @@ class HiveNode:
                     await self.extensions.stop(self._context)
                 await store.close()
             log.info("Hive stopped")
+
+    @staticmethod
+    async def _watch_overload(overload: OverloadMonitor, scope: anyio.CancelScope) -> None:
+        with scope:
+            await overload.run()
 
     def stop(self) -> None:
         """Ask the node to stop (from the event loop's thread)."""

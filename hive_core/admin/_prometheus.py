@@ -106,6 +106,28 @@ _BROKER: tuple[Scalar, ...] = (
      "node's tail), delivered once.", lambda s: s.metrics.handover_duplicates_skipped),
 )
 
+_OVERLOAD: tuple[Scalar, ...] = (
+    ("gauge", "hive_overload_protection_level",
+     "The node's overload protection level, 0 (no pressure) to 10.", lambda o: o.level),
+    ("gauge", "hive_overload_protection_active",
+     "1 while overload protection is engaged (it shares credit among the clients).",
+     lambda o: int(o.engaged)),
+    ("gauge", "hive_overload_protection_clients_held",
+     "Clients not read from now: they sent more than their share.",
+     lambda o: o.clients_held),
+    ("gauge", "hive_overload_protection_credit_per_tick_bytes",
+     "Bytes each client may send per tenth of a second while engaged (0: not engaged).",
+     lambda o: o.share),
+    ("counter", "hive_overload_protection_engaged",
+     "Times overload protection engaged.", lambda o: o.engagements),
+    ("counter", "hive_overload_protection_client_holds",
+     "Times a client was held (reading paused) for sending more than its share.",
+     lambda o: o.holds),
+    ("gauge", "hive_overload_protection_loop_lag_seconds",
+     "How late the event loop ran the last overload protection sample.",
+     lambda o: o.loop_lag),
+)
+
 _CLUSTER: tuple[Scalar, ...] = (
     ("gauge", "hive_cluster_members", "Cluster members this node sees, itself included.",
      lambda c: c.members),
@@ -156,6 +178,14 @@ def _broker(stats: BrokerStats) -> Iterator[Metric]:
     yield _labelled("counter", "hive_messages_dropped",
                     "Messages dropped for a subscriber, by reason.", "reason",
                     ((r, m.dropped.get(r, 0)) for r in sorted({*DROP_REASONS, *m.dropped})))
+    if stats.overload is not None:
+        yield from _scalars(_OVERLOAD, stats.overload)
+        yield _labelled("gauge", "hive_overload_protection_source_level",
+                        "The pressure of each source, 0 to 10, at the last sample (the level "
+                        "is the highest).", "source", sorted(stats.overload.sources.items()))
+        yield _labelled("counter", "hive_overload_protection_pressure_samples",
+                        "Samples (ten a second) in which a source's pressure was above 0.",
+                        "source", sorted(stats.overload.pressured.items()))
 
 
 def _cluster(c: ClusterStats) -> Iterator[Metric]:

@@ -86,6 +86,8 @@ def metrics(node: NodeStatus, rest_api: AuthStats | None = None) -> dict[str, An
                               "connections_current": broker.connections_current,
                               "sessions": broker.sessions,
                               "retained_messages": broker.retained_messages}
+        if broker.overload is not None:
+            document["overload_protection"] = asdict(broker.overload)
     cluster = node.cluster_stats()
     if cluster is not None:
         document["cluster"] = asdict(cluster)

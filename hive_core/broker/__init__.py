@@ -3,7 +3,8 @@
 The public names: the :class:`Broker` (sessions and routing), a client's :class:`Channel`
 (its MQTT protocol, socket-free) and :class:`ClientConnection` (the asyncio shell around one),
 the :class:`Session` state and its :class:`SessionRecords`, and the two ports of the seam with
-the cluster (:class:`ClusterPort`, :class:`BrokerPort`).
+the cluster (:class:`ClusterPort`, :class:`BrokerPort`), and overload protection
+(:class:`OverloadMonitor`).
 """
 
 from hive_core.broker._broker import Broker
@@ -11,6 +12,12 @@ from hive_core.broker._channel import Channel, ChannelIo
 from hive_core.broker._connection import ClientConnection, Transport
 from hive_core.broker._message import Message
 from hive_core.broker._metrics import DROP_REASONS, BrokerMetrics, BrokerStats
+from hive_core.broker._overload import OverloadStats
+from hive_core.broker._overload_monitor import (
+    ClusterPressure,
+    OverloadedConnection,
+    OverloadMonitor,
+)
 from hive_core.broker._ports import (
     BrokerPort,
     ClusterPort,
@@ -36,10 +43,14 @@ __all__ = [
     "ChannelIo",
     "ClientConnection",
     "ClusterPort",
+    "ClusterPressure",
     "ExtensionMetrics",
     "Handover",
     "Message",
     "NodeServices",
+    "OverloadMonitor",
+    "OverloadStats",
+    "OverloadedConnection",
     "RemoteGroups",
     "Route",
     "Session",

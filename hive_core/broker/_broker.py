@@ -22,6 +22,7 @@ from hive_core.broker._handover import MessageId, takes
 from hive_core.broker._message import Message
 from hive_core.broker._metrics import BrokerMetrics, BrokerStats
 from hive_core.broker._outbox import Outbox
+from hive_core.broker._overload_monitor import OverloadMonitor
 from hive_core.broker._ports import NO_GROUPS, NO_NODES, ClusterPort, Queued, QueuedRecord, Route
 from hive_core.broker._records import (
     Records,
@@ -81,6 +82,7 @@ class Broker:
         self._flush_scheduled = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._client_events: dict[str, asyncio.Task[None]] = {}  # the last one, by client id
+        self.overload: OverloadMonitor | None = None  # <overload-protection> (node.py)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -156,7 +158,8 @@ class Broker:
         sessions = self.sessions.values()
         return BrokerStats(metrics, self.connected_count, len(self.sessions), len(self.retained),
                            sum(len(s.subscriptions) for s in sessions),
-                           sum(len(s.queue) for s in sessions))
+                           sum(len(s.queue) for s in sessions),
+                           self.overload.protection.stats() if self.overload else None)
 
     # ------------------------------------------------------------------ output batching
 

@@ -137,6 +137,7 @@ class Channel:
         "congested",
         "decoder",
         "disconnect_received",
+        "held",
         "info",
         "io",
         "keep_alive",
@@ -150,6 +151,7 @@ class Channel:
         "peer_gone",
         "pre_connect_left",
         "problem_info",
+        "received",
         "requested_expiry",
         "send_window",
         "session",
@@ -199,6 +201,8 @@ class Channel:
         self.outbound_chain: asyncio.Task[None] | None = None  # async outbound interceptors
         self.peer_gone = False  # the network side closed (see connection_lost)
         self.throttled = False  # reading paused: past the receive maximum (strategy throttle)
+        self.held = False  # reading paused: overload protection took this client's credit
+        self.received = 0  # bytes read, for overload protection's shares
         broker.accept(self)
         io.arm_deadline(broker.settings.connect_timeout)
 
@@ -209,6 +213,7 @@ class Channel:
         if self.closed:
             return
         self.last_read = time.monotonic()
+        self.received += len(data)
         if self.session is None:
             self.pre_connect_left -= len(data)
             if self.pre_connect_left < 0 and self._deferred is not None:
@@ -280,6 +285,26 @@ class Channel:
         self.broker.connection_closed(self, self.session, self.disconnect_received,
                                       self.will_sent_ok)
 
+    @property
+    def delivering(self) -> bool:
+        """Messages to this client wait for its acknowledgement (overload protection never
+        holds it: its acknowledgements are what drains the backlog)."""
+        session = self.session
+        return session is not None and bool(session.inflight or session.queue)
+
+    def hold_reading(self) -> None:
+        """Overload protection: stop reading from this client (see broker/_overload.py)."""
+        if not self.held and not self.closed:
+            self.held = True
+            if not self.throttled:
+                self.io.pause_reading()
+
+    def release_reading(self) -> None:
+        if self.held:
+            self.held = False
+            if not self.throttled and not self.closed:
+                self.io.resume_reading()
+
     def pause_writing(self) -> None:
         self.congested = True
 
@@ -296,6 +321,8 @@ class Channel:
             log.info("no CONNECT within %.1f s: closing", self.broker.settings.connect_timeout)
             self.close()
             return
+        if self.held or self.throttled:  # the node does not read it: its silence is ours
+            self.last_read = now
         # Reads only move last_read; the deadline is re-armed for what is left, not per read.
         left = self.last_read + self.keep_alive * 1.5 - now
         if left > 0:
@@ -649,7 +676,8 @@ class Channel:
             self.broker.metrics.receive_maximum_throttled += 1
             log.info("client %r sent more than %d QoS 1/2 messages awaiting acknowledgement: "
                      "reading from it pauses until they are acknowledged", self.client_id, limit)
-            self.io.pause_reading()
+            if not self.held:  # else paused already, by overload protection
+                self.io.pause_reading()
         return False
 
     async def _publish_when_checked(self, packet: Publish, message: Message,
@@ -726,7 +754,8 @@ class Channel:
                 if self.throttled and len(self._acks_waiting) < \
                         self.broker.settings.server_receive_maximum:
                     self.throttled = False
-                    self.io.resume_reading()
+                    if not self.held:
+                        self.io.resume_reading()
         finally:
             self._ack_task = None
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hive_core.broker._overload import OverloadStats
+
 
 @dataclass(slots=True)
 class BrokerMetrics:
@@ -48,3 +50,4 @@ class BrokerStats:
     retained_messages: int
     subscriptions: int = 0  # of every session here, shared ones included
     queued_messages: int = 0  # waiting in the sessions' queues
+    overload: OverloadStats | None = None  # None: <overload-protection> disabled

@@ -182,11 +182,31 @@ class Records:
         self.atomic: Callable[[], AbstractContextManager[None]] = getattr(
             store, "atomic", nullcontext)
 
+        self._slowest_commit = 0.0  # seconds, since slowest_commit() was asked last
+        self._commits: dict[int, float] = {}  # the commits under way: when each began
+        self._commit_number = 0
+
     def restored_seq(self, seq: int) -> None:
         self._seq = max(self._seq, seq)
 
     async def commit(self) -> None:
-        await self.store.commit()
+        number = self._commit_number = self._commit_number + 1
+        begun = self._commits[number] = time.monotonic()
+        try:
+            await self.store.commit()
+        finally:
+            del self._commits[number]
+            took = time.monotonic() - begun
+            if took > self._slowest_commit:
+                self._slowest_commit = took
+
+    def slowest_commit(self) -> float:
+        """The longest a commit took since the last call, or has been waiting for so far
+        (overload protection's measure of the disk)."""
+        slowest, self._slowest_commit = self._slowest_commit, 0.0
+        if self._commits:
+            slowest = max(slowest, time.monotonic() - next(iter(self._commits.values())))
+        return slowest
 
     # -- sessions ------------------------------------------------------------------------------
 

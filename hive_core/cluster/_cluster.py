@@ -44,6 +44,7 @@ from hive_core.cluster._health import HealthCheck
 from hive_core.cluster._latency import Latencies, LatencySnapshot
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._membership import Membership
+from hive_core.cluster._overload import PeerPressure
 from hive_core.cluster._parts import ClusterSettings, FrameHandler, Member
 from hive_core.cluster._replication import ReplicaShelf, ReplicatingStore
 from hive_core.cluster._routing import RoutingTable
@@ -178,6 +179,7 @@ class Cluster:
         self._handed_over = False  # leaving: forwarded messages are no longer acknowledged
         self.membership = Membership(self)
         self.members = self.membership.members  # the same dict: the hot path reads it
+        self.peer_pressure = PeerPressure(self.members, self.forwarding)  # overload protection
         self.health = None if settings.health_check is None else HealthCheck(
             node_id, settings.health_check, self.membership.health_failed,
             settings.connect_timeout)
@@ -197,6 +199,8 @@ class Cluster:
             FrameKind.FILTERS: self._on_filters,
             FrameKind.RETAIN: lambda _member, body: self._apply_retained(body, join=False),
             FrameKind.RETAINED: self._on_retained,
+            FrameKind.OVERLOAD: lambda member, body: self.peer_pressure.heard(member.node_id,
+                                                                               body),
             **self.membership.frame_handlers(),
             **self.custody.frame_handlers(),
             **self.takeover.frame_handlers(),

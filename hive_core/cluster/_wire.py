@@ -80,6 +80,7 @@ class FrameKind(IntEnum):
     # question times out): [token, client ids] -> [token, JSON {client id: details or null}]
     CLIENT_QUERY = 64
     CLIENT_ANSWER = 65
+    OVERLOAD = 66  # the sender's overload protection level, 0 to 10 (an older peer skips it)
     # Before anything else on a link of a cluster with a shared secret (see _auth.py):
     AUTH_CHALLENGE = 50  # a fresh nonce; sent by both ends as soon as the link is open
     AUTH_PROOF = 51  # the answer to the peer's challenge: proof of holding the shared secret

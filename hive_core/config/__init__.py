@@ -56,7 +56,7 @@ from ._mqtt import (
     SessionExpiry,
     TopicAlias,
 )
-from ._node import Extensions, Persistence
+from ._node import Extensions, OverloadProtection, Persistence
 from ._reference import reference_markdown
 from ._rest_api import (
     HttpListener,
@@ -99,6 +99,7 @@ __all__ = [
     "MessageExpiry",
     "Mqtt",
     "MulticastDiscovery",
+    "OverloadProtection",
     "Packets",
     "PasswordHash",
     "Persistence",

@@ -1,4 +1,4 @@
-"""Hive additions about this node: <persistence> and <extensions>."""
+"""About this node: <overload-protection>, and Hive's additions <persistence> and <extensions>."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pydantic_xml import element, wrapped
 
 from ._base import ConfigModel, NonNegativeInt, XmlBool
 
-__all__ = ["Extensions", "Persistence"]
+__all__ = ["Extensions", "OverloadProtection", "Persistence"]
 
 
 class Persistence(ConfigModel, tag="persistence"):
@@ -27,3 +27,19 @@ class Extensions(ConfigModel, tag="extensions"):
 
     disabled: tuple[str, ...] = wrapped("disabled", element(tag="extension"), default=())
     """Names of installed extensions (built-in or entry point) not to load."""
+
+
+class OverloadProtection(ConfigModel, tag="overload-protection"):
+    """What a node does when it gets more work than it can do (README, "Overload protection").
+
+    The node measures its pressure ten times a second: how late its event loop runs, the
+    messages waiting for delivery to connected clients, the bytes waiting for other nodes, how
+    long the disk takes to commit, its memory, and the pressure other nodes announce. While it
+    is under pressure, the clients that send the most stop being read (each gets a fair share
+    of what the node can take), and the other nodes hold back their own heaviest senders
+    instead of forwarding more; reading resumes as the pressure falls.
+    """
+
+    enabled: XmlBool = element(tag="enabled", default=True)
+    """Whether the node protects itself that way; false: every client is read as fast as it
+    sends, whatever the node's pressure."""

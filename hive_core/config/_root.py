@@ -9,7 +9,7 @@ from ._cluster import Cluster
 from ._control_center import ControlCenter
 from ._listeners import Listeners, default_listeners
 from ._mqtt import Mqtt, Restrictions
-from ._node import Extensions, Persistence
+from ._node import Extensions, OverloadProtection, Persistence
 from ._rest_api import RestApi
 
 __all__ = ["HiveConfig", "default_config"]
@@ -28,6 +28,8 @@ class HiveConfig(ConfigModel, tag="hivemq"):
     """MQTT protocol limits and features."""
     restrictions: Restrictions = element(default_factory=Restrictions)
     """Limits on connections and what they send."""
+    overload_protection: OverloadProtection = element(default_factory=OverloadProtection)
+    """Slowing the heaviest senders when the node has more work than it can do."""
     cluster: Cluster = element(default_factory=Cluster)
     """Several nodes as one broker."""
     persistence: Persistence = element(default_factory=Persistence)

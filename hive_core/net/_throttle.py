@@ -24,12 +24,16 @@ SLICES_PER_SECOND = 10
 class ReadThrottle:
     """Hands what a transport reads to ``receive`` at no more than ``rate`` bytes per second."""
 
-    __slots__ = ("_allowance", "_backlog", "_drain", "_last", "_slice", "rate", "receive",
-                 "transport")
+    __slots__ = ("_allowance", "_backlog", "_drain", "_last", "_slice", "paused_elsewhere",
+                 "rate", "receive", "transport")
 
-    def __init__(self, rate: int, receive: Callable[[bytes], None]) -> None:
+    def __init__(self, rate: int, receive: Callable[[bytes], None],
+                 paused_elsewhere: Callable[[], bool] = lambda: False) -> None:
         self.rate = rate
         self.receive = receive
+        # Reading may also be paused by the channel (receive maximum, overload protection):
+        # then the backlog drained does not resume it.
+        self.paused_elsewhere = paused_elsewhere
         self.transport: Any = None  # an asyncio transport, set at connection_made
         self._allowance = float(rate)  # one second's worth may come at once
         self._last = time.monotonic()
@@ -77,10 +81,16 @@ class ReadThrottle:
         self._allowance -= size
         if self._backlog:
             self._schedule()
-        elif self.transport is not None and not self.transport.is_closing():
+        elif self.transport is not None and not self.transport.is_closing() \
+                and not self.paused_elsewhere():
             self.transport.resume_reading()
         if chunk:
             self.receive(chunk)
+
+    @property
+    def waiting(self) -> bool:
+        """Bytes wait to be handed on: reading stays paused until they are."""
+        return bool(self._backlog)
 
     def close(self) -> None:
         """The connection is gone: what waits is dropped."""
@@ -98,8 +108,14 @@ class ThrottledConnection(ClientConnection):
 
     def __init__(self, broker: Broker, listener: str, rate: int) -> None:
         super().__init__(broker, listener)
-        self.throttle = ReadThrottle(rate, self.channel.receive_data)
+        channel = self.channel
+        self.throttle = ReadThrottle(rate, channel.receive_data,
+                                     lambda: channel.throttled or channel.held)
         self.data_received = self.throttle.received  # type: ignore[method-assign]
+
+    def resume_reading(self) -> None:
+        if not self.throttle.waiting:  # else the throttle resumes once its backlog is out
+            super().resume_reading()
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)

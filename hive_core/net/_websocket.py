@@ -32,7 +32,8 @@ class WebSocketProtocol(asyncio.Protocol):
         # <allow-extensions>: permessage-deflate, the one WebSocket extension clients offer
         self._extensions: list[Extension] = [PerMessageDeflate()] if allow_extensions else []
         # <incoming-bandwidth-throttling>: counted on the socket's bytes, frames included
-        self._throttle = ReadThrottle(incoming_rate, self._process) if incoming_rate else None
+        self._throttle = ReadThrottle(incoming_rate, self._process, self._paused_by_channel) \
+            if incoming_rate else None
         self._path = path
         self._subprotocols = subprotocols
         self._listener = listener
@@ -49,6 +50,10 @@ class WebSocketProtocol(asyncio.Protocol):
         # The broker's no-CONNECT timeout starts at the upgrade; this one covers the upgrade.
         self._upgrade_deadline = asyncio.get_running_loop().call_later(
             self._broker.settings.connect_timeout, self._upgrade_timed_out)
+
+    def _paused_by_channel(self) -> bool:
+        channel = self._mqtt.channel if self._mqtt is not None else None
+        return channel is not None and (channel.throttled or channel.held)
 
     def _upgrade_timed_out(self) -> None:
         if self._mqtt is None:
@@ -166,6 +171,9 @@ class _FrameWriter:
             transport.pause_reading()
 
     def resume_reading(self) -> None:
-        transport = self._protocol._transport
+        protocol = self._protocol
+        transport = protocol._transport
+        if protocol._throttle is not None and protocol._throttle.waiting:
+            return  # the throttle resumes once its backlog is handed on
         if transport is not None and not transport.is_closing():
             transport.resume_reading()

@@ -183,6 +183,9 @@ FIELDS: dict[str, str] = {
     "Persistence.commit_interval": EFFECTS + "test_commit_interval_and_sync_reach_the_file_store",
     "Persistence.sync": EFFECTS + "test_commit_interval_and_sync_reach_the_file_store",
     "Extensions.disabled": "tests/extensions/test_loading.py::test_node_applies_config_disabled",
+    "OverloadProtection.enabled": "tests/overload/test_overload_node.py::test_a_flooded_node_keeps_answering_and_loses_nothing + "
+                                  "tests/overload/test_overload_node.py::test_disabled_the_node_reads_every_client_and_the_subscribers_queue_overflows + "
+                                  "tests/overload/test_overload_cluster.py::test_a_node_under_pressure_slows_what_its_peer_forwards",
     "RestApi.enabled": CLUSTER + "test_rest.py::test_the_rest_api_is_off_unless_enabled",
     "HttpListener.port": CLUSTER + "test_rest.py::test_port_0_is_logged_and_a_single_node_answers_health_nodes_and_metrics"
                          " + " + CLUSTER + "test_rest.py::test_rest_port_already_taken_stops_the_start_with_a_clear_error",

@@ -1,0 +1,309 @@
+"""Overload protection's decision, socket-free: levels from a pressure sample, credit taken from
+the heaviest senders and given back, the engagement's start and end (broker/_overload.py), and
+how a channel's hold composes with the receive-maximum throttle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+import pytest
+
+from broker.test_channel import PERSISTENT, Peer, run, settle
+from hive_core.broker import Broker
+from hive_core.broker._overload import (
+    CALM,
+    MIN_SHARE,
+    TICK,
+    OverloadProtection,
+    Pressure,
+)
+from hive_core.broker._overload_monitor import OverloadMonitor
+from hive_core.broker._records import Records
+from hive_core.cluster._forwarding import Forwarding
+from hive_core.cluster._overload import PeerPressure
+from hive_core.cluster._wire import FrameDecoder, FrameKind
+from hive_core.mqtt import Publish
+from hive_core.persistence import MemorySessionStore
+
+
+class FakeSender:
+    """A client that sends ``rate`` bytes per sample whenever it is read from."""
+
+    def __init__(self, rate: int, delivering: bool = False) -> None:
+        self.rate = rate
+        self.received = 0
+        self.held = False
+        self.delivering = delivering
+        self.sent: list[int] = []  # bytes per sample
+
+    def hold_reading(self) -> None:
+        self.held = True
+
+    def release_reading(self) -> None:
+        self.held = False
+
+    def step(self) -> None:
+        sent = 0 if self.held else self.rate
+        self.received += sent
+        self.sent.append(sent)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+
+def drive(protection: OverloadProtection, senders: list[FakeSender], clock: Clock,
+          pressure: Any, samples: int) -> None:
+    """``samples`` samples; ``pressure(i)`` gives the i-th Pressure."""
+    for index in range(samples):
+        for sender in senders:
+            sender.step()
+        clock.now += TICK
+        protection.update(pressure(index), senders, clock.now)
+
+
+def test_each_source_gives_a_level_from_0_to_10() -> None:
+    assert set(Pressure().levels().values()) == {0}
+    levels = Pressure(loop_lag=0.1, queue_fill=0.36, queued_messages=120_000,
+                      link_bytes=9 * 1024 * 1024, commit_seconds=0.45,
+                      memory_bytes=3 * 1024, memory_limit=4 * 1024, peer_level=3).levels()
+    assert levels == {"loop-lag": 4, "queue-fill": 6, "queued": 2, "node-links": 2, "disk": 4,
+                      "memory": 5, "peers": 3}
+    assert Pressure(loop_lag=5.0, queue_fill=1.0).levels()["loop-lag"] == 10
+    assert Pressure(queue_fill=1.0).levels()["queue-fill"] == 10
+    assert Pressure(queue_fill=0.1).levels()["queue-fill"] == 0  # a little backlog is normal
+    assert Pressure(memory_bytes=10, memory_limit=0).levels()["memory"] == 0  # limit unknown
+
+
+def test_without_pressure_nobody_is_held() -> None:
+    clock = Clock()
+    protection = OverloadProtection(clock.now)
+    senders = [FakeSender(1_000_000), FakeSender(10)]
+    drive(protection, senders, clock, lambda i: Pressure(), 50)
+    assert not protection.engaged and protection.holds == 0
+    assert all(sender.sent[-1] == sender.rate for sender in senders)
+
+
+def test_under_pressure_the_heaviest_senders_are_held_and_the_light_ones_never(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    protection = OverloadProtection(clock.now)
+    heavy = [FakeSender(200_000) for _ in range(4)]
+    probe = FakeSender(40)  # a PINGREQ now and then, a CONNECT
+    subscriber = FakeSender(5_000, delivering=True)  # its PUBACKs drain the backlog
+    senders = [*heavy, probe, subscriber]
+    drive(protection, senders, clock, lambda i: Pressure(), 10)  # counted at rest first
+    with caplog.at_level(logging.WARNING, "hive.overload"):
+        drive(protection, senders, clock, lambda i: Pressure(loop_lag=0.2), 30)
+    assert protection.engaged and protection.level == 8
+    assert "Overload protection engaged: level 8 (loop-lag 8)" in caplog.text
+    assert all(sum(s.sent[-20:]) < 20 * s.rate / 4 for s in heavy)  # read a quarter at most
+    assert probe.sent[-30:] == [40] * 30 and not probe.held
+    assert subscriber.sent[-30:] == [5_000] * 30 and not subscriber.held
+    assert protection.stats().clients_held > 0
+
+
+def test_the_heavy_senders_share_what_the_node_can_take_equally() -> None:
+    """A node that takes 150 kB per sample and runs four levels late per 150 kB more: three
+    senders wanting 50, 100 and 400 kB per sample get alike (the heaviest bursts what its socket
+    held each time it is read again, hence not exactly alike), and together about what the
+    node takes."""
+    clock = Clock()
+    protection = OverloadProtection(clock.now)
+    senders = [FakeSender(rate) for rate in (50_000, 100_000, 400_000)]
+    capacity = 150_000
+    drive(protection, senders, clock, lambda i: Pressure(), 10)
+    for _ in range(300):
+        for sender in senders:
+            sender.step()
+        read = sum(sender.sent[-1] for sender in senders)
+        clock.now += TICK
+        protection.update(Pressure(loop_lag=max(0.0, (read - capacity) / capacity * 0.1)),
+                          senders, clock.now)
+    read = [sum(sender.sent[-200:]) / 200 for sender in senders]
+    assert max(read) < 2 * min(read), read  # the 8 times heavier one gets no more than twice
+    assert 0.5 * capacity < sum(read) < 1.5 * capacity, read
+
+
+def test_the_budget_shrinks_under_pressure_and_grows_back_without() -> None:
+    clock = Clock()
+    protection = OverloadProtection(clock.now)
+    senders = [FakeSender(100_000) for _ in range(3)]
+    drive(protection, senders, clock, lambda i: Pressure(), 10)
+    drive(protection, senders, clock, lambda i: Pressure(queue_fill=0.5), 1)
+    started = protection.budget
+    drive(protection, senders, clock, lambda i: Pressure(queue_fill=0.5), 5)
+    shrunk = protection.budget
+    assert shrunk < started / 10
+    drive(protection, senders, clock, lambda i: Pressure(), 10)
+    assert protection.budget > 5 * shrunk
+    assert protection.share >= MIN_SHARE
+
+
+def test_the_level_falls_one_step_per_sample_and_the_engagement_ends_after_a_calm(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    protection = OverloadProtection(clock.now)
+    senders = [FakeSender(100_000) for _ in range(3)]
+    drive(protection, senders, clock, lambda i: Pressure(), 10)
+    with caplog.at_level(logging.WARNING, "hive.overload"):
+        drive(protection, senders, clock, lambda i: Pressure(loop_lag=1.0), 3)
+        assert protection.level == 10
+        levels = []
+        for _ in range(12):
+            drive(protection, senders, clock, lambda i: Pressure(), 1)
+            levels.append(protection.level)
+        assert levels[:10] == [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]
+        assert protection.engaged  # not yet: calm only for a moment
+        drive(protection, senders, clock, lambda i: Pressure(), int(CALM / TICK) + 1)
+    assert not protection.engaged
+    assert not any(sender.held for sender in senders)
+    assert "Overload protection ended after" in caplog.text
+    assert caplog.text.count("Overload protection engaged") == 1
+    stats = protection.stats()
+    assert (stats.engaged, stats.clients_held, stats.engagements) == (False, 0, 1)
+
+
+def test_a_short_return_of_pressure_during_the_calm_keeps_one_engagement(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    protection = OverloadProtection(clock.now)
+    senders = [FakeSender(100_000)]
+    with caplog.at_level(logging.WARNING, "hive.overload"):
+        for _ in range(5):  # a flood in waves: pressure, then two seconds without
+            drive(protection, senders, clock, lambda i: Pressure(loop_lag=0.1), 5)
+            drive(protection, senders, clock, lambda i: Pressure(), 20)
+    assert protection.engagements == 1 and protection.engaged
+    assert caplog.text.count("Overload protection engaged") == 1
+
+
+def test_a_held_channel_resumes_only_when_neither_overload_nor_receive_maximum_holds_it(
+        ) -> None:
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s", clean_start=False, properties=PERSISTENT)
+        sub.subscribe("t", qos=1)
+        sub.channel.connection_lost()  # acknowledgements now wait for the store
+        pub = Peer(broker, 4)
+        pub.connect("p")
+        pub.channel.hold_reading()
+        assert not pub.io.reading and pub.channel.held
+        pub.send(*[Publish("t", b"x", qos=1, packet_id=pid) for pid in range(1, 6)])
+        assert pub.channel.throttled  # past the receive maximum as well
+        await settle()
+        broker.flush()
+        assert not pub.channel.throttled and not pub.io.reading  # overload still holds it
+        pub.channel.release_reading()
+        assert pub.io.reading
+        pub.channel.hold_reading()
+        pub.send(*[Publish("t", b"x", qos=1, packet_id=pid) for pid in range(6, 11)])
+        assert pub.channel.throttled
+        pub.channel.release_reading()
+        assert not pub.io.reading  # the receive maximum still holds it
+        await settle()
+        broker.flush()
+        assert pub.io.reading
+        assert pub.channel.received > 0
+
+    run(scenario, server_receive_maximum=3)
+
+
+def test_a_peer_counts_only_while_this_node_forwards_to_it() -> None:
+    class Link:
+        def __init__(self) -> None:
+            self.frames: list[bytes] = []
+            self.transport = None
+            self.closed = False
+
+        def send(self, kind: FrameKind, body: Any = None) -> None:
+            from hive_core.cluster._wire import encode_frame
+            self.frames.append(encode_frame(kind, body))
+
+    class Member:
+        def __init__(self) -> None:
+            self.link = Link()
+
+    async def scenario() -> None:
+        members = {"b": Member(), "c": Member()}
+        forwarding = Forwarding()
+        pressure = PeerPressure(members, forwarding)  # type: ignore[arg-type]
+        pressure.announce(7)
+        assert FrameDecoder().feed(b"".join(members["b"].link.frames)) == \
+            [(FrameKind.OVERLOAD, 7)]
+        pressure.heard("b", 6)
+        pressure.heard("c", 9)
+        assert pressure.peer_level() == 0  # nothing forwarded to either
+        forwarding.sent("b", b"frame")
+        assert pressure.peer_level() == 6  # b has not acknowledged it
+        forwarding.acknowledged_by("b", 1)
+        assert pressure.peer_level() == 6  # forwarded to lately
+        pressure.heard("b", 0)
+        assert pressure.peer_level() == 0
+        assert pressure.link_bytes() == 0
+        forwarding.sent("c", b"x" * 100)
+        assert pressure.peer_level() == 9 and pressure.link_bytes() == 100
+        forwarding.sent("gone", b"x" * 1000)  # kept for a node that left: no pressure
+        assert pressure.link_bytes() == 100
+
+    asyncio.run(scenario())
+
+
+def test_a_held_client_is_not_timed_out_for_the_keep_alive_the_node_did_not_read() -> None:
+    async def scenario(broker: Broker) -> None:
+        peer = Peer(broker)
+        peer.connect("c", keep_alive=2)
+        peer.channel.hold_reading()
+        later = peer.channel.last_read + 30
+        peer.channel.check_deadline(later)  # its PINGREQs wait, unread, in the socket
+        assert not peer.io.closed
+        peer.channel.release_reading()
+        peer.channel.check_deadline(later + 2)  # read again: judged from the release on
+        assert not peer.io.closed
+        peer.channel.check_deadline(later + 3.1)
+        assert peer.io.closed
+
+    run(scenario)
+
+
+def test_the_disk_measure_is_the_slowest_commit_finished_or_still_waiting() -> None:
+    class SlowStore(MemorySessionStore):
+        async def commit(self) -> None:
+            await asyncio.sleep(0.2)
+
+    async def scenario() -> None:
+        records = Records(SlowStore())
+        assert records.slowest_commit() == 0.0
+        waiting = asyncio.create_task(records.commit())
+        await asyncio.sleep(0.1)
+        assert 0.05 < records.slowest_commit() < 0.2  # under way for a tenth of a second
+        await waiting
+        assert records.slowest_commit() >= 0.2
+        assert records.slowest_commit() == 0.0  # reported once
+
+    asyncio.run(scenario())
+
+
+def test_the_monitor_counts_a_lagging_loop_only_when_two_samples_in_a_row_show_it() -> None:
+    async def scenario() -> None:
+        monitor = OverloadMonitor(set(), 1000, lambda: 0.0, memory_cap=0)
+        task = asyncio.create_task(monitor.run())
+        await asyncio.sleep(0.35)
+        time.sleep(0.3)  # one pause: the loop runs late once
+        await asyncio.sleep(0.35)
+        assert monitor.protection.pressured["loop-lag"] == 0
+        for _ in range(4):  # the loop busy for a while: late at every sample
+            time.sleep(0.15)
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.25)
+        assert monitor.protection.pressured["loop-lag"] > 0
+        assert monitor.protection.engagements == 1
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
