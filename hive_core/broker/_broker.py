@@ -27,6 +27,7 @@ from hive_core.broker._ports import NO_GROUPS, NO_NODES, ClusterPort, Queued, Qu
 from hive_core.broker._records import (
     Records,
     SessionRecords,
+    outbound_record,
     pending_from,
     retained_from,
     session_from,
@@ -35,19 +36,21 @@ from hive_core.broker._records import (
     will_from,
 )
 from hive_core.broker._retained import RetainedMessages
-from hive_core.broker._session import Link, Pending, Session, Subscription
+from hive_core.broker._session import Link, Outbound, Pending, Session, Subscription
 from hive_core.broker._settings import BrokerSettings
 from hive_core.broker._topic_tree import SharedGroup, TopicTree, aggregate_without_no_local
 from hive_core.mqtt import (
+    PUBREL,
     MQTTError,
     PropertyId,
     ReasonCode,
     SubscriptionRequest,
     Will,
+    encode_ack,
     parse_shared_subscription,
     validate_topic_filter,
 )
-from hive_core.persistence import SessionStore, Snapshot, StoredMessage
+from hive_core.persistence import SessionStore, Snapshot, StoredInflight, StoredMessage
 from hive_core.plugins import Extensions
 
 log = logging.getLogger("hive.broker")
@@ -728,9 +731,9 @@ class Broker:
         session = self.sessions.get(client_id)
         return session is not None and session.connection is not None
 
-    def queued_records(self, client_id: str) -> list[QueuedRecord]:
-        """The queue of a session, after what was sent and not acknowledged: position,
-        record, identity and rescue of each message."""
+    def queued_records(self, client_id: str, with_window: bool = True) -> list[QueuedRecord]:
+        """The queue of a session (``with_window``: after what was sent and not acknowledged):
+        position, record, identity and rescue of each message."""
         session = self.sessions.get(client_id)
         if session is None:
             return []
@@ -738,9 +741,49 @@ class Broker:
         # older than the queue, and the client may never have had them.
         # One sent straight from the window has no queue position: -1, which no mark covers.
         sent = [(o.pending.seq or -1, o.pending) for o in session.inflight.values()
-                if o.state != "pubrel"]
+                if o.state != "pubrel"] if with_window else []
         return [(seq, stored_message(p), p.message.mid, p.message.rescued)
                 for seq, p in (*sent, *((p.seq, p) for p in session.queue)) if seq]
+
+    def window_records(self, client_id: str) -> list[StoredInflight]:
+        """A session's window: what was sent its client and is not finished, by packet id."""
+        session = self.sessions.get(client_id)
+        if session is None:
+            return []
+        return [outbound_record(client_id, pid, o) for pid, o in session.inflight.items()]
+
+    def merge_window(self, client_id: str, window: list[StoredInflight]) -> None:
+        """The window of a dropped copy of this session: its client may hold those packet
+        ids (a QoS 2 PUBLISH it took, waiting for PUBREL). Each goes into this copy's window
+        under its own id, finished from here (PUBLISH again with DUP, or PUBREL); one whose id
+        this copy uses already is queued as a new delivery (or, released, left)."""
+        session = self.sessions.get(client_id)
+        if session is None:
+            return
+        link = session.connection
+        for record in window:
+            pid = record.packet_id
+            pending = (pending_from(record.message) if record.message
+                       else Pending(Message("", b"", 2, False, None, ""), 2, None, False))
+            mid = pending.message.mid
+            if pid in session.inflight:
+                if record.state != "pubrel" and takes(session, mid):
+                    self.outbox.deliver(session, pending)
+                continue
+            if record.state != "pubrel" and mid is not None and mid in (session.seen or {}) \
+                    and not any(o.pending.message.mid == mid for o in session.inflight.values()):
+                # Delivered from here already (both copies had it): only its id is finished.
+                record = StoredInflight(client_id, pid, "out", "pubrel", record.message)
+            takes(session, mid)
+            outbound = session.inflight[pid] = Outbound(pending, record.state)
+            if session.persistent:
+                self.records.sent(session, pid, outbound)
+            if link is not None and not link.closed:
+                if outbound.state == "pubrel":
+                    link.send(encode_ack(PUBREL, pid))
+                else:
+                    self.outbox.resend(link, pid, outbound)
+        self.flush()
 
     def taken_identities(self, client_id: str) -> list[MessageId]:
         """What the session's client has surely had: identities taken, less those still

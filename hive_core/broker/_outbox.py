@@ -239,6 +239,11 @@ class Outbox:
                 outbound.state = "held"
         self.drain(session)
 
+    def resend(self, link: Link, pid: int, outbound: Outbound) -> None:
+        """PUBLISH again (DUP) a delivery in the window: it came from another copy of the
+        session, whose client may have had it under this packet id."""
+        self._resend(link, pid, outbound)
+
     @staticmethod
     def _resend(link: Link, pid: int, outbound: Outbound) -> None:
         pending = outbound.pending

@@ -15,7 +15,7 @@ from hive_core.broker._handover import MessageId
 from hive_core.broker._message import Message
 from hive_core.broker._records import SessionRecords
 from hive_core.broker._topic_tree import Delivery, SharedGroup
-from hive_core.persistence import StoredMessage
+from hive_core.persistence import StoredInflight, StoredMessage
 
 SharedKey = tuple[str, str]  # (group name, topic filter without the $share prefix)
 RemoteGroups = dict[SharedKey, frozenset[str]]  # shared groups with members on other nodes
@@ -168,7 +168,7 @@ class BrokerPort(Protocol):
         """A client with this id is connected here."""
         ...
 
-    def queued_records(self, client_id: str) -> list[QueuedRecord]:
+    def queued_records(self, client_id: str, with_window: bool = True) -> list[QueuedRecord]:
         """A session's queue, by position: what a dropped copy hands on."""
         ...
 
@@ -179,6 +179,15 @@ class BrokerPort(Protocol):
 
     def load(self) -> list[int]:
         """[connections, sessions, messages in, messages out], for the peers' heartbeats."""
+        ...
+
+    def window_records(self, client_id: str) -> list[StoredInflight]:
+        """A session's window: what its client was sent and has not finished, by packet id."""
+        ...
+
+    def merge_window(self, client_id: str, window: list[StoredInflight]) -> None:
+        """The window of a dropped copy of this session: finished from here, under the same
+        packet ids (the client may hold them)."""
         ...
 
     def inbound_qos2(self, client_id: str) -> list[int]:

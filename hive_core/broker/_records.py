@@ -120,7 +120,7 @@ def stored_session(session: Session) -> StoredSession:
     )
 
 
-def _outbound_record(client_id: str, packet_id: int, outbound: Outbound) -> StoredInflight:
+def outbound_record(client_id: str, packet_id: int, outbound: Outbound) -> StoredInflight:
     if outbound.state == "pubrel":
         return _released_record(client_id, packet_id, outbound)
     return StoredInflight(client_id, packet_id, "out", "publish", stored_message(outbound.pending))
@@ -248,7 +248,7 @@ class Records:
         """A QoS 1/2 delivery entered the window (from the queue, if it was queued)."""
         with self.atomic():  # never out of the queue without being in the window
             self.dequeue(session, outbound.pending)
-            self.store.save_inflight(_outbound_record(session.client_id, packet_id, outbound))
+            self.store.save_inflight(outbound_record(session.client_id, packet_id, outbound))
 
     def released(self, session: Session, packet_id: int) -> None:
         """PUBREC came for an outbound QoS 2 delivery: only its PUBREL is left to finish."""
@@ -291,7 +291,7 @@ class Records:
     def export(session: Session) -> SessionRecords:
         client_id = session.client_id
         queue = [(index, stored_message(p)) for index, p in enumerate(session.queue, 1)]
-        inflight = [_outbound_record(client_id, pid, o) for pid, o in session.inflight.items()]
+        inflight = [outbound_record(client_id, pid, o) for pid, o in session.inflight.items()]
         inflight += [StoredInflight(client_id, pid, "in", "pubrec")
                      for pid in session.inbound_qos2]
         seen = list(session.seen) if session.seen else None
@@ -318,6 +318,6 @@ class Records:
             else:
                 self.enqueue(session, pending)
         for pid, outbound in session.inflight.items():
-            self.store.save_inflight(_outbound_record(session.client_id, pid, outbound))
+            self.store.save_inflight(outbound_record(session.client_id, pid, outbound))
         for pid in session.inbound_qos2:
             self.received_qos2(session, pid)

@@ -25,7 +25,7 @@ import anyio
 from hive_core.broker import SessionUnavailable
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._parts import FrameHandler, Member, NodeContext
-from hive_core.cluster._replication import message_fields
+from hive_core.cluster._replication import inflight_fields, inflight_of, message_fields
 from hive_core.cluster._session_frames import (
     Handover,
     SessionFetch,
@@ -490,7 +490,9 @@ class Custody:
                      "copy here stays until the two meet again", client_id, keeper)
             return
         mark = self.adopted_marks.pop(client_id, 0)
-        queue = node.broker.queued_records(client_id)
+        # To a keeper that takes it, the window goes as a window (same packet ids); else
+        # what was sent and not acknowledged goes with the queue, as new deliveries.
+        queue = node.broker.queued_records(client_id, with_window=not member.identities)
         if member.protocol >= 3:
             identified = member.protocol >= 4
             entries = [[seq, message_fields(m), *(mid or ("", 0)), *(rescued or ("", 0, 0))]
@@ -504,12 +506,12 @@ class Custody:
             # And which QoS 2 PUBLISHes of its client were routed here and not released: the
             # client sends them again to the keeper, which must not route them twice.
             inbound = node.broker.inbound_qos2(client_id) if member.identities else []
+            window = [inflight_fields(i, identified=True)
+                      for i in node.broker.window_records(client_id)] if member.identities else []
             for index, part in enumerate(parts):
                 body: list[Any] = [client_id, mark, part]
-                if index == len(parts) - 1 and (taken or inbound):
-                    body.append(taken)
-                    if inbound:
-                        body.append(inbound)
+                if index == len(parts) - 1 and (taken or inbound or window):
+                    body += [taken, inbound, window]
                 if member.identities:
                     frame = encode_frame(FrameKind.MERGE_QUEUE, body)
                     member.link.send_encoded(frame)
@@ -533,8 +535,11 @@ class Custody:
 
     def merge_queue(self, body: list[Any]) -> None:
         """A MERGE_QUEUE's body: from a member, or rescued from a failed keeper's share."""
-        self._merge_queue(str(body[0]), int(body[1]), body[2], body[3] if len(body) > 3 else None,
+        client_id = str(body[0])
+        self._merge_queue(client_id, int(body[1]), body[2], body[3] if len(body) > 3 else None,
                           [int(pid) for pid in body[4]] if len(body) > 4 else None)
+        if len(body) > 5 and body[5]:
+            self.node.broker.merge_window(client_id, [inflight_of(f) for f in body[5]])
 
     def _merge_queue(self, client_id: str, mark: int, entries: list[list[Any]],
                      taken: list[list[Any]] | None = None,
