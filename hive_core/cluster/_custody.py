@@ -147,6 +147,12 @@ class Custody:
             log.info("node %s says client %r connected there, before this node took its "
                      "session over: ignored", node_id, client_id)
             return
+        if self.node.broker.has_session(client_id) and member.protocol >= 3:
+            # A copy here, yet the client resumed a session there without fetching this one
+            # (that node held its own copy: a freeze, a split): this copy's queue and window
+            # go there, as in a merge, rather than ending with it.
+            self._drop_copy(client_id, node_id, since)
+            return
         current = self.owners.get(client_id)
         if current is None or since >= current[1]:
             self.owners[client_id] = (node_id, since)
@@ -544,20 +550,23 @@ class Custody:
     def _merge_queue(self, client_id: str, mark: int, entries: list[list[Any]],
                      taken: list[list[Any]] | None = None,
                      inbound: list[int] | None = None) -> None:
-        """MERGE_QUEUE: the queue of a dropped copy. Positions up to the marks were in both
-        copies (a replica's; delivered or queued here already); the rest were queued there
-        while the copies were apart: they are added here. ``taken`` (with the last part): the
-        identities that copy's client had, not sent again from here; ``inbound``: its client's
-        QoS 2 PUBLISHes routed there and not released."""
+        """MERGE_QUEUE: the queue of a dropped copy, added here but for what this copy took
+        already (by identity; for messages without one, positions up to the marks were in
+        both copies: a replica's, delivered or queued here already). With the last part:
+        ``taken``, the identities that copy's client had, not sent again from here;
+        ``inbound``, its client's QoS 2 PUBLISHes routed there and not released."""
         node = self.node
         mark = max(mark, self.adopted_marks.get(client_id, 0))
         new: list[tuple[StoredMessage, tuple[str, int] | None]] = []
         handled = 0
         for entry in entries:
             seq, fields = entry[0], entry[1]
-            if 0 <= seq <= mark:  # -1: sent from the window, never queued: no mark covers it
-                continue
             origin, serial = (str(entry[2]), int(entry[3])) if len(entry) > 3 else ("", 0)
+            # Positions count on the node that queued the message, so a mark says something
+            # only of a message without identity (from a node of protocol 3); one with an
+            # identity is taken once by it, whichever copy held it (-1: from the window).
+            if not serial and 0 <= seq <= mark:
+                continue
             if len(entry) > 6 and entry[4] == node.node_id and origin and \
                     int(entry[6]) <= node.forwarding.handled_before(origin, int(entry[5])):
                 # Rescued from this node by a takeover while it was frozen, yet handled here
