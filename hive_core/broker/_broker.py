@@ -697,14 +697,25 @@ class Broker:
     def adopt_sessions(self, records: list[SessionRecords]) -> list[str]:
         """Sessions of a failed node, from its replica here: they are this node's now.
 
-        A client connected here under the same id keeps its session. Returns the client ids
-        taken.
+        A client connected here under the same id keeps its session; a copy held here takes
+        the replica's messages in. Returns the client ids taken.
         """
         adopted = []
         for record in records:
             client_id = record.session.client_id
             existing = self.sessions.get(client_id)
             if existing is not None and existing.connection is not None:
+                continue
+            if existing is not None:
+                # A copy here already (a split, then the failed node kept it): both copies
+                # hold messages the other lacks. This one stays and takes the replica's queue
+                # and window, each message once (by identity).
+                self.append_handed_over(client_id, [
+                    (message, (message.origin, message.serial) if message.serial else None)
+                    for _seq, message in record.queue])
+                self.merge_window(client_id, [i for i in record.inflight if i.direction == "out"])
+                existing.taken_over = True
+                adopted.append(client_id)
                 continue
             self.import_session(record, keep_positions=True)
             self.sessions[client_id].taken_over = True

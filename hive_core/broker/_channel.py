@@ -125,6 +125,7 @@ class Channel:
 
     __slots__ = (
         "_ack_needs_commit",
+        "_ack_needs_forwards",
         "_ack_task",
         "_acks_waiting",
         "_auth_waiter",
@@ -192,6 +193,7 @@ class Channel:
         self._inbound_aliases: dict[int, str] = {}
         self._acks_waiting: list[bytes] = []
         self._ack_needs_commit = False
+        self._ack_needs_forwards = False  # a publisher's ack waits for the nodes too
         self._ack_task: asyncio.Task[None] | None = None
         # While an extension answers, later packets wait here (None: not waiting).
         self._deferred: list[Any] | None = None
@@ -722,14 +724,20 @@ class Channel:
 
     def _ack_publish(self, packet: Publish, reason: int, durable: bool) -> None:
         self.send_after_commit(encode_ack(PUBACK if packet.qos == 1 else PUBREC,
-                                          packet.packet_id or 0, reason, self.version), durable)
+                                          packet.packet_id or 0, reason, self.version), durable,
+                               forwards=durable)
 
-    def send_after_commit(self, data: bytes, durable: bool = True) -> None:
+    def send_after_commit(self, data: bytes, durable: bool = True,
+                          forwards: bool = False) -> None:
         """Send ``data`` once what it confirms is on disk (``durable``), in order with the
-        other packets sent this way: an acknowledgement never overtakes an earlier one."""
+        other packets sent this way: an acknowledgement never overtakes an earlier one.
+        ``forwards``: and once the other nodes it was forwarded to have it (a publisher's
+        PUBACK or PUBREC); a delivery, a PUBREL or a PUBCOMP waits for this node's store
+        (and its backups) only, not for the other nodes."""
         if durable or self._acks_waiting:
             self._acks_waiting.append(data)
             self._ack_needs_commit = self._ack_needs_commit or durable
+            self._ack_needs_forwards = self._ack_needs_forwards or forwards
             if self._ack_task is None:
                 self._ack_task = self.broker.spawn(self._release_acks())
         else:
@@ -739,10 +747,15 @@ class Channel:
         try:
             while self._acks_waiting and not self.closed:
                 batch, needs_commit = self._acks_waiting, self._ack_needs_commit
+                needs_forwards = self._ack_needs_forwards
                 self._acks_waiting, self._ack_needs_commit = [], False
+                self._ack_needs_forwards = False
                 if needs_commit:
                     try:
-                        await self.broker.settle()
+                        if needs_forwards:
+                            await self.broker.settle()
+                        else:
+                            await self.broker.commit()
                     except Exception as exc:
                         # Not on disk, so not acknowledged: the client sends it again (DUP).
                         if not isinstance(exc, PersistenceError):

@@ -304,7 +304,10 @@ class Membership:
         if not swapped:
             self.log_view()
         # A new member, or one that restarted (its copy of a replica is stale): the ring again.
-        node.takeover.ring_changed(renewed=None if swapped else peer_id)
+        if swapped:
+            node.takeover.link_swapped(peer_id)
+        else:
+            node.takeover.ring_changed(renewed=peer_id)
 
     def _on_members(self, _member: Member, body: Any) -> None:
         for host, port in body:

@@ -499,6 +499,21 @@ class Replicas:
             # a snapshot first, these ops have nothing to apply to. The origin is asked again.
             self._missing(origin)
             return
+        if replica.complete:  # after the snapshot, ops follow on without a gap
+            expected = replica.applied + 1
+            if first > expected:
+                # Some were lost (sent on a link that closed): what follows cannot be applied
+                # on top. The origin is asked for a snapshot again; none is acknowledged.
+                log.warning("replica of node %s: ops %d to %d never arrived; asking it for its "
+                            "sessions again", origin, expected, first - 1)
+                replica.complete = False
+                self._missing(origin)
+                return
+            if first < expected:  # already applied (they came twice)
+                ops = ops[expected - first:]
+                first = expected
+                if not ops:
+                    return
         store = replica.store
         wills = replica.wills
         with store.atomic():

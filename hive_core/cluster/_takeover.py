@@ -98,6 +98,15 @@ class Takeover:
         replicator.store.identities = all(members[b].identities for b in backups)
         replicator.set_backups(backups)
 
+    def link_swapped(self, peer_id: str) -> None:
+        """A member is on a new link: ops sent on the old one may be lost. A backup that has
+        not acknowledged everything starts again from a snapshot."""
+        replicator = self.replicator
+        backup = replicator.backups.get(peer_id) if replicator is not None else None
+        lagging = replicator is not None and backup is not None \
+            and backup.acked < replicator.store.seq
+        self.ring_changed(renewed=peer_id if lagging else None)
+
     def taker_of(self, failed: str) -> str | None:
         """The first member after ``failed`` on the ring: it takes its sessions over."""
         ring = [m.node_id for m in self.node.members.values() if m.protocol >= 3]
