@@ -15,7 +15,7 @@ import pytest
 
 from faults._traffic import Publisher, Subscriber, Tally, wait_until
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(360)
 
 
 @pytest.mark.parametrize("qos", [1, 2])
@@ -32,7 +32,10 @@ def test_nothing_acknowledged_is_lost_across_kills(hive_factory: Any, qos: int) 
             node.kill()
             node.start()
         wait_until(publisher.finished, 60, "the publisher to send everything")
-        wait_until(publisher.all_acknowledged, 60, "every message to be acknowledged")
+        # Generous: after a kill paho resends its whole backlog at once, past the receive
+        # maximum, and meets 0x93 until a reconnect finds the node quick enough (on a loaded
+        # machine that takes minutes; README, "receive maximum").
+        wait_until(publisher.all_acknowledged, 180, "every message to be acknowledged")
         wait_until(lambda: publisher.acknowledged <= set(subscriber.snapshot()), 60,
                    "every acknowledged message to arrive")
     finally:
