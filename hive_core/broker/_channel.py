@@ -14,6 +14,7 @@ while one runs, later packets wait in order (``_deferred``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -670,7 +671,7 @@ class Channel:
             pending = len(session.inbound_qos2) + sum(
                 data[0] == PUBACK for data in self._acks_waiting)
             if pending >= limit:
-                self._refuse(RC.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
+                self._refuse_after_acks(RC.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
                 return True
             return False
         if len(self._acks_waiting) >= limit and not self.throttled:
@@ -681,6 +682,23 @@ class Channel:
             if not self.held:  # else paused already, by overload protection
                 self.io.pause_reading()
         return False
+
+    def _refuse_after_acks(self, reason: int, message: str) -> None:
+        """Close with ``reason``, but only once the acknowledgements of what was routed are
+        out: a client that resends its backlog after every reconnect (paho-mqtt 2.x ignores
+        the receive maximum then) gets that much further each time instead of never. What
+        follows in the stream is not handled: the client sends it again."""
+        self._deferred = []
+        self.io.pause_reading()
+        self.broker.spawn(self._close_when_acknowledged(reason, message))
+
+    async def _close_when_acknowledged(self, reason: int, message: str) -> None:
+        task = self._ack_task
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+        if not self.closed:
+            self._refuse(reason, message)
 
     async def _publish_when_checked(self, packet: Publish, message: Message,
                                     verdict: Awaitable[int | None]) -> None:
