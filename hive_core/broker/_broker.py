@@ -767,7 +767,9 @@ class Broker:
         """The window of a dropped copy of this session: its client may hold those packet
         ids (a QoS 2 PUBLISH it took, waiting for PUBREL). Each goes into this copy's window
         under its own id, finished from here (PUBLISH again with DUP, or PUBREL); one whose id
-        this copy uses already is queued as a new delivery (or, released, left)."""
+        this copy uses already is queued as a new delivery (or, released, left). PUBREL goes
+        only for a QoS 2 id: a QoS 1 client answers it with nothing, and the id would stay
+        taken in the window for good."""
         session = self.sessions.get(client_id)
         if session is None:
             return
@@ -781,9 +783,12 @@ class Broker:
                 if record.state != "pubrel" and takes(session, mid):
                     self.outbox.deliver(session, pending)
                 continue
-            if record.state != "pubrel" and mid is not None and mid in (session.seen or {}) \
-                    and not any(o.pending.message.mid == mid for o in session.inflight.values()):
-                # Delivered from here already (both copies had it): only its id is finished.
+            if record.state != "pubrel" and mid is not None and mid in (session.seen or {}):
+                # This copy has it too (queued, sent, or delivered already).
+                if pending.qos < 2:
+                    continue  # a QoS 1 id holds nothing at the client: this copy's send does
+                # The client may hold it under this id, waiting for PUBREL: only the id is
+                # finished (PUBREL; a client without it answers PUBCOMP all the same).
                 record = StoredInflight(client_id, pid, "out", "pubrel", record.message)
             takes(session, mid)
             outbound = session.inflight[pid] = Outbound(pending, record.state)

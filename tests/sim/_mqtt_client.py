@@ -154,6 +154,11 @@ class RecordingClient:
         elif isinstance(packet, PubComp):
             self.outgoing.pop(packet.packet_id, None)
         elif isinstance(packet, PubRel):
+            if self.role == "sub" and self.qos < 2:
+                # Never sent a QoS 2 PUBLISH: a client that answers nothing to such a PUBREL
+                # (bench/failover.py's) would have the node keep the id in its window for good.
+                record.errors.append(f"{self.client_id}: PUBREL for packet id "
+                                     f"{packet.packet_id}, subscribed at QoS {self.qos}")
             self.awaiting_rel.discard(packet.packet_id)
             self.send(PubComp(packet.packet_id))
         elif isinstance(packet, Disconnect):

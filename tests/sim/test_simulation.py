@@ -100,6 +100,11 @@ REGRESSIONS = [
     # A gap now makes the backup ask for a snapshot; a lagging backup on a new link gets one.
     (253, ALL),
     (2066, ALL),
+    # A copy dropped in a merge handed on its window; for each QoS 1 delivery in it that the
+    # keeper had too, the keeper sent PUBREL. A QoS 1 client answers nothing to that, and the
+    # id stayed in the keeper's window for good (bench failover-stop: thousands lost). The
+    # simulated subscriber at QoS 1 now counts any PUBREL as an error.
+    (103, ALL),
 ]
 """(seed, faults) that broke an invariant once: each must keep passing."""
 
