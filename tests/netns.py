@@ -36,6 +36,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -285,9 +286,17 @@ class Testbed:
         for end in host.host_ends:
             _ip("link", "set", end, "down")
 
-    def heal(self, host: Host) -> None:
+    def heal(self, host: Host, timeout: float = 5.0) -> None:
+        """Bring ``host``'s links up again; returns once each carries (operstate UP)."""
         for end in host.host_ends:
             _ip("link", "set", end, "up")
+        deadline = time.monotonic() + timeout
+        for end in host.host_ends:
+            while json.loads(_ip("-j", "link", "show", "dev", end).stdout or "[{}]")[0].get(
+                    "operstate") != "UP":
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{end} not up {timeout:.0f} s after the heal")
+                time.sleep(0.02)
 
     def close(self) -> None:
         """Kill what runs inside (by PID), delete the namespaces, then the bridges. Idempotent."""

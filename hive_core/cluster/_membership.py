@@ -259,17 +259,20 @@ class Membership:
         existing = self.members.get(peer_id)
         incarnation = int(hello.get("incarnation", 0))
         swapped = False  # the same member on another link: no news for the log
+        merge_goes_on = False  # ... in the middle of a merge, which the new link finishes
         if existing is not None and not existing.link.closed:
             if self._keeps_existing(link, existing, peer_id, incarnation, answer):
                 link.close()
                 return
             swapped = incarnation == existing.incarnation
+            merge_goes_on = swapped and existing.merging
             existing.link.peer_id = None
             existing.link.close()
         link.peer_id = peer_id
         self.absent.pop(peer_id, None)
         away = self.absent_at.pop(peer_id, None)
-        merging = away is not None and away[1] == incarnation and protocol >= 3
+        merging = merge_goes_on or (away is not None and away[1] == incarnation
+                                    and protocol >= 3)
         address = ClusterNodeAddress(str(hello["host"]), int(hello["port"]))
         stamps = bool(hello.get("arrival_stamps"))
         self.spoke[peer_id] = (protocol, stamps)
@@ -280,8 +283,9 @@ class Membership:
         if merging:
             # A session here may have a copy there (a takeover while apart), and the members
             # route to both for a moment: each session takes each message once (its identity).
-            log.info("Starting cluster merge process. This may take a while. Please do not "
-                     "shut down Hive. (node %s is back after being unreachable)", peer_id)
+            if not merge_goes_on:
+                log.info("Starting cluster merge process. This may take a while. Please do not "
+                         "shut down Hive. (node %s is back after being unreachable)", peer_id)
             progress.while_true(lambda: member.merging and self.members.get(peer_id) is member
                                 and not node.stopping, progress.MERGE,
                                 node.settings.progress_interval)

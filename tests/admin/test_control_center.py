@@ -194,18 +194,24 @@ def test_the_overview_shows_every_node_with_live_rates(nodes: list[HiveProcess],
         until(browser, busy, "node 3's connection and message rate on node 1's overview", 30)
         charts = browser.find_elements(By.CSS_SELECTOR, "#charts svg.chart")
         assert len(charts) == 3
-        lines = until(browser, lambda d: d.find_elements(
-            By.CSS_SELECTOR, f'#charts svg[data-node="{node_id(nodes[2])}"] polyline'),
-            "a chart line for node 3")
+        def chart(driver: WebDriver) -> dict[str, Any] | None:
+            """Node 3's chart, read whole in one go: the page redraws it every few seconds,
+            and an element read after a redraw is stale (``until`` then reads it again)."""
+            svg = driver.find_element(By.CSS_SELECTOR, f'#charts svg[data-node="{third}"]')
+            lines = svg.find_elements(By.TAG_NAME, "polyline")
+            if not lines:
+                return None
+            return {"colours": {line.get_attribute("class"): line.value_of_css_property("stroke")
+                                for line in lines},
+                    "axes": (bool(svg.find_elements(By.CSS_SELECTOR, ".x-axis")),
+                             bool(svg.find_elements(By.CSS_SELECTOR, ".y-axis"))),
+                    "labels": [t.text for t in svg.find_elements(By.TAG_NAME, "text")]}
+        drawn = until(browser, chart, "a chart line for node 3")
         # In and out in two colours, with axes, their units and a legend.
-        colours = {line.get_attribute("class"): line.value_of_css_property("stroke")
-                   for line in lines}
+        colours, labels = drawn["colours"], drawn["labels"]
         assert set(colours) == {"line-in", "line-out"}
         assert colours["line-in"] != colours["line-out"], colours
-        chart = browser.find_element(By.CSS_SELECTOR, f'#charts svg[data-node="{third}"]')
-        assert chart.find_elements(By.CSS_SELECTOR, ".x-axis")
-        assert chart.find_elements(By.CSS_SELECTOR, ".y-axis")
-        labels = [t.text for t in chart.find_elements(By.TAG_NAME, "text")]
+        assert drawn["axes"] == (True, True)
         assert "msg/s" in labels and "now" in labels and "time" in labels, labels
         assert any("in" in t and "out" in t and "messages/s" in t for t in labels), labels
         print(f"overview: {screenshot(browser, 'overview')}")
@@ -326,8 +332,9 @@ def test_retained_messages_and_subscriptions_are_browsed(nodes: list[HiveProcess
         search_on(browser, nodes[0], "retained", "cc/plant")
         until(browser, lambda d: len(d.find_elements(
             By.CSS_SELECTOR, "#retained-results tbody tr")) == 5, "the 5 retained messages")
-        assert "running 3" in browser.find_element(
-            By.CSS_SELECTOR, '#retained-results tr[data-topic="cc/plant/3/state"]').text
+        until(browser, lambda d: "running 3" in d.find_element(
+            By.CSS_SELECTOR, '#retained-results tr[data-topic="cc/plant/3/state"]').text,
+            "the payload of cc/plant/3/state")
         screenshot(browser, "retained")
         search_on(browser, nodes[0], "subscriptions", "alarm")
         until(browser, lambda d: "cc/plant/+/alarm" in d.find_element(

@@ -243,6 +243,33 @@ def test_a_partitioned_node_times_out_and_rejoins_after_the_heal(
         run_cluster(scenario)
 
 
+def test_every_merge_after_a_heal_finishes_also_on_a_link_swapped_for_another(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """At a heal both sides dial; the second link replaces the first, sometimes in the middle
+    of the merge. The merge goes on on the new link and is finished by its SYNCED: every
+    start line has its finish line (a merge whose link was swapped once logged no end, and
+    its progress lines stopped, as if it hung)."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, n3 = nodes
+        for _ in range(4):
+            network.partition({"n1", "n2"}, {"n3"})
+            await until(lambda: not n3.peers and n1.peers == {"n2"},
+                        timeout=10 * HEARTBEAT_TIMEOUT, what="the partition to be noticed")
+            network.heal()
+            for one, other in ((n1, n3), (n3, n1), (n2, n3), (n3, n2)):  # crossing dials
+                one.cluster.membership.dial(address(other.name))
+            await until(full_mesh(nodes), what="the mesh after the heal")
+        await until(lambda: not any(m.merging for n in nodes
+                                    for m in n.cluster.membership.members.values()),
+                    what="every merge to finish")
+        starts = caplog.text.count("Starting cluster merge process")
+        assert starts >= 3
+        assert caplog.text.count("Finished cluster merge process successfully.") == starts
+
+    with caplog.at_level(logging.INFO, "hive.cluster"):
+        run_cluster(scenario)
+
+
 def test_a_killed_node_leaves_at_once_and_a_restart_rejoins() -> None:
     async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
         n1, n2, n3 = nodes
