@@ -13,12 +13,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CLASS_LINES = 600
 
-# "module:Class" -> its lines when the limit came (issue 24 splits them): the sizes after
-# overload protection, the merge hand-over and the 0x93 that waits for the acknowledgements
-# landed in them.
+# "module:Class" -> its lines when the limit came (issue 24 splits them), lowered as parts
+# move out (broker/_acks.py, broker/_merge.py).
 GROWN: dict[str, int] = {
-    "hive_core/broker/_broker.py:Broker": 862,
-    "hive_core/broker/_channel.py:Channel": 827,
+    "hive_core/broker/_broker.py:Broker": 812,
+    "hive_core/broker/_channel.py:Channel": 808,
 }
 
 

@@ -12,18 +12,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Collection, Coroutine, Iterable
 from dataclasses import replace
 from typing import Any
 
 from hive_core.broker._expiry import SessionClock
 from hive_core.broker._handover import MessageId, takes
+from hive_core.broker._merge import merge_had, merge_window
 from hive_core.broker._message import Message
 from hive_core.broker._metrics import BrokerMetrics, BrokerStats
 from hive_core.broker._outbox import Outbox
 from hive_core.broker._overload_monitor import OverloadMonitor
-from hive_core.broker._ports import NO_GROUPS, NO_NODES, ClusterPort, Queued, QueuedRecord, Route
+from hive_core.broker._ports import (
+    NO_GROUPS,
+    NO_NODES,
+    ClusterPort,
+    InputFence,
+    Queued,
+    QueuedRecord,
+    Route,
+)
 from hive_core.broker._records import (
     Records,
     SessionRecords,
@@ -36,17 +44,15 @@ from hive_core.broker._records import (
     will_from,
 )
 from hive_core.broker._retained import RetainedMessages
-from hive_core.broker._session import Link, Outbound, Pending, Session, Subscription
+from hive_core.broker._session import Link, Pending, Session, Subscription
 from hive_core.broker._settings import BrokerSettings
 from hive_core.broker._topic_tree import SharedGroup, TopicTree, aggregate_without_no_local
 from hive_core.mqtt import (
-    PUBREL,
     MQTTError,
     PropertyId,
     ReasonCode,
     SubscriptionRequest,
     Will,
-    encode_ack,
     parse_shared_subscription,
     validate_topic_filter,
 )
@@ -73,6 +79,7 @@ class Broker:
         self.outbox = Outbox(settings, self.records, self.metrics, self.extensions, self.spawn)
         self.clock = SessionClock(self._expired, self._will_due)
         self.cluster: ClusterPort | None = None  # set while this node is part of a cluster
+        self.input_fence = InputFence()  # the cluster's: clients' input waits after a pause
         self.sessions: dict[str, Session] = {}
         # Sessions another node is taking over: (session, its queue when exported) until the
         # other node confirms or declines (release_session).
@@ -764,42 +771,10 @@ class Broker:
         return [outbound_record(client_id, pid, o) for pid, o in session.inflight.items()]
 
     def merge_window(self, client_id: str, window: list[StoredInflight]) -> None:
-        """The window of a dropped copy of this session: its client may hold those packet
-        ids (a QoS 2 PUBLISH it took, waiting for PUBREL). Each goes into this copy's window
-        under its own id, finished from here (PUBLISH again with DUP, or PUBREL); one whose id
-        this copy uses already is queued as a new delivery (or, released, left). PUBREL goes
-        only for a QoS 2 id: a QoS 1 client answers it with nothing, and the id would stay
-        taken in the window for good."""
+        """The window of a dropped copy of this session (broker/_merge.py)."""
         session = self.sessions.get(client_id)
-        if session is None:
-            return
-        link = session.connection
-        for record in window:
-            pid = record.packet_id
-            pending = (pending_from(record.message) if record.message
-                       else Pending(Message("", b"", 2, False, None, ""), 2, None, False))
-            mid = pending.message.mid
-            if pid in session.inflight:
-                if record.state != "pubrel" and takes(session, mid):
-                    self.outbox.deliver(session, pending)
-                continue
-            if record.state != "pubrel" and mid is not None and mid in (session.seen or {}):
-                # This copy has it too (queued, sent, or delivered already).
-                if pending.qos < 2:
-                    continue  # a QoS 1 id holds nothing at the client: this copy's send does
-                # The client may hold it under this id, waiting for PUBREL: only the id is
-                # finished (PUBREL; a client without it answers PUBCOMP all the same).
-                record = StoredInflight(client_id, pid, "out", "pubrel", record.message)
-            takes(session, mid)
-            outbound = session.inflight[pid] = Outbound(pending, record.state)
-            if session.persistent:
-                self.records.sent(session, pid, outbound)
-            if link is not None and not link.closed:
-                if outbound.state == "pubrel":
-                    link.send(encode_ack(PUBREL, pid))
-                else:
-                    self.outbox.resend(link, pid, outbound)
-        self.flush()
+        if session is not None:
+            merge_window(self, session, window)
 
     def taken_identities(self, client_id: str) -> list[MessageId]:
         """What the session's client has surely had: identities taken, less those still
@@ -819,35 +794,11 @@ class Broker:
     def merge_queue(self, client_id: str, messages: list[Queued],
                     taken: list[MessageId] | None = None,
                     inbound: list[int] | None = None) -> None:
-        """Messages another copy of this session queued (a split healed): queue them here.
-
-        ``taken``: what the other copy's client surely had. While the copies were apart both
-        were routed to, so such a message may wait in this copy's queue: it leaves the queue
-        unsent, and no way brings it here again. ``inbound``: QoS 2 PUBLISHes the client
-        sent the other copy, routed there: sent again here (DUP), they get a PUBREC and are
-        not routed a second time."""
+        """Messages another copy of this session queued (a split healed), with what its
+        client had and sent there (broker/_merge.py): queued here, each once."""
         session = self.sessions.get(client_id)
-        if session is not None and inbound and session.taken_over:
-            # Only onto a copy its client has not used since: else that client may have
-            # finished those exchanges here and reused the packet ids.
-            for pid in inbound:
-                if pid not in session.inbound_qos2:
-                    session.inbound_qos2.add(pid)
-                    if session.persistent:
-                        self.records.received_qos2(session, pid)
-        if session is not None and taken:
-            for mid in taken:
-                takes(session, mid)
-            had = set(taken)
-            if any(p.message.mid in had for p in session.queue):
-                kept: deque[Pending] = deque()
-                for pending in session.queue:
-                    if pending.message.mid in had:
-                        self.records.dequeue(session, pending)
-                        self.metrics.handover_duplicates_skipped += 1
-                    else:
-                        kept.append(pending)
-                session.queue = kept
+        if session is not None:
+            merge_had(self, session, taken, inbound)
         self.append_handed_over(client_id, messages)
 
     def forget_sessions(self) -> None:

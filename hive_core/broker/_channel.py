@@ -14,7 +14,6 @@ while one runs, later packets wait in order (``_deferred``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -22,6 +21,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core.broker import _extension_flow as flow
+from hive_core.broker._acks import CommittedAcks
 from hive_core.broker._extension_flow import Refusal
 from hive_core.broker._message import Message
 from hive_core.broker._ports import SessionUnavailable
@@ -55,7 +55,7 @@ from hive_core.mqtt import (
     encode_packet,
     v3_return_code,
 )
-from hive_ext_api import ClientInfo, PersistenceError
+from hive_ext_api import ClientInfo
 
 if TYPE_CHECKING:
     from hive_core.broker._broker import Broker
@@ -125,13 +125,11 @@ class Channel:
     """One client connection's MQTT state machine (see the module docstring)."""
 
     __slots__ = (
-        "_ack_needs_commit",
-        "_ack_needs_forwards",
-        "_ack_task",
-        "_acks_waiting",
         "_auth_waiter",
         "_deferred",
+        "_fenced",
         "_inbound_aliases",
+        "acks",
         "auth_method",
         "broker",
         "client_id",
@@ -192,12 +190,10 @@ class Channel:
         self.requested_expiry = 0  # what CONNECT asked for, before the node's cap
         self.username: str | None = None
         self._inbound_aliases: dict[int, str] = {}
-        self._acks_waiting: list[bytes] = []
-        self._ack_needs_commit = False
-        self._ack_needs_forwards = False  # a publisher's ack waits for the nodes too
-        self._ack_task: asyncio.Task[None] | None = None
+        self.acks = CommittedAcks(self)
         # While an extension answers, later packets wait here (None: not waiting).
         self._deferred: list[Any] | None = None
+        self._fenced = False  # what is deferred waits for the cluster's fence
         self._auth_waiter: asyncio.Future[Auth | None] | None = None
         self.info: ClientInfo | None = None  # made at CONNECT when extensions need it
         self.auth_method: str | None = None
@@ -215,8 +211,11 @@ class Channel:
         """Bytes from the client: every whole packet in them is handled, in order."""
         if self.closed:
             return
-        self.last_read = time.monotonic()
+        self.last_read = now = time.monotonic()
         self.received += len(data)
+        fence = self.broker.input_fence
+        if (fence.up or now - fence.ticked > fence.after) and self._deferred is None:
+            self._wait_for_the_fence(now)
         if self.session is None:
             self.pre_connect_left -= len(data)
             if self.pre_connect_left < 0 and self._deferred is not None:
@@ -334,6 +333,16 @@ class Channel:
         log.info("client %r missed its keep alive", self.client_id)
         self.close(RC.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
 
+    def _wait_for_the_fence(self, now: float) -> None:
+        """This node did not run for a while (cluster/_fence.py): what the client sent waits,
+        in order, until the members have said what they did meanwhile (a session of this
+        node taken over, its client moved and its PUBLISHes sent again elsewhere)."""
+        cluster = self.broker.cluster
+        waiter = cluster.input_waits(now) if cluster is not None else None
+        if waiter is not None:
+            self._fenced = True
+            self._defer(waiter)
+
     def _defer(self, step: Awaitable[Any]) -> None:
         """Hold later packets back until an extension's answer is in, then go on in order."""
         self._deferred = []
@@ -346,6 +355,16 @@ class Channel:
             log.exception("internal error in an extension step for %r", self.client_id or "?")
             self._refuse(RC.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
         backlog, self._deferred = self._deferred, None
+        if self._fenced:
+            self._fenced = False
+            if self.peer_gone and backlog:
+                # The client closed this connection meanwhile: it sends again, on its next
+                # one (maybe to another node, which routed it already), what was not
+                # acknowledged here. Handled now, a PUBLISH would be routed twice.
+                log.info("client %r closed its connection while its input waited for the "
+                         "cluster: %d packets it sent are not handled (it sends again what "
+                         "was not acknowledged)", self.client_id, len(backlog))
+                backlog = None
         if backlog and not self.closed:
             try:
                 self._handle(backlog)
@@ -636,7 +655,7 @@ class Channel:
             # on disk, so the client cannot have moved on to a new message with this id.
             self._ack_publish(packet, RC.SUCCESS, False)
             return
-        if qos and len(session.inbound_qos2) + len(self._acks_waiting) \
+        if qos and len(session.inbound_qos2) + len(self.acks.waiting) \
                 >= settings.server_receive_maximum and self._past_receive_maximum(session):
             return
         message = Message(topic, packet.payload, qos, packet.retain, props, session.client_id,
@@ -668,13 +687,12 @@ class Channel:
         limit = self.broker.settings.server_receive_maximum
         if self.broker.settings.receive_maximum_strategy == "disconnect" and self.version == 5:
             # A waiting PUBREC is in inbound_qos2 already: count only waiting PUBACKs.
-            pending = len(session.inbound_qos2) + sum(
-                data[0] == PUBACK for data in self._acks_waiting)
+            pending = len(session.inbound_qos2) + self.acks.pubacks_waiting()
             if pending >= limit:
                 self._refuse_after_acks(RC.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
                 return True
             return False
-        if len(self._acks_waiting) >= limit and not self.throttled:
+        if len(self.acks.waiting) >= limit and not self.throttled:
             self.throttled = True
             self.broker.metrics.receive_maximum_throttled += 1
             log.info("client %r sent more than %d QoS 1/2 messages awaiting acknowledgement: "
@@ -693,10 +711,7 @@ class Channel:
         self.broker.spawn(self._close_when_acknowledged(reason, message))
 
     async def _close_when_acknowledged(self, reason: int, message: str) -> None:
-        task = self._ack_task
-        if task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(task)
+        await self.acks.sent()
         if not self.closed:
             self._refuse(reason, message)
 
@@ -747,48 +762,14 @@ class Channel:
 
     def send_after_commit(self, data: bytes, durable: bool = True,
                           forwards: bool = False) -> None:
-        """Send ``data`` once what it confirms is on disk (``durable``), in order with the
-        other packets sent this way: an acknowledgement never overtakes an earlier one.
-        ``forwards``: and once the other nodes it was forwarded to have it (a publisher's
-        PUBACK or PUBREC); a delivery, a PUBREL or a PUBCOMP waits for this node's store
-        (and its backups) only, not for the other nodes."""
-        if durable or self._acks_waiting:
-            self._acks_waiting.append(data)
-            self._ack_needs_commit = self._ack_needs_commit or durable
-            self._ack_needs_forwards = self._ack_needs_forwards or forwards
-            if self._ack_task is None:
-                self._ack_task = self.broker.spawn(self._release_acks())
-        else:
-            self.send(data)
+        """Send ``data`` once what it confirms is committed (``durable``; ``forwards``: and
+        forwarded), after every acknowledgement waiting before it (broker/_acks.py)."""
+        self.acks.send(data, durable, forwards)
 
-    async def _release_acks(self) -> None:
-        try:
-            while self._acks_waiting and not self.closed:
-                batch, needs_commit = self._acks_waiting, self._ack_needs_commit
-                needs_forwards = self._ack_needs_forwards
-                self._acks_waiting, self._ack_needs_commit = [], False
-                self._ack_needs_forwards = False
-                if needs_commit:
-                    try:
-                        if needs_forwards:
-                            await self.broker.settle()
-                        else:
-                            await self.broker.commit()
-                    except Exception as exc:
-                        # Not on disk, so not acknowledged: the client sends it again (DUP).
-                        if not isinstance(exc, PersistenceError):
-                            log.error("the session store failed to commit", exc_info=exc)
-                        self._refuse(RC.UNSPECIFIED_ERROR, f"cannot store the message: {exc}")
-                        return
-                for data in batch:
-                    self.send(data)
-                if self.throttled and len(self._acks_waiting) < \
-                        self.broker.settings.server_receive_maximum:
-                    self.throttled = False
-                    if not self.held:
-                        self.io.resume_reading()
-        finally:
-            self._ack_task = None
+    def resume_after_throttle(self) -> None:
+        self.throttled = False
+        if not self.held:
+            self.io.resume_reading()
 
     # ------------------------------------------------------------------ QoS flows
 

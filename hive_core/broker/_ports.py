@@ -8,7 +8,9 @@ of the broker (publish what a peer sent, hand a session over, the retained messa
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import math
+from collections.abc import Awaitable, Collection
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from hive_core.broker._handover import MessageId
@@ -35,6 +37,17 @@ class Route(NamedTuple):
     remote_groups: RemoteGroups  # shared groups with members on other nodes (by node id)
 
 
+@dataclass(slots=True)
+class InputFence:
+    """Whether clients' input waits for the cluster (cluster/_fence.py): the node's last
+    heartbeat tick, how long after it input counts as arriving after a pause, and whether a
+    fence is up. Read by every client read: two attributes, no call."""
+
+    ticked: float = 0.0
+    after: float = math.inf
+    up: bool = False
+
+
 class ClusterPort(Protocol):
     """What the broker asks of the cluster it belongs to."""
 
@@ -46,6 +59,11 @@ class ClusterPort(Protocol):
 
     def remote_routes(self, topic: str) -> tuple[frozenset[str], RemoteGroups]:
         """The other nodes with plain subscribers for ``topic``, and the shared groups there."""
+        ...
+
+    def input_waits(self, now: float) -> Awaitable[None] | None:
+        """A client's input arrived after a pause of this node, or while it is fenced: what
+        it waits for (the members' confirmation of what they did meanwhile), or None."""
         ...
 
     def identify(self, message: Message) -> tuple[str, int]:
@@ -116,6 +134,8 @@ class SessionUnavailable(Exception):
 
 class BrokerPort(Protocol):
     """What the cluster asks of the node's broker."""
+
+    input_fence: InputFence
 
     def attach_cluster(self, cluster: ClusterPort | None) -> None:
         """The node joined a cluster (or left it, with None)."""

@@ -25,6 +25,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -420,6 +421,10 @@ class Cluster:
             link.send_encoded(frame)
 
     # ------------------------------------------------------------------ the broker's side
+
+    def input_waits(self, now: float) -> Awaitable[None] | None:
+        membership = self.membership
+        return membership.fence.lifted() if membership.fence_input(now) else None
 
     @property
     def has_peers(self) -> bool:

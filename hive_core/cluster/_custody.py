@@ -163,6 +163,10 @@ class Custody:
         self.owned_since.pop(client_id, None)
         members = self.node.members.values()
         if not deleted:
+            if client_id in self.owners:
+                # It lives on there (a merge kept that copy, or its client connected there):
+                # a member that cannot hear it from that node asks here, and is told where.
+                return
             for member in members:
                 member.link.send(FrameKind.SESSION_GONE, client_id)
             return
@@ -242,7 +246,12 @@ class Custody:
         records = node.broker.export_session(client_id)
         node.broker.flush()  # the client's connection here closes now, with its reason
         if records is None:
-            link.send(FrameKind.SESSION, [request, client_id, None, False])
+            answer: list[Any] = [request, client_id, None, False]
+            asking = node.members.get(link.peer_id) if link.peer_id else None
+            elsewhere = self.owner_of(client_id)
+            if asking is not None and asking.identities and elsewhere not in (None, link.peer_id):
+                answer.append(elsewhere)  # not here, but there: not a fresh session
+            link.send(FrameKind.SESSION, answer)
             return
         self.handing.setdefault(link, set()).add(client_id)
         asking = node.members.get(link.peer_id) if link.peer_id else None
@@ -260,9 +269,10 @@ class Custody:
         """
         node, takeover = self.node, self.node.takeover
         replicating = takeover.replicator is not None
+        redirect: str | None = None  # the node the first one asked said holds it
         for attempt in (1, 2):
             entry = self.owners.get(client_id)
-            owner = entry[0] if entry is not None else None
+            owner = redirect or (entry[0] if entry is not None else None)
             if owner is not None and owner not in node.members and replicating:
                 # Its node failed or left: the node taking its sessions over has it (or will).
                 taker = takeover.taker_of(owner)
@@ -292,7 +302,8 @@ class Custody:
             self._fetch_seq += 1
             request = self._fetch_seq
             fetch = self.fetches[request] = SessionFetch(request, client_id, member.link)
-            failed = entry[0] if entry is not None and entry[0] != owner else None
+            failed = entry[0] if entry is not None and entry[0] != owner \
+                and redirect is None else None
             try:
                 member.link.send(FrameKind.SESSION_FETCH, [request, client_id, failed])
                 with anyio.move_on_after(node.settings.connect_timeout):
@@ -310,15 +321,26 @@ class Custody:
                     continue  # it left meanwhile (a node stopping answers no more fetches)
                 raise SessionUnavailable(f"the session could not be fetched: {fetch.failed}")
             if fetch.records is None:
-                self.owners.pop(client_id, None)
-                return None
+                elsewhere = fetch.elsewhere
+                if elsewhere is None or elsewhere == node.node_id:
+                    self.owners.pop(client_id, None)
+                    return None
+                # Not there, but on a node it knows of (a merge kept that copy): asked again
+                # there if it is a member here, else refused rather than made anew.
+                if attempt == 1 and elsewhere in node.members:
+                    redirect = elsewhere
+                    continue
+                raise SessionUnavailable(
+                    f"the node holding the session ({elsewhere}) is unreachable")
             return Handover(fetch.records, fetch)
         return None
 
     def _on_session(self, member: Member, body: Any) -> None:
-        request, client_id, part, more = body
+        request, client_id, part, more = body[:4]
         fetch = self.fetches.get(request)
         if fetch is not None and fetch.link is member.link:
+            if len(body) > 4 and body[4]:
+                fetch.elsewhere = str(body[4])
             fetch.part(part, more)
         elif part is not None and len(part) >= 3:  # the first part of an answer too late
             member.link.send(FrameKind.SESSION_DECLINED, [request, client_id])
@@ -527,8 +549,8 @@ class Custody:
         log.info("the session of %r is also on node %s, which keeps it: %d queued messages "
                  "handed to it, the copy here dropped", client_id, keeper, len(queue))
         self.owned_since.pop(client_id, None)
+        self.owners[client_id] = (keeper, since)  # before the end: no SESSION_GONE for it
         node.broker.taken_over_elsewhere(client_id)
-        self.owners[client_id] = (keeper, since)
         self.merges += 1
 
     def _on_merge_queue(self, member: Member, body: Any) -> None:

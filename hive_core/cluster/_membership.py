@@ -20,6 +20,7 @@ from anyio.abc import TaskGroup
 
 from hive_core import __version__
 from hive_core.cluster import _progress as progress
+from hive_core.cluster._fence import Fence
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._parts import FrameHandler, Member, NodeContext
 from hive_core.cluster._transport import NodeUnreachable
@@ -62,6 +63,8 @@ class Membership:
         # This node's last two loads, taken at heartbeats: (Unix time, load), for its rates.
         self._own_loads: tuple[tuple[float, list[int]] | None,
                                tuple[float, list[int]] | None] = (None, None)
+        self.fence = Fence(node.settings.heartbeat_timeout, self._fence_moved)
+        self.ticked = time.monotonic()  # the heartbeat's last turn
 
     def frame_handlers(self) -> dict[FrameKind, FrameHandler]:
         return {
@@ -322,6 +325,8 @@ class Membership:
         if member.merging:
             member.merging = False
             log.info("Finished cluster merge process successfully.")
+        if self.fence.up:
+            self.fence.check(time.monotonic(), self.members)
 
     def log_view(self) -> None:
         names = sorted([self.node.node_id, *self.members])
@@ -390,11 +395,38 @@ class Membership:
         if member is not None and member.incarnation == incarnation:
             self.remove(peer_id, f"TCP health check failed: {why}")
 
+    def fence_input(self, now: float) -> bool:
+        """A client's input arrived at ``now``: True if it must wait for the fence (this node
+        did not run for a while and has not yet heard what the members did meanwhile)."""
+        fence = self.fence
+        if not fence.up:
+            paused = now - self.ticked - self.node.settings.heartbeat_interval
+            if paused <= self.node.settings.heartbeat_timeout / 2:
+                return False
+            fence.raise_at(now, paused, self.members)
+        return fence.up
+
+    def _fence_moved(self, up: bool) -> None:
+        self.node.broker.input_fence.up = up
+
+    def _ticked(self, now: float) -> None:
+        self.ticked = now
+        self.node.broker.input_fence.ticked = now
+
+    def _send_heartbeats(self, load: list[int]) -> None:
+        for member in list(self.members.values()):
+            member.beats_sent += 1
+            # The count read from it: once it covers a heartbeat sent after a pause here, what
+            # the member did before reading that heartbeat has reached this node (the fence).
+            member.link.send(FrameKind.HEARTBEAT, [*load, member.beats_read])
+
     async def heartbeat(self) -> None:
         node = self.node
         interval = node.settings.heartbeat_interval
         timeout = node.settings.heartbeat_timeout
         last = time.monotonic()
+        self._ticked(last)
+        node.broker.input_fence.after = interval + timeout / 2
         while not node.stopping:
             await anyio.sleep(interval)
             now = time.monotonic()
@@ -403,9 +435,14 @@ class Membership:
                 # This process did not run (SIGSTOP, a VM pause): the peers' silence is its own.
                 log.warning("this node did not run for %.1f s: the silence of the other nodes "
                             "in that time is not held against them", paused)
+                self.fence.raise_at(now, paused, self.members)
                 for member in self.members.values():
                     member.link.last_read = now
+                self._ticked(now)
+                self._send_heartbeats(node.broker.load())
                 continue
+            self._ticked(now)
+            self.fence.check(now, self.members)
             for peer_id, until in list(self.absent.items()):
                 if now > until:
                     self._forget(peer_id)
@@ -419,15 +456,19 @@ class Membership:
                 silent = now - member.link.last_read
                 if silent > timeout:
                     self.remove(member.node_id, f"no heartbeat for {silent:.1f} s")
-                else:
-                    member.link.send(FrameKind.HEARTBEAT, load)
+            self._send_heartbeats(load)
 
     def _on_heartbeat(self, member: Member, body: Any) -> None:
+        member.beats_read += 1
         if isinstance(body, list) and len(body) >= 4:  # older nodes send none
             if member.load is not None:
                 member.previous = (member.load_at, member.load)
             member.load = [int(value) for value in body[:4]]
             member.load_at = time.time()
+            if len(body) >= 5:  # older nodes say nothing of what they read
+                member.beats_echoed = int(body[4])
+                if self.fence.up:
+                    self.fence.check(time.monotonic(), self.members)
 
     # ------------------------------------------------------------------ loads
 

@@ -69,6 +69,9 @@ class Member:
     session_seen: bool = False  # its HELLO said so: a SESSION's first part may carry its seen ids
     identities: bool = False  # its HELLO said so: stored messages may carry their identity
     filters_known: bool = False  # its FILTERS arrived on this link
+    beats_sent: int = 0  # HEARTBEATs sent it on this link
+    beats_read: int = 0  # HEARTBEATs read from it on this link
+    beats_echoed: int = 0  # how many of this node's it said it had read (its latest heartbeat)
     # Its load as its last HEARTBEAT said: [connections, sessions, messages in, messages out]
     load: list[int] | None = None
     load_at: float = 0.0  # Unix time it arrived

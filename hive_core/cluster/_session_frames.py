@@ -47,6 +47,7 @@ class SessionFetch:
         self.link = link
         self.records: SessionRecords | None = None
         self.failed: str | None = None
+        self.elsewhere: str | None = None  # no session there, but that node said who has it
         self.done = anyio.Event()
 
     def part(self, body: list[Any] | None, more: bool) -> None:

@@ -780,3 +780,48 @@ def test_a_message_that_arrived_directly_before_a_merge_is_skipped_in_the_merged
         assert broker.metrics.handover_duplicates_skipped == 1
 
     run(scenario)
+
+
+# ---------------------------------------------------------------------------- the fence
+
+
+class FenceOnly:
+    """The part of a cluster a fenced read asks (cluster/_fence.py): what to wait for."""
+
+    def __init__(self) -> None:
+        self.lifted = asyncio.Event()
+
+    def input_waits(self, now: float) -> Awaitable[bool]:
+        return self.lifted.wait()
+
+
+@pytest.mark.parametrize("closed_meanwhile", [False, True])
+def test_input_read_while_the_node_is_fenced_waits_and_a_closed_clients_is_dropped(
+        closed_meanwhile: bool) -> None:
+    """After a pause the node's clients' input waits until the members confirmed what they
+    did meanwhile; then it is handled in order. A client that closed its connection
+    meanwhile has gone elsewhere and sends again what was not acknowledged: its input is not
+    handled (routed now, it would arrive twice)."""
+    async def scenario(broker: Broker) -> None:
+        sub, pub = Peer(broker), Peer(broker)
+        sub.connect("s")
+        sub.subscribe("t", qos=1)
+        pub.connect("p")
+        fence = FenceOnly()
+        broker.cluster, broker.input_fence.up = fence, True  # type: ignore[assignment]
+        pub.send(Publish("t", b"1", 1, packet_id=1), Publish("t", b"2", 1, packet_id=2))
+        await settle()
+        assert sub.publishes() == [] and pub.new() == []
+        if closed_meanwhile:
+            pub.channel.connection_lost()
+        broker.cluster, broker.input_fence.up = None, False
+        fence.lifted.set()
+        await settle()
+        broker.flush()
+        if closed_meanwhile:
+            assert sub.publishes() == []
+        else:
+            assert [p.payload for p in sub.publishes()] == [b"1", b"2"]
+            assert [type(p) for p in pub.new()] == [PubAck, PubAck]
+
+    run(scenario)

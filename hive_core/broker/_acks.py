@@ -1,0 +1,82 @@
+"""One client's acknowledgements that wait for the disk (and for the other nodes).
+
+A PUBACK, PUBREC, PUBREL or PUBCOMP confirms something the node must not forget after a
+crash, so it goes out only once that is committed; and never before an earlier one, so the
+ones that wait keep their order and one commit releases all that waited meanwhile. A
+publisher's PUBACK or PUBREC waits for the nodes its message was forwarded to as well
+(``settle``); a delivery, a PUBREL or a PUBCOMP for this node's store and its backups only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from hive_core.mqtt import PUBACK, ReasonCode
+from hive_ext_api import PersistenceError
+
+if TYPE_CHECKING:
+    from hive_core.broker._channel import Channel
+
+log = logging.getLogger("hive.broker")
+
+
+class CommittedAcks:
+    """The acknowledgements of one channel waiting for a commit, in order."""
+
+    __slots__ = ("_channel", "_needs_commit", "_needs_forwards", "task", "waiting")
+
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+        self.waiting: list[bytes] = []
+        self._needs_commit = False
+        self._needs_forwards = False  # a publisher's ack waits for the nodes too
+        self.task: asyncio.Task[None] | None = None
+
+    def send(self, data: bytes, durable: bool, forwards: bool) -> None:
+        if durable or self.waiting:
+            self.waiting.append(data)
+            self._needs_commit = self._needs_commit or durable
+            self._needs_forwards = self._needs_forwards or forwards
+            if self.task is None:
+                self.task = self._channel.broker.spawn(self._release())
+        else:
+            self._channel.send(data)
+
+    def pubacks_waiting(self) -> int:
+        return sum(data[0] == PUBACK for data in self.waiting)
+
+    async def sent(self) -> None:
+        """Until what waits now is out (or its connection ended)."""
+        task = self.task
+        if task is not None:
+            with contextlib.suppress(Exception):  # its failure closed the connection
+                await asyncio.shield(task)
+
+    async def _release(self) -> None:
+        channel = self._channel
+        broker = channel.broker
+        try:
+            while self.waiting and not channel.closed:
+                batch, needs_commit, needs_forwards = (self.waiting, self._needs_commit,
+                                                       self._needs_forwards)
+                self.waiting, self._needs_commit, self._needs_forwards = [], False, False
+                if needs_commit:
+                    try:
+                        await (broker.settle() if needs_forwards else broker.commit())
+                    except Exception as exc:
+                        # Not on disk, so not acknowledged: the client sends it again (DUP).
+                        if not isinstance(exc, PersistenceError):
+                            log.error("the session store failed to commit", exc_info=exc)
+                        channel._refuse(ReasonCode.UNSPECIFIED_ERROR,
+                                       f"cannot store the message: {exc}")
+                        return
+                for data in batch:
+                    channel.send(data)
+                if channel.throttled and len(self.waiting) < \
+                        broker.settings.server_receive_maximum:
+                    channel.resume_after_throttle()
+        finally:
+            self.task = None
