@@ -12,13 +12,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
+from hive_core.broker._settings import BrokerSettings
 from hive_core.mqtt import PUBACK, ReasonCode
 from hive_ext_api import PersistenceError
 
-if TYPE_CHECKING:
-    from hive_core.broker._channel import Channel
+
+class Committer(Protocol):
+    """What the acknowledgements wait on: the node's broker."""
+
+    settings: BrokerSettings
+
+    def spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
+
+    async def commit(self) -> None: ...
+
+    async def settle(self) -> None: ...
+
+
+class AckSender(Protocol):
+    """Where they go: the client's channel."""
+
+    closed: bool
+    throttled: bool
+
+    def send(self, data: bytes) -> None: ...
+
+    def refuse(self, reason: int, message: str) -> None: ...
+
+    def resume_after_throttle(self) -> None: ...
 
 log = logging.getLogger("hive.broker")
 
@@ -26,10 +50,11 @@ log = logging.getLogger("hive.broker")
 class CommittedAcks:
     """The acknowledgements of one channel waiting for a commit, in order."""
 
-    __slots__ = ("_channel", "_needs_commit", "_needs_forwards", "task", "waiting")
+    __slots__ = ("_broker", "_channel", "_needs_commit", "_needs_forwards", "task", "waiting")
 
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, channel: AckSender, broker: Committer) -> None:
         self._channel = channel
+        self._broker = broker
         self.waiting: list[bytes] = []
         self._needs_commit = False
         self._needs_forwards = False  # a publisher's ack waits for the nodes too
@@ -41,7 +66,7 @@ class CommittedAcks:
             self._needs_commit = self._needs_commit or durable
             self._needs_forwards = self._needs_forwards or forwards
             if self.task is None:
-                self.task = self._channel.broker.spawn(self._release())
+                self.task = self._broker.spawn(self._release())
         else:
             self._channel.send(data)
 
@@ -56,8 +81,7 @@ class CommittedAcks:
                 await asyncio.shield(task)
 
     async def _release(self) -> None:
-        channel = self._channel
-        broker = channel.broker
+        channel, broker = self._channel, self._broker
         try:
             while self.waiting and not channel.closed:
                 batch, needs_commit, needs_forwards = (self.waiting, self._needs_commit,
@@ -70,7 +94,7 @@ class CommittedAcks:
                         # Not on disk, so not acknowledged: the client sends it again (DUP).
                         if not isinstance(exc, PersistenceError):
                             log.error("the session store failed to commit", exc_info=exc)
-                        channel._refuse(ReasonCode.UNSPECIFIED_ERROR,
+                        channel.refuse(ReasonCode.UNSPECIFIED_ERROR,
                                        f"cannot store the message: {exc}")
                         return
                 for data in batch:

@@ -774,7 +774,8 @@ class Broker:
         """The window of a dropped copy of this session (broker/_merge.py)."""
         session = self.sessions.get(client_id)
         if session is not None:
-            merge_window(self, session, window)
+            merge_window(self.outbox, self.records, session, window)
+            self.flush()
 
     def taken_identities(self, client_id: str) -> list[MessageId]:
         """What the session's client has surely had: identities taken, less those still
@@ -794,11 +795,10 @@ class Broker:
     def merge_queue(self, client_id: str, messages: list[Queued],
                     taken: list[MessageId] | None = None,
                     inbound: list[int] | None = None) -> None:
-        """Messages another copy of this session queued (a split healed), with what its
-        client had and sent there (broker/_merge.py): queued here, each once."""
+        """A dropped copy's queue, and what its client had and sent (broker/_merge.py)."""
         session = self.sessions.get(client_id)
         if session is not None:
-            merge_had(self, session, taken, inbound)
+            merge_had(self.records, self.metrics, session, taken, inbound)
         self.append_handed_over(client_id, messages)
 
     def forget_sessions(self) -> None:

@@ -190,7 +190,7 @@ class Channel:
         self.requested_expiry = 0  # what CONNECT asked for, before the node's cap
         self.username: str | None = None
         self._inbound_aliases: dict[int, str] = {}
-        self.acks = CommittedAcks(self)
+        self.acks = CommittedAcks(self, broker)
         # While an extension answers, later packets wait here (None: not waiting).
         self._deferred: list[Any] | None = None
         self._fenced = False  # what is deferred waits for the cluster's fence
@@ -219,19 +219,19 @@ class Channel:
         if self.session is None:
             self.pre_connect_left -= len(data)
             if self.pre_connect_left < 0 and self._deferred is not None:
-                self._refuse(RC.PACKET_TOO_LARGE, "more than max-pre-connect-size bytes before"
+                self.refuse(RC.PACKET_TOO_LARGE, "more than max-pre-connect-size bytes before"
                              " the CONNECT was accepted")
                 return
         try:
             packets = self.decoder.feed(data)
         except MQTTError as exc:
-            self._refuse(exc.reason_code, str(exc))
+            self.refuse(exc.reason_code, str(exc))
             return
         try:
             self._handle(packets)
         except Exception:  # a bug must cost one connection, never the node
             log.exception("internal error on the connection of %r", self.client_id or "?")
-            self._refuse(RC.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+            self.refuse(RC.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
 
     def _handle(self, packets: list[Any]) -> None:
         session = self.session
@@ -253,11 +253,11 @@ class Channel:
                     self._on_connect(packet)
                     session = self.session
                 else:
-                    self._refuse(RC.PROTOCOL_ERROR, "first packet must be CONNECT")
+                    self.refuse(RC.PROTOCOL_ERROR, "first packet must be CONNECT")
             else:
                 handler = _HANDLERS.get(kind)
                 if handler is None:
-                    self._refuse(RC.PROTOCOL_ERROR, f"unexpected {kind.__name__}")
+                    self.refuse(RC.PROTOCOL_ERROR, f"unexpected {kind.__name__}")
                 else:
                     handler(self, packet)
 
@@ -353,7 +353,7 @@ class Channel:
             await step
         except Exception:
             log.exception("internal error in an extension step for %r", self.client_id or "?")
-            self._refuse(RC.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+            self.refuse(RC.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
         backlog, self._deferred = self._deferred, None
         if self._fenced:
             self._fenced = False
@@ -370,7 +370,7 @@ class Channel:
                 self._handle(backlog)
             except Exception:
                 log.exception("internal error on the connection of %r", self.client_id or "?")
-                self._refuse(RC.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+                self.refuse(RC.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
         self.flush()
         if self.peer_gone and self._deferred is None:
             self._lost()
@@ -388,7 +388,7 @@ class Channel:
         try:
             return await asyncio.wait_for(waiter, self.broker.settings.connect_timeout)
         except TimeoutError:
-            self._refuse(RC.NOT_AUTHORIZED, "no AUTH reply in time")
+            self.refuse(RC.NOT_AUTHORIZED, "no AUTH reply in time")
             return None
 
     def client_info(self) -> ClientInfo:
@@ -432,7 +432,7 @@ class Channel:
         self.io.close()
         self._ended()
 
-    def _refuse(self, reason: int, message: str) -> None:
+    def refuse(self, reason: int, message: str) -> None:
         """Bad input: the right reason code to the client, then close this one connection."""
         log.info("closing connection of %r: %s (reason 0x%02X)", self.client_id or "?", message,
                  reason)
@@ -596,7 +596,7 @@ class Channel:
     def _on_publish(self, packet: Publish) -> None:
         session = self.session
         if session is None:
-            self._refuse(RC.PROTOCOL_ERROR, "PUBLISH before CONNECT")
+            self.refuse(RC.PROTOCOL_ERROR, "PUBLISH before CONNECT")
             return
         broker = self.broker
         settings = broker.settings
@@ -609,18 +609,18 @@ class Channel:
             if alias is not None:
                 if not 0 < alias <= (settings.topic_alias_maximum
                                      if settings.topic_alias_enabled else 0):
-                    self._refuse(RC.TOPIC_ALIAS_INVALID, f"topic alias {alias} out of range")
+                    self.refuse(RC.TOPIC_ALIAS_INVALID, f"topic alias {alias} out of range")
                     return
                 if topic:
                     self._inbound_aliases[alias] = topic
                 else:
                     known = self._inbound_aliases.get(alias)
                     if known is None:
-                        self._refuse(RC.PROTOCOL_ERROR, f"unknown topic alias {alias}")
+                        self.refuse(RC.PROTOCOL_ERROR, f"unknown topic alias {alias}")
                         return
                     topic = known
             if P.SUBSCRIPTION_IDENTIFIER in props:
-                self._refuse(RC.PROTOCOL_ERROR, "PUBLISH from a client with a subscription id")
+                self.refuse(RC.PROTOCOL_ERROR, "PUBLISH from a client with a subscription id")
                 return
             interval = props.get(P.MESSAGE_EXPIRY_INTERVAL)
             if interval is not None:
@@ -628,19 +628,19 @@ class Channel:
             if alias is not None or interval is not None:
                 props = {k: v for k, v in props.items() if k not in _PASS_THROUGH_DROP}
         elif not topic:
-            self._refuse(RC.PROTOCOL_ERROR, "empty topic without a topic alias")
+            self.refuse(RC.PROTOCOL_ERROR, "empty topic without a topic alias")
             return
         if qos > settings.maximum_qos:
-            self._refuse(RC.QOS_NOT_SUPPORTED, f"QoS {qos} above the maximum")
+            self.refuse(RC.QOS_NOT_SUPPORTED, f"QoS {qos} above the maximum")
             return
         if packet.retain and not settings.retain_available:
-            self._refuse(RC.RETAIN_NOT_SUPPORTED, "retained messages are disabled")
+            self.refuse(RC.RETAIN_NOT_SUPPORTED, "retained messages are disabled")
             return
         length = len(topic)  # the limits, inline: this runs for every message
         if length > settings.max_topic_length or (
                 length >= settings.max_topic_levels
                 and topic.count("/") >= settings.max_topic_levels):
-            self._refuse(RC.TOPIC_NAME_INVALID, settings.topic_too_big(topic) or "")
+            self.refuse(RC.TOPIC_NAME_INVALID, settings.topic_too_big(topic) or "")
             return
         if topic.startswith("$SYS/") or topic == "$SYS":
             # The broker's own namespace: clients may read it, not write it.
@@ -713,7 +713,7 @@ class Channel:
     async def _close_when_acknowledged(self, reason: int, message: str) -> None:
         await self.acks.sent()
         if not self.closed:
-            self._refuse(reason, message)
+            self.refuse(reason, message)
 
     async def _publish_when_checked(self, packet: Publish, message: Message,
                                     verdict: Awaitable[int | None]) -> None:
@@ -818,7 +818,7 @@ class Channel:
         settings = self.broker.settings
         sub_ids = packet.properties.get(P.SUBSCRIPTION_IDENTIFIER)
         if sub_ids and not settings.subscription_identifiers:
-            self._refuse(RC.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED,
+            self.refuse(RC.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED,
                          "subscription identifiers are disabled")
             return
         extensions = self.broker.extensions
@@ -846,7 +846,7 @@ class Channel:
         allowed = [r for i, r in enumerate(requests) if i not in refused]
         answer = self.broker.subscribe(session, allowed, sub_id, self.version)
         if answer is None:
-            self._refuse(RC.PROTOCOL_ERROR, "no local on a shared subscription")
+            self.refuse(RC.PROTOCOL_ERROR, "no local on a shared subscription")
             return
         codes, existed = answer
         if refused:
@@ -897,7 +897,7 @@ class Channel:
             if expiry is not None:
                 max_expiry = self.broker.settings.max_session_expiry
                 if self.requested_expiry == 0 and expiry != 0:
-                    self._refuse(RC.PROTOCOL_ERROR, "session expiry raised from 0 at DISCONNECT")
+                    self.refuse(RC.PROTOCOL_ERROR, "session expiry raised from 0 at DISCONNECT")
                     return
                 session.expiry_interval = min(expiry, max_expiry)
         self.will_sent_ok = packet.reason_code != RC.DISCONNECT_WITH_WILL_MESSAGE
@@ -912,11 +912,11 @@ class Channel:
         self._ended()
 
     def _on_connect_again(self, packet: Connect) -> None:
-        self._refuse(RC.PROTOCOL_ERROR, "second CONNECT")
+        self.refuse(RC.PROTOCOL_ERROR, "second CONNECT")
 
     def _on_auth(self, packet: Auth) -> None:
         if self.auth_method is None or not self.broker.extensions.enhanced_auth:
-            self._refuse(RC.PROTOCOL_ERROR, "AUTH without an authentication method")
+            self.refuse(RC.PROTOCOL_ERROR, "AUTH without an authentication method")
         else:
             self._defer(self._reauthenticate(packet))
 
@@ -926,7 +926,7 @@ class Channel:
         if outcome is None or self.closed:
             return
         if isinstance(outcome, Refusal):
-            self._refuse(outcome.reason_code, outcome.reason_string or "re-authentication failed")
+            self.refuse(outcome.reason_code, outcome.reason_string or "re-authentication failed")
         else:
             self.send_packet(Auth(RC.SUCCESS, outcome))
 

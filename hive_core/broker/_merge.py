@@ -19,11 +19,14 @@ from hive_core.mqtt import PUBREL, encode_ack
 from hive_core.persistence import StoredInflight
 
 if TYPE_CHECKING:
-    from hive_core.broker._broker import Broker
+    from hive_core.broker._metrics import BrokerMetrics
+    from hive_core.broker._outbox import Outbox
+    from hive_core.broker._records import Records
     from hive_core.broker._session import Session
 
 
-def merge_window(broker: Broker, session: Session, window: list[StoredInflight]) -> None:
+def merge_window(outbox: Outbox, records: Records, session: Session,
+                 window: list[StoredInflight]) -> None:
     """The dropped copy's window: each delivery goes into this copy's window under its own
     packet id, finished from here (PUBLISH again with DUP, or PUBREL); one whose id this copy
     uses already is queued as a new delivery (or, released, left). PUBREL goes only for a
@@ -36,7 +39,7 @@ def merge_window(broker: Broker, session: Session, window: list[StoredInflight])
         mid = pending.message.mid
         if pid in session.inflight:
             if record.state != "pubrel" and takes(session, mid):
-                broker.outbox.deliver(session, pending)
+                outbox.deliver(session, pending)
             continue
         if record.state != "pubrel" and mid is not None and mid in (session.seen or {}):
             # This copy has it too (queued, sent, or delivered already).
@@ -48,17 +51,16 @@ def merge_window(broker: Broker, session: Session, window: list[StoredInflight])
         takes(session, mid)
         outbound = session.inflight[pid] = Outbound(pending, record.state)
         if session.persistent:
-            broker.records.sent(session, pid, outbound)
+            records.sent(session, pid, outbound)
         if link is not None and not link.closed:
             if outbound.state == "pubrel":
                 link.send(encode_ack(PUBREL, pid))
             else:
-                broker.outbox.resend(link, pid, outbound)
-    broker.flush()
+                outbox.resend(link, pid, outbound)
 
 
-def merge_had(broker: Broker, session: Session, taken: list[MessageId] | None,
-              inbound: list[int] | None) -> None:
+def merge_had(records: Records, metrics: BrokerMetrics, session: Session,
+              taken: list[MessageId] | None, inbound: list[int] | None) -> None:
     """``taken``: what the other copy's client surely had. While the copies were apart both
     were routed to, so such a message may wait in this copy's queue: it leaves the queue
     unsent, and no way brings it here again. ``inbound``: QoS 2 PUBLISHes the client sent the
@@ -71,7 +73,7 @@ def merge_had(broker: Broker, session: Session, taken: list[MessageId] | None,
             if pid not in session.inbound_qos2:
                 session.inbound_qos2.add(pid)
                 if session.persistent:
-                    broker.records.received_qos2(session, pid)
+                    records.received_qos2(session, pid)
     if taken:
         for mid in taken:
             takes(session, mid)
@@ -80,8 +82,8 @@ def merge_had(broker: Broker, session: Session, taken: list[MessageId] | None,
             kept: deque[Pending] = deque()
             for pending in session.queue:
                 if pending.message.mid in had:
-                    broker.records.dequeue(session, pending)
-                    broker.metrics.handover_duplicates_skipped += 1
+                    records.dequeue(session, pending)
+                    metrics.handover_duplicates_skipped += 1
                 else:
                     kept.append(pending)
             session.queue = kept

@@ -66,6 +66,11 @@ class Custody:
         # client id -> the last queue position its replica held when taken over here: a copy
         # of the session elsewhere (a split) had everything up to it too.
         self.adopted_marks: dict[str, int] = {}
+        # Copies here that lost a merge to a node not linked here (it left before they were
+        # handed to it): client id -> that keeper. Not served meanwhile: the keeper's copy is
+        # newer (its client was connected there), and this one would send its client again
+        # what it had there. Until the keeper is back (merged) or forgotten.
+        self.yielding: dict[str, str] = {}
         self.merges = 0  # copies of a session dropped here for another node's
         # What this node last told each member it holds (OWNED): (client connected, epoch) by
         # client id. When that member's claim to the same session arrives, this node weighs
@@ -111,11 +116,23 @@ class Custody:
             self.owned_since[client_id] = self.epoch(client_id)
             self.owners.pop(client_id, None)
 
-    def forget_node(self, node_id: str) -> None:
-        """No session is held on ``node_id`` any more (forgotten, or taken over)."""
+    def member_joined(self, node_id: str) -> None:
+        """``node_id`` is linked again: a merge with it decides anew which copies stay, so the
+        copies here that yielded to it wait for that, not for it any more."""
+        for client_id, keeper in list(self.yielding.items()):
+            if keeper == node_id:
+                del self.yielding[client_id]
+
+    def forget_node(self, node_id: str, for_good: bool = False) -> None:
+        """No session is held on ``node_id`` any more (taken over, or, ``for_good``, away
+        for longer than ABSENT_KEEP: then the copies that yielded to it serve again)."""
         for client_id, (owner, _epoch) in list(self.owners.items()):
             if owner == node_id:
                 del self.owners[client_id]
+        if for_good:
+            for client_id, keeper in list(self.yielding.items()):
+                if keeper == node_id:
+                    del self.yielding[client_id]
 
     def send_owned(self, member: Member, client_ids: list[str]) -> None:
         """OWNED: the sessions this node holds (with their epochs, for protocol 3), in parts."""
@@ -243,12 +260,13 @@ class Custody:
                     self.hand_over(link, request, client_id)
             asyncio.get_running_loop().create_task(later())
             return
-        records = node.broker.export_session(client_id)
+        keeper = self.yielding.get(client_id)
+        records = node.broker.export_session(client_id) if keeper is None else None
         node.broker.flush()  # the client's connection here closes now, with its reason
         if records is None:
             answer: list[Any] = [request, client_id, None, False]
             asking = node.members.get(link.peer_id) if link.peer_id else None
-            elsewhere = self.owner_of(client_id)
+            elsewhere = keeper or self.owner_of(client_id)
             if asking is not None and asking.identities and elsewhere not in (None, link.peer_id):
                 answer.append(elsewhere)  # not here, but there: not a fresh session
             link.send(FrameKind.SESSION, answer)
@@ -270,6 +288,12 @@ class Custody:
         node, takeover = self.node, self.node.takeover
         replicating = takeover.replicator is not None
         redirect: str | None = None  # the node the first one asked said holds it
+        keeper = self.yielding.get(client_id)
+        if keeper is not None:
+            if keeper not in node.members:
+                raise SessionUnavailable(f"the copy here lost a merge to node {keeper}, which "
+                                         "is unreachable: its copy is newer")
+            redirect = keeper  # linked again: its merge is under way, ask it
         for attempt in (1, 2):
             entry = self.owners.get(client_id)
             owner = redirect or (entry[0] if entry is not None else None)
@@ -515,8 +539,11 @@ class Custody:
         member = node.members.get(keeper)
         if member is None:
             log.info("the session of %r is also on node %s, which is not linked here now: the "
-                     "copy here stays until the two meet again", client_id, keeper)
+                     "copy here stays until the two meet again, and serves no client till then",
+                     client_id, keeper)
+            self.yielding[client_id] = keeper
             return
+        self.yielding.pop(client_id, None)
         mark = self.adopted_marks.pop(client_id, 0)
         # To a keeper that takes it, the window goes as a window (same packet ids); else
         # what was sent and not acknowledged goes with the queue, as new deliveries.

@@ -303,6 +303,7 @@ class Membership:
                      peer_id, address.host, address.port, hello.get("version"), protocol)
         if answer:  # WELCOME first: the dialling node drops every frame before it
             link.send(FrameKind.WELCOME, self.hello())
+        node.custody.member_joined(peer_id)
         node.synchronise(member)
         link.send(FrameKind.MEMBERS, [[m.address.host, m.address.port]
                                       for m in self.members.values() if m.node_id != peer_id])
@@ -383,7 +384,7 @@ class Membership:
         node.broker.remote_routes_changed()
         dropped = node.forwarding.abandon(peer_id)
         node.forwarding.dropped += dropped
-        node.custody.forget_node(peer_id)  # its clients get new sessions now, not a refusal
+        node.custody.forget_node(peer_id, for_good=True)  # new sessions now, not a refusal
         log.warning("Cluster node %s has been away for %.0f s: forgetting its subscriptions%s",
                     peer_id, ABSENT_KEEP,
                     f" and dropping the {dropped} messages kept for it" if dropped else "")
