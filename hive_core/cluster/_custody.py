@@ -119,6 +119,9 @@ class Custody:
     def member_joined(self, node_id: str) -> None:
         """``node_id`` is linked again: a merge with it decides anew which copies stay, so the
         copies here that yielded to it wait for that, not for it any more."""
+        self._stop_yielding_to(node_id)
+
+    def _stop_yielding_to(self, node_id: str) -> None:
         for client_id, keeper in list(self.yielding.items()):
             if keeper == node_id:
                 del self.yielding[client_id]
@@ -130,9 +133,7 @@ class Custody:
             if owner == node_id:
                 del self.owners[client_id]
         if for_good:
-            for client_id, keeper in list(self.yielding.items()):
-                if keeper == node_id:
-                    del self.yielding[client_id]
+            self._stop_yielding_to(node_id)
 
     def send_owned(self, member: Member, client_ids: list[str]) -> None:
         """OWNED: the sessions this node holds (with their epochs, for protocol 3), in parts."""
@@ -263,16 +264,15 @@ class Custody:
         keeper = self.yielding.get(client_id)
         records = node.broker.export_session(client_id) if keeper is None else None
         node.broker.flush()  # the client's connection here closes now, with its reason
+        asking = node.members.get(link.peer_id) if link.peer_id else None
         if records is None:
             answer: list[Any] = [request, client_id, None, False]
-            asking = node.members.get(link.peer_id) if link.peer_id else None
             elsewhere = keeper or self.owner_of(client_id)
             if asking is not None and asking.identities and elsewhere not in (None, link.peer_id):
                 answer.append(elsewhere)  # not here, but there: not a fresh session
             link.send(FrameKind.SESSION, answer)
             return
         self.handing.setdefault(link, set()).add(client_id)
-        asking = node.members.get(link.peer_id) if link.peer_id else None
         parts = list(session_parts(records, seen=asking is not None and asking.session_seen,
                                    identified=asking is not None and asking.identities))
         for index, part in enumerate(parts):
