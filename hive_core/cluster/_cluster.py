@@ -45,6 +45,8 @@ from hive_core.cluster._health import HealthCheck
 from hive_core.cluster._latency import Latencies, LatencySnapshot
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._membership import Membership
+from hive_core.cluster._merge_wait import MergeWait
+from hive_core.cluster._moved import Moved
 from hive_core.cluster._overload import PeerPressure
 from hive_core.cluster._parts import ClusterSettings, FrameHandler, Member
 from hive_core.cluster._replication import ReplicaShelf, ReplicatingStore
@@ -152,6 +154,9 @@ class Cluster:
         self.client_services: ClusterClients | None = None  # extensions' questions, both ways
         self.table = RoutingTable()
         self.forwarding = Forwarding()
+        self.merge_wait = MergeWait(  # messages from a merging node, held for copies kept here
+            lambda message, ids: broker.publish_among(message, ids, among=True),
+            settings.connect_timeout)
         self.metrics = ClusterMetrics()
         self.delivery_times = Latencies()  # routed on a peer until delivered here, by peer
         self._delivery_countdown = 1  # the first message is timed, then one in DELIVERY_SAMPLE
@@ -186,6 +191,7 @@ class Cluster:
             settings.connect_timeout)
         self.custody = Custody(self)
         self.takeover = Takeover(self, store, replica_shelf)
+        self.moved = Moved(self)  # sessions that left while nodes may still route here
         self.replicator = self.takeover.replicator
         self.replicas = self.takeover.replicas
         self._handlers: dict[FrameKind, FrameHandler] = {
@@ -205,6 +211,7 @@ class Cluster:
             **self.membership.frame_handlers(),
             **self.custody.frame_handlers(),
             **self.takeover.frame_handlers(),
+            **self.moved.frame_handlers(),
         }
         for kind in (FrameKind.CLIENT_QUERY, FrameKind.CLIENT_ANSWER):
             self._handlers[kind] = partial(self._on_client_query, kind)
@@ -361,8 +368,12 @@ class Cluster:
             # the takeover (in no share) is not lost.
             self.broker.publish_among(message, self.takeover.adopted_of(member.node_id),
                                       among=False)
+        elif self.merge_wait.waiting and (held := self.merge_wait.hold(member.node_id, message)):
+            self.broker.publish_among(message, held, among=False)  # the others: at once
         else:
             self.broker.publish_from_peer(message)
+        if self.moved.sessions:  # routed here for a session that left, by a node not told yet
+            self.moved.arrived(member.node_id, message)
         if routed_at:  # handed to the subscribers' connections (written after this read)
             self._delivery_countdown -= 1
             if self._delivery_countdown <= 0:  # one in DELIVERY_SAMPLE, counted for all

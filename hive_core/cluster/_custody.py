@@ -149,6 +149,7 @@ class Custody:
 
     def client_connected(self, client_id: str) -> None:
         since = self.owned_since[client_id] = self.epoch(client_id)
+        self.node.moved.came_back(client_id)
         self.owners.pop(client_id, None)
         for member in self.node.members.values():
             member.link.send(FrameKind.CLIENT_CONNECTED,
@@ -161,6 +162,7 @@ class Custody:
         node_id = member.node_id
         client_id, since = (str(body[0]), int(body[1])) if isinstance(body, list) \
             else (str(body), time.time_ns())
+        self.node.merge_wait.handed_over(node_id, [client_id])  # it kept its copy after all
         if since < self.owned_since.get(client_id, 0):
             log.info("node %s says client %r connected there, before this node took its "
                      "session over: ignored", node_id, client_id)
@@ -273,6 +275,7 @@ class Custody:
             link.send(FrameKind.SESSION, answer)
             return
         self.handing.setdefault(link, set()).add(client_id)
+        node.moved.exported(client_id, records.session.subscriptions)
         parts = list(session_parts(records, seen=asking is not None and asking.session_seen,
                                    identified=asking is not None and asking.identities))
         for index, part in enumerate(parts):
@@ -374,6 +377,7 @@ class Custody:
         client_id = str(body[1])
         self.handing.get(member.link, set()).discard(client_id)
         tail = self.node.broker.release_session(client_id, taken=True)
+        self.node.moved.moved_away(client_id, member.node_id)
         identified = member.protocol >= 4
         entries = [[*message_fields(m), *(mid or ("", 0))] if identified
                    else message_fields(m) for m, mid in tail]
@@ -409,6 +413,7 @@ class Custody:
         local = set(node.broker.owned_sessions())
         dropped: list[tuple[str, Claim]] = []
         kept: list[str] = []
+        winners: list[str] = []
         for item in body:
             if isinstance(item, list):
                 client_id, since = str(item[0]), int(item[1])
@@ -424,7 +429,9 @@ class Custody:
                     (node.broker.is_connected(client_id), own_since, node.node_id < node_id)
                 if theirs > mine:
                     dropped.append((client_id, theirs))
-                elif since >= mine[1]:
+                    continue
+                winners.append(client_id)  # it drops its copy, and hands it over here
+                if since >= mine[1]:
                     # This copy stays (its client is here) although the other claim is newer:
                     # a custody epoch above it, told to every member, so that no directory
                     # keeps naming the node whose copy goes.
@@ -440,6 +447,8 @@ class Custody:
             current = self.owners.get(client_id)
             if current is None or since >= current[1]:
                 self.owners[client_id] = (node_id, since)
+        if winners and member.forwards_on:  # it says when the hand-over is whole
+            node.merge_wait.expect(node_id, winners)
         if kept:
             for other in node.members.values():
                 self.send_owned(other, kept)
@@ -477,7 +486,9 @@ class Custody:
     def routed(self, peer_id: str, token: int) -> None:
         """ROUTED (or the member left): one answer fewer to wait for."""
         barrier = self._barriers.get(token)
-        if barrier is not None:
+        if barrier is None:
+            self.node.moved.routed(peer_id, token)
+        else:
             barrier[2].discard(peer_id)
             if not barrier[2]:
                 self._drop_copies(token)
@@ -485,6 +496,7 @@ class Custody:
     def member_left(self, peer_id: str) -> None:
         """A member left: it answers no barrier, and what it was told is told again."""
         self._told.pop(peer_id, None)
+        self.node.merge_wait.left(peer_id)  # no hand-over comes from it now
         for token in list(self._barriers):
             self.routed(peer_id, token)
 
@@ -565,7 +577,7 @@ class Custody:
                       for i in node.broker.window_records(client_id)] if member.identities else []
             for index, part in enumerate(parts):
                 body: list[Any] = [client_id, mark, part]
-                if index == len(parts) - 1 and (taken or inbound or window):
+                if index == len(parts) - 1 and (taken or inbound or window or member.forwards_on):
                     body += [taken, inbound, window]
                 if member.identities:
                     frame = encode_frame(FrameKind.MERGE_QUEUE, body)
@@ -587,6 +599,8 @@ class Custody:
                 return
             node.acknowledge_soon(member.node_id)
         self.merge_queue(body)
+        if len(body) > 3:  # the last part: what the client had is known here now
+            node.merge_wait.handed_over(member.node_id, [str(body[0])])
 
     def merge_queue(self, body: list[Any]) -> None:
         """A MERGE_QUEUE's body: from a member, or rescued from a failed keeper's share."""

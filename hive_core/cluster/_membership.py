@@ -191,7 +191,7 @@ class Membership:
                 "min_protocol": MIN_PROTOCOL_VERSION, "version": __version__,
                 "host": node.address.host, "port": node.address.port,
                 "incarnation": node.incarnation, "arrival_stamps": 1, "session_seen": 1,
-                "identities": 1,
+                "identities": 1, "forward_on": 1,
                 **self._health_hello()}
 
     def _health_hello(self) -> dict[str, Any]:
@@ -282,7 +282,7 @@ class Membership:
         member = self.members[peer_id] = Member(
             peer_id, address, str(hello.get("version", "")), protocol, link, incarnation,
             merging=merging, arrival_stamps=stamps, session_seen=bool(hello.get("session_seen")),
-            identities=bool(hello.get("identities")))
+            identities=bool(hello.get("identities")), forwards_on=bool(hello.get("forward_on")))
         if merging:
             # A session here may have a copy there (a takeover while apart), and the members
             # route to both for a moment: each session takes each message once (its identity).
@@ -305,6 +305,7 @@ class Membership:
             link.send(FrameKind.WELCOME, self.hello())
         node.custody.member_joined(peer_id)
         node.synchronise(member)
+        node.moved.member_joined(member)
         link.send(FrameKind.MEMBERS, [[m.address.host, m.address.port]
                                       for m in self.members.values() if m.node_id != peer_id])
         if protocol >= 3:
@@ -385,6 +386,7 @@ class Membership:
         dropped = node.forwarding.abandon(peer_id)
         node.forwarding.dropped += dropped
         node.custody.forget_node(peer_id, for_good=True)  # new sessions now, not a refusal
+        node.moved.forgotten(peer_id)
         log.warning("Cluster node %s has been away for %.0f s: forgetting its subscriptions%s",
                     peer_id, ABSENT_KEEP,
                     f" and dropping the {dropped} messages kept for it" if dropped else "")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -21,6 +21,7 @@ from hive_core.cluster._auth import PeerAuthentication
 from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
 from hive_core.cluster._link import PeerLink
+from hive_core.cluster._merge_wait import MergeWait
 from hive_core.cluster._replication import Replicator
 from hive_core.cluster._routing import RoutingTable
 from hive_core.cluster._transport import NodeTransport
@@ -68,6 +69,7 @@ class Member:
     arrival_stamps: bool = False  # its HELLO said so: its PUBLISH frames may carry routed_at
     session_seen: bool = False  # its HELLO said so: a SESSION's first part may carry its seen ids
     identities: bool = False  # its HELLO said so: stored messages may carry their identity
+    forwards_on: bool = False  # its HELLO said so: it takes SESSION_PUBLISH
     filters_known: bool = False  # its FILTERS arrived on this link
     beats_sent: int = 0  # HEARTBEATs sent it on this link
     beats_read: int = 0  # HEARTBEATs read from it on this link
@@ -86,6 +88,8 @@ class MembershipPort(Protocol):
     """What the other parts ask of :class:`~hive_core.cluster._membership.Membership`."""
 
     absent: dict[str, float]
+    absent_at: dict[str, tuple[ClusterNodeAddress, int]]
+    spoke: dict[str, tuple[int, bool]]
 
     def expect(self, node_id: str, address: ClusterNodeAddress, incarnation: int) -> None: ...
 
@@ -100,6 +104,8 @@ class CustodyPort(Protocol):
     adopted_marks: dict[str, int]
 
     def hold(self, client_ids: list[str]) -> None: ...
+
+    def owner_of(self, client_id: str) -> str | None: ...
 
     def send_owned(self, member: Member, client_ids: list[str]) -> None: ...
 
@@ -135,6 +141,25 @@ class TakeoverPort(Protocol):
     def member_left(self, member: Member, why: str) -> None: ...
 
 
+class MovedPort(Protocol):
+    """What the other parts ask of :class:`~hive_core.cluster._moved.Moved`."""
+
+    def exported(self, client_id: str, filters: Collection[str]) -> None: ...
+
+    def moved_away(self, client_id: str, node_id: str) -> None: ...
+
+    def came_back(self, client_id: str) -> None: ...
+
+    def member_joined(self, member: Member) -> None: ...
+
+    def routed(self, peer_id: str, token: int) -> bool: ...
+
+    def forgotten(self, peer_id: str) -> None: ...
+
+    def deliver(self, body: list[Any], peer_id: str,
+                among: Collection[str] | None = None) -> None: ...
+
+
 class NodeContext(Protocol):
     """The node the parts belong to (:class:`~hive_core.cluster.Cluster`): what they share."""
 
@@ -149,6 +174,7 @@ class NodeContext(Protocol):
     health: HealthCheck | None
     table: RoutingTable
     forwarding: Forwarding
+    merge_wait: MergeWait
     members: dict[str, Member]
     stopping: bool
     tasks: TaskGroup | None
@@ -162,6 +188,9 @@ class NodeContext(Protocol):
 
     @property
     def takeover(self) -> TakeoverPort: ...
+
+    @property
+    def moved(self) -> MovedPort: ...
 
     def on_frame(self, link: PeerLink, kind: FrameKind, body: Any) -> None: ...
 

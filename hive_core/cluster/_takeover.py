@@ -368,4 +368,6 @@ class Takeover:
                     broker.deliver_shared(body[0], body[1], message_from(body[2]))
                 elif kind is FrameKind.MERGE_QUEUE:  # a queue handed to the failed keeper
                     self.node.custody.merge_queue(body)
+                elif kind is FrameKind.SESSION_PUBLISH:  # for sessions that moved there
+                    self.node.moved.deliver(body, origin, among=adopted)
         broker.flush()

@@ -71,6 +71,9 @@ class FrameKind(IntEnum):
     ROUTE_TO = 52  # [token, node, host, port, incarnation, filters]: the sender drops copies
     # of sessions that node keeps (back after a split): route its filters there from now on
     ROUTED = 53  # token: the ROUTE_TO is in effect here (after every message routed before it)
+    # To a node whose HELLO says forward_on (a data frame, counted like PUBLISH):
+    SESSION_PUBLISH = 54  # [client ids, origin, serial, message]: routed to the sender for
+    # sessions that moved to the receiver (see _moved.py)
     # Extension services across the cluster (_client_services.py); older nodes skip them:
     CLIENTS_ASK = 60  # request id: which clients are connected to the receiver?
     CLIENTS = 61  # [request id, [[client id, protocol, username, listener, host, port], ...]]

@@ -116,6 +116,15 @@ REGRESSIONS = [
     # dropping node stays named, and a fetch there is told where the session is.
     (5003, ALL),
     (5128, ALL),
+    # A subscriber moved between the two nodes of the larger side while the third node was
+    # cut off; what the cut-off node acknowledged for it meanwhile was kept for the node it
+    # left, replayed there after the heal, and matched nobody (lost). That node now sends
+    # it on to the session's new node until every node has confirmed the new route.
+    (5135, ALL),
+    # A copy kept in a merge got the frames the dropped copy's node kept for it (REPLAY)
+    # before that copy's hand-over said what its client had had while apart: sent again
+    # (QoS 2 twice). Messages from a merging node now wait for the copy's hand-over.
+    (84, ALL),
 ]
 """(seed, faults) that broke an invariant once: each must keep passing."""
 
@@ -132,8 +141,10 @@ def test_a_seed_that_failed_once_passes(seed: int, faults: str) -> None:
 
 
 OPEN: dict[int, str] = {
-    156: "QoS 2 twice: a node killed after a split; the taker resent (DUP, same packet id) "
-         "deliveries its client had completed with the killed node",
+    156: "wrong session present: a CONNECT fetched its session from the node that had taken a "
+         "killed node over; while the copy was being written here, the killed node came back "
+         "with its own copy from disk and the merge gave this one up: the client got a new "
+         "session (nothing lost: the copies' queues were merged)",
     153: "QoS 2 twice: the same, the node killed 3 ms into the merge after a 4.7 s split; the "
          "taker's copy (from before the split) is resumed elsewhere without what the killed "
          "node's client had during the split",

@@ -1,0 +1,231 @@
+"""Sessions that moved away from this node while other nodes may still route to it for them.
+
+A node routes a message by the topic filters it knows of each other node. When a session
+moves away from this node (its client connected on another node, which fetched it), a node
+that has not heard of that yet still routes here what the session subscribed to: a message in
+flight at that moment, or, from a node cut off from the cluster meanwhile, everything it
+acknowledged in that time, kept for this node and sent again after the heal. Nothing here
+matches those messages any more, and without this part they would be lost.
+
+So a session that moved away is remembered (its filters, the node it went to) until every
+other node has confirmed that it routes those filters there: ROUTE_TO, answered by ROUTED once
+in effect. Links are FIFO, so what a node routed here before its ROUTED arrives here before
+it. A node not linked now is asked when it is linked again, after the frames it kept for this
+node (its REPLAY comes first). Until a node has answered, a data frame from it is matched
+against those filters too, and what matches goes on to the session's node (SESSION_PUBLISH,
+a data frame: kept until acknowledged, sent again after a reconnect, rescued if that node
+fails). The session takes each message once by its identity, whichever way it came.
+
+The tokens of these ROUTE_TOs are negative: a merge's barriers (Custody) count up from 1, and
+both share the ROUTED frame.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from hive_core.broker import Message
+from hive_core.cluster._parts import FrameHandler, Member, NodeContext
+from hive_core.cluster._routing import RoutingTable
+from hive_core.cluster._session_frames import message_body, message_from
+from hive_core.cluster._wire import FrameKind, encode_frame
+from hive_core.plugins import WarningGate
+
+log = logging.getLogger("hive.cluster")
+
+MOVED_KEPT = 100_000
+"""Moved sessions remembered at most; beyond it the oldest goes (and is counted)."""
+
+
+@dataclass(slots=True)
+class MovedSession:
+    client_id: str
+    node_id: str  # where it went
+    filters: list[str]
+    token: int
+    waiting: set[str]  # the nodes that have not confirmed they route its filters there
+
+
+class Moved:
+    """The sessions that left this node and the nodes that may still route to it for them."""
+
+    def __init__(self, node: NodeContext) -> None:
+        self.node = node
+        self.sessions: dict[str, MovedSession] = {}  # by client id, oldest first
+        self._by_token: dict[int, MovedSession] = {}
+        self._table = RoutingTable()  # their filters, by client id (not node id)
+        self._exported: dict[str, list[str]] = {}  # handed over, not confirmed: their filters
+        self._token = 0
+        self.forwarded = 0  # messages sent on to a moved session's node
+        self.unplaced = 0  # a SESSION_PUBLISH for a session not held here, nor known moved
+        self._warnings = WarningGate(log)
+
+    def frame_handlers(self) -> dict[FrameKind, FrameHandler]:
+        return {FrameKind.SESSION_PUBLISH: self._on_session_publish}
+
+    # ------------------------------------------------------------------ sessions leaving
+
+    def exported(self, client_id: str, filters: Collection[str]) -> None:
+        """A session was sent to another node, which has not confirmed yet (one declined
+        stays listed until its client connects here, or the list is long)."""
+        exported = self._exported
+        exported.pop(client_id, None)
+        exported[client_id] = [f for f in filters if not f.startswith("$share/")]
+        if len(exported) > MOVED_KEPT:
+            del exported[next(iter(exported))]
+
+    def moved_away(self, client_id: str, node_id: str) -> None:
+        """The session exported to ``node_id`` is there now (SESSION_TAKEN)."""
+        filters = self._exported.get(client_id)
+        self.came_back(client_id)
+        node = self.node
+        if not filters or node.broker.has_session(client_id):
+            return
+        membership = node.membership
+        waiting = {peer for peer, member in node.members.items() if member.protocol >= 4}
+        waiting |= {peer for peer in membership.absent
+                    if membership.spoke.get(peer, (0, False))[0] >= 4}
+        waiting.discard(node_id)
+        if not waiting:
+            return
+        self._token -= 1
+        moved = MovedSession(client_id, node_id, filters, self._token, waiting)
+        self.sessions[client_id] = self._by_token[moved.token] = moved
+        for topic_filter in filters:
+            self._table.add(client_id, topic_filter)
+        for peer in waiting:
+            member = node.members.get(peer)
+            if member is not None:
+                self._ask(member, moved)
+        if len(self.sessions) > MOVED_KEPT:
+            oldest = next(iter(self.sessions.values()))
+            self._warnings.warn("kept", "more than %d sessions moved away from this node while "
+                                "nodes had not confirmed their routes: forgetting the oldest",
+                                MOVED_KEPT)
+            self._forget(oldest)
+
+    def came_back(self, client_id: str) -> None:
+        """The session is held here again (or ended): nothing to send on for it."""
+        self._exported.pop(client_id, None)
+        moved = self.sessions.get(client_id)
+        if moved is not None:
+            self._forget(moved)
+
+    def _ask(self, member: Member, moved: MovedSession) -> None:
+        """ROUTE_TO ``member``: route the session's filters to its node from now on."""
+        node = self.node
+        holder = node.members.get(moved.node_id)
+        if holder is not None:
+            address, incarnation = holder.address, holder.incarnation
+        else:
+            away = node.membership.absent_at.get(moved.node_id)
+            if away is None:
+                return  # its node is gone: the member asks it nothing more
+            address, incarnation = away
+        member.link.send(FrameKind.ROUTE_TO, [moved.token, moved.node_id, address.host,
+                                              address.port, incarnation, moved.filters])
+
+    def _forget(self, moved: MovedSession) -> None:
+        del self.sessions[moved.client_id]
+        del self._by_token[moved.token]
+        self._table.drop(moved.client_id)
+
+    # ------------------------------------------------------------------ the other nodes
+
+    def member_joined(self, member: Member) -> None:
+        """Linked (again): asked for every session it has not confirmed, after its REPLAY."""
+        for moved in list(self.sessions.values()):
+            if member.node_id in moved.waiting:
+                self._ask(member, moved)
+
+    def routed(self, peer_id: str, token: int) -> bool:
+        """ROUTED with a token of this part's: ``peer_id`` routes that session's filters to
+        its node now. False for another part's token."""
+        moved = self._by_token.get(token)
+        if moved is None:
+            return token < 0
+        moved.waiting.discard(peer_id)
+        if not moved.waiting:
+            self._forget(moved)
+        return True
+
+    def forgotten(self, peer_id: str) -> None:
+        """``peer_id`` is forgotten for good: nothing it kept for this node comes any more."""
+        for moved in list(self.sessions.values()):
+            self.routed(peer_id, moved.token)
+
+    # ------------------------------------------------------------------ messages
+
+    def arrived(self, peer_id: str, message: Message) -> None:
+        """A data frame's message from ``peer_id``, delivered to the sessions here: on to the
+        moved sessions it matches whose route that node has not confirmed."""
+        ids, _groups = self._table.match(message.topic)
+        by_node: dict[str, list[str]] = {}
+        for client_id in ids:
+            moved = self.sessions[client_id]
+            if peer_id in moved.waiting:
+                owner = self.node.custody.owner_of(client_id) or moved.node_id
+                by_node.setdefault(owner, []).append(client_id)
+        for node_id, client_ids in by_node.items():
+            self._send_on(node_id, client_ids, message)
+
+    def _send_on(self, node_id: str, client_ids: list[str], message: Message) -> None:
+        node = self.node
+        member = node.members.get(node_id)
+        if member is not None and not member.forwards_on:
+            self._warnings.warn("old", "node %s is of an older version: %d messages routed "
+                                "here for sessions it holds now are not sent on", node_id,
+                                len(client_ids))
+            return
+        if member is None and node_id not in node.membership.absent:
+            self._warnings.warn("gone", "the sessions %s moved to node %s, which has left the "
+                                "cluster: a message routed here for them is not sent on",
+                                client_ids, node_id)
+            return
+        origin, serial = message.mid or ("", 0)
+        frame = encode_frame(FrameKind.SESSION_PUBLISH,
+                             [client_ids, origin, serial, *message_body(message)])
+        if member is not None:
+            member.link.send_encoded(frame)
+        node.forwarding.sent(node_id, frame)  # kept until acknowledged, sent again
+        self.forwarded += 1
+
+    def _on_session_publish(self, member: Member, body: Any) -> None:
+        """SESSION_PUBLISH: a message routed to another node for sessions held here now."""
+        node = self.node
+        if not node.forwarding.arrived(member.node_id):
+            return  # sent again after a reconnect, handled before
+        self.deliver(body, member.node_id)
+        node.acknowledge_soon(member.node_id)
+
+    def deliver(self, body: list[Any], peer_id: str,
+                among: Collection[str] | None = None) -> None:
+        """A SESSION_PUBLISH's body (from ``peer_id``; or rescued: for ``among`` only)."""
+        client_ids, origin, serial = [str(c) for c in body[0]], str(body[1]), int(body[2])
+        message = message_from(body[3:])
+        if serial:
+            message.mid = (origin, serial)
+        broker = self.node.broker
+        here = [c for c in client_ids if broker.has_session(c) and (among is None or c in among)]
+        if here:
+            broker.publish_among(message, here, among=True)
+        if among is not None:
+            return
+        later: dict[str, list[str]] = {}
+        for client_id in client_ids:
+            moved = self.sessions.get(client_id)
+            if client_id in here:
+                continue
+            if moved is not None:  # it moved on from here too
+                owner = self.node.custody.owner_of(client_id) or moved.node_id
+                later.setdefault(owner, []).append(client_id)
+            else:
+                self.unplaced += 1
+                self._warnings.warn("unplaced", "node %s sent on a message for session %r, "
+                                    "which is not held here (%d such messages)", peer_id,
+                                    client_id, self.unplaced)
+        for node_id, ids in later.items():
+            self._send_on(node_id, ids, message)

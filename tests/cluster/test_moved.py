@@ -1,0 +1,164 @@
+"""Sessions that moved away (cluster/_moved.py) and copies kept in a merge (_merge_wait.py),
+socket-free: what a node not told yet routes here goes on to the session's new node until that
+node confirms; what a merging node sends waits for its copy's hand-over."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection
+from typing import Any
+
+from hive_core.broker import Message
+from hive_core.cluster._forwarding import Forwarding
+from hive_core.cluster._merge_wait import MergeWait
+from hive_core.cluster._moved import Moved
+from hive_core.cluster._parts import Member
+from hive_core.cluster._wire import FrameDecoder, FrameKind
+from hive_ext_api import ClusterNodeAddress
+
+
+class Link:
+    def __init__(self) -> None:
+        self.frames: list[tuple[FrameKind, Any]] = []
+
+    def send(self, kind: FrameKind, body: Any) -> None:
+        self.frames.append((kind, body))
+
+    def send_encoded(self, frame: bytes) -> None:
+        self.frames.extend(FrameDecoder().feed(frame))
+
+
+class Broker:
+    def __init__(self, held: set[str]) -> None:
+        self.held = held
+        self.delivered: list[tuple[str, tuple[str, int] | None]] = []
+
+    def has_session(self, client_id: str) -> bool:
+        return client_id in self.held
+
+    def publish_among(self, message: Message, client_ids: Collection[str], among: bool) -> None:
+        assert among
+        self.delivered += [(c, message.mid) for c in client_ids]
+
+
+class Node:
+    """The node context as far as Moved reads it."""
+
+    def __init__(self, node_id: str, peers: list[str], held: set[str] | None = None) -> None:
+        self.node_id = node_id
+        self.members = {p: member(p) for p in peers}
+        self.broker = Broker(held or set())
+        self.forwarding = Forwarding()
+        self.membership = self
+        self.custody = self
+        self.absent: dict[str, float] = {}
+        self.absent_at: dict[str, tuple[ClusterNodeAddress, int]] = {}
+        self.spoke: dict[str, tuple[int, bool]] = {}
+        self.owners: dict[str, str] = {}
+        self.acknowledged: list[str] = []
+
+    def owner_of(self, client_id: str) -> str | None:
+        return self.owners.get(client_id)
+
+    def acknowledge_soon(self, peer_id: str) -> None:
+        self.acknowledged.append(peer_id)
+
+
+def member(node_id: str) -> Member:
+    member = Member(node_id, ClusterNodeAddress(node_id, 7800), "0", 4,
+                    link=Link(), incarnation=1, forwards_on=True)  # type: ignore[arg-type]
+    return member
+
+
+def sent(node: Node, peer: str, kind: FrameKind) -> list[Any]:
+    link = node.members[peer].link
+    return [body for k, body in link.frames if k is kind]  # type: ignore[attr-defined]
+
+
+def message(serial: int, topic: str = "t/1") -> Message:
+    m = Message(topic, b"x", 1, False, None, "pub")
+    m.mid = ("c", serial)
+    return m
+
+
+def test_a_node_not_told_yet_has_what_it_routes_here_sent_on_until_it_confirms() -> None:
+    # This node (a) handed sub's session to b; c is cut off, d is linked.
+    a = Node("a", ["b", "d"])
+    a.absent["c"] = 0.0
+    a.absent_at["c"] = (ClusterNodeAddress("c", 7800), 1)
+    a.spoke["c"] = (4, True)
+    moved = Moved(a)  # type: ignore[arg-type]
+    moved.exported("sub", ["t/+", "$share/g/t/1"])
+    moved.moved_away("sub", "b")
+    assert moved.sessions["sub"].waiting == {"c", "d"}
+    [ask] = sent(a, "d", FrameKind.ROUTE_TO)
+    assert ask[1] == "b" and ask[5] == ["t/+"] and ask[0] < 0  # plain filters, its own tokens
+    # d answers at once: its messages go to b from now on, none is sent on for it.
+    assert moved.routed("d", ask[0])
+    moved.arrived("d", message(1))
+    assert not sent(a, "b", FrameKind.SESSION_PUBLISH)
+    # c is back: asked after its REPLAY; what it kept for a goes on to b until it answers.
+    a.members["c"] = member("c")
+    del a.absent["c"]
+    moved.member_joined(a.members["c"])
+    [ask_c] = sent(a, "c", FrameKind.ROUTE_TO)
+    moved.arrived("c", message(2))
+    moved.arrived("c", message(3, "other/topic"))
+    [on] = sent(a, "b", FrameKind.SESSION_PUBLISH)
+    assert on[0] == ["sub"] and on[1:3] == ["c", 2]
+    assert a.forwarding.outgoing["b"].sent == 1  # a data frame: kept until acknowledged
+    assert moved.routed("c", ask_c[0])
+    assert not moved.sessions
+    moved.arrived("c", message(4))
+    assert len(sent(a, "b", FrameKind.SESSION_PUBLISH)) == 1
+    assert not moved.routed("c", 7)  # a merge's barrier token: not this part's
+
+
+def test_the_new_node_delivers_by_identity_and_sends_on_what_moved_again() -> None:
+    b = Node("b", ["a", "e"], held={"sub"})
+    moved = Moved(b)  # type: ignore[arg-type]
+    b.forwarding.replaying("a", 1, 1)
+    body = [["sub", "gone"], "c", 9, "t/1", b"x", 1, False, b"", None, "pub"]
+    moved._on_session_publish(b.members["a"], body)
+    assert b.broker.delivered == [("sub", ("c", 9))]
+    assert moved.unplaced == 1 and b.acknowledged == ["a"]
+    # A session that moved on from here too: sent on to where it is now.
+    b.broker.held.clear()
+    moved.exported("sub", ["t/1"])
+    moved.moved_away("sub", "e")
+    moved._on_session_publish(b.members["a"], body)
+    [on] = sent(b, "e", FrameKind.SESSION_PUBLISH)
+    assert on[0] == ["sub"] and on[2] == 9
+
+
+def test_a_session_back_here_is_not_sent_on() -> None:
+    a = Node("a", ["b", "c"])
+    moved = Moved(a)  # type: ignore[arg-type]
+    moved.exported("sub", ["t/1"])
+    moved.moved_away("sub", "b")
+    moved.came_back("sub")
+    moved.arrived("c", message(1))
+    assert not sent(a, "b", FrameKind.SESSION_PUBLISH) and not moved.sessions
+
+
+def test_messages_from_a_merging_node_wait_for_its_copys_hand_over() -> None:
+    async def main() -> None:
+        delivered: list[tuple[int, set[str]]] = []
+        wait = MergeWait(lambda m, ids: delivered.append((m.mid[1], ids)),  # type: ignore[index]
+                         timeout=0.2)
+        assert wait.hold("p", message(1)) == set()  # nothing expected from p
+        wait.expect("p", ["s1", "s2"])
+        assert wait.hold("p", message(2)) == {"s1", "s2"}
+        wait.expect("p", ["s3"])
+        assert wait.hold("p", message(3)) == {"s1", "s2", "s3"}
+        wait.handed_over("p", ["s2"])
+        assert delivered == [(2, {"s2"}), (3, {"s2"})]
+        wait.left("p")  # no hand-over comes now: the rest go out
+        assert delivered[2:] == [(2, {"s1"}), (3, {"s1", "s3"})]
+        assert not wait.waiting
+        wait.expect("q", ["s4"])
+        wait.hold("q", message(5))
+        await asyncio.sleep(0.3)  # the connect timeout: not held for good
+        assert delivered[-1] == (5, {"s4"})
+
+    asyncio.run(main())
