@@ -368,7 +368,7 @@ class Cluster:
             # the takeover (in no share) is not lost.
             self.broker.publish_among(message, self.takeover.adopted_of(member.node_id),
                                       among=False)
-        elif self.merge_wait.waiting and (held := self.merge_wait.hold(member.node_id, message)):
+        elif self.merge_wait.waiting and (held := self.merge_wait.hold(message)):
             self.broker.publish_among(message, held, among=False)  # the others: at once
         else:
             self.broker.publish_from_peer(message)

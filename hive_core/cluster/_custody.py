@@ -58,6 +58,8 @@ class Custody:
         # Sessions this node exported and holds until the asking node confirms: by link.
         self.handing: dict[PeerLink, set[str]] = {}
         self.fetches: dict[int, SessionFetch] = {}
+        # Fetched for a CONNECT, being written here: in a merge its client counts as connected.
+        self.arriving: set[str] = set()
         self._fetch_seq = 0
         # ROUTE_TO sent, copies to drop once every member answered: token -> (keeper, the
         # sessions with the keeper's claim, the members not answered yet).
@@ -135,9 +137,12 @@ class Custody:
         if for_good:
             self._stop_yielding_to(node_id)
 
+    def connected(self, client_id: str) -> bool:
+        return client_id in self.arriving or self.node.broker.is_connected(client_id)
+
     def send_owned(self, member: Member, client_ids: list[str]) -> None:
         """OWNED: the sessions this node holds (with their epochs, for protocol 3), in parts."""
-        since, connected = self.owned_since, self.node.broker.is_connected
+        since, connected = self.owned_since, self.connected
         body: list[Any] = client_ids if member.protocol < 3 else [
             [c, since.get(c, 0), connected(c)] for c in client_ids]
         if member.protocol >= 3:
@@ -359,7 +364,8 @@ class Custody:
                     continue
                 raise SessionUnavailable(
                     f"the node holding the session ({elsewhere}) is unreachable")
-            return Handover(fetch.records, fetch)
+            self.arriving.add(client_id)
+            return Handover(fetch.records, fetch, self.arriving)
         return None
 
     def _on_session(self, member: Member, body: Any) -> None:
@@ -426,7 +432,7 @@ class Custody:
                 own_since = self.owned_since.get(client_id, 0)
                 mine = (told[0], told[1], node.node_id < node_id) \
                     if told is not None and told[1] == own_since else \
-                    (node.broker.is_connected(client_id), own_since, node.node_id < node_id)
+                    (self.connected(client_id), own_since, node.node_id < node_id)
                 if theirs > mine:
                     dropped.append((client_id, theirs))
                     continue
@@ -514,7 +520,7 @@ class Custody:
         for client_id, theirs in dropped:
             if client_id not in local:
                 continue  # ended here meanwhile
-            mine = (node.broker.is_connected(client_id), self.owned_since.get(client_id, 0),
+            mine = (self.connected(client_id), self.owned_since.get(client_id, 0),
                     node.node_id < keeper)
             if theirs > mine:  # else its client connected here meanwhile: this copy stays
                 self._drop_copy(client_id, keeper, theirs[1])
@@ -605,41 +611,42 @@ class Custody:
     def merge_queue(self, body: list[Any]) -> None:
         """A MERGE_QUEUE's body: from a member, or rescued from a failed keeper's share."""
         client_id = str(body[0])
-        self._merge_queue(client_id, int(body[1]), body[2], body[3] if len(body) > 3 else None,
-                          [int(pid) for pid in body[4]] if len(body) > 4 else None)
+        _merge_queue(self.node, self.adopted_marks, client_id, int(body[1]), body[2],
+                     body[3] if len(body) > 3 else None,
+                     [int(pid) for pid in body[4]] if len(body) > 4 else None)
         if len(body) > 5 and body[5]:
             self.node.broker.merge_window(client_id, [inflight_of(f) for f in body[5]])
 
-    def _merge_queue(self, client_id: str, mark: int, entries: list[list[Any]],
-                     taken: list[list[Any]] | None = None,
-                     inbound: list[int] | None = None) -> None:
-        """MERGE_QUEUE: the queue of a dropped copy, added here but for what this copy took
-        already (by identity; for messages without one, positions up to the marks were in
-        both copies: a replica's, delivered or queued here already). With the last part:
-        ``taken``, the identities that copy's client had, not sent again from here;
-        ``inbound``, its client's QoS 2 PUBLISHes routed there and not released."""
-        node = self.node
-        mark = max(mark, self.adopted_marks.get(client_id, 0))
-        new: list[tuple[StoredMessage, tuple[str, int] | None]] = []
-        handled = 0
-        for entry in entries:
-            seq, fields = entry[0], entry[1]
-            origin, serial = (str(entry[2]), int(entry[3])) if len(entry) > 3 else ("", 0)
-            # Positions count on the node that queued the message, so a mark says something
-            # only of a message without identity (from a node of protocol 3); one with an
-            # identity is taken once by it, whichever copy held it (-1: from the window).
-            if not serial and 0 <= seq <= mark:
-                continue
-            if len(entry) > 6 and entry[4] == node.node_id and origin and \
-                    int(entry[6]) <= node.forwarding.handled_before(origin, int(entry[5])):
-                # Rescued from this node by a takeover while it was frozen, yet handled here
-                # before (its replica had not recorded it): delivered already.
-                handled += 1
-                continue
-            new.append((StoredMessage(*fields), (origin, serial) if serial else None))
-        if handled:
-            log.info("the copy of %r held elsewhere had %d messages this node had handled "
-                     "already: not added again", client_id, handled)
-        if new or taken or inbound:
-            node.broker.merge_queue(client_id, new, [(str(o), int(n)) for o, n in taken or ()],
-                                    inbound)
+
+def _merge_queue(node: NodeContext, marks: dict[str, int], client_id: str, mark: int,
+                 entries: list[list[Any]], taken: list[list[Any]] | None = None,
+                 inbound: list[int] | None = None) -> None:
+    """MERGE_QUEUE: the queue of a dropped copy, added here but for what this copy took
+    already (by identity; for messages without one, positions up to the marks were in
+    both copies: a replica's, delivered or queued here already). With the last part:
+    ``taken``, the identities that copy's client had, not sent again from here;
+    ``inbound``, its client's QoS 2 PUBLISHes routed there and not released."""
+    mark = max(mark, marks.get(client_id, 0))
+    new: list[tuple[StoredMessage, tuple[str, int] | None]] = []
+    handled = 0
+    for entry in entries:
+        seq, fields = entry[0], entry[1]
+        origin, serial = (str(entry[2]), int(entry[3])) if len(entry) > 3 else ("", 0)
+        # Positions count on the node that queued the message, so a mark says something
+        # only of a message without identity (from a node of protocol 3); one with an
+        # identity is taken once by it, whichever copy held it (-1: from the window).
+        if not serial and 0 <= seq <= mark:
+            continue
+        if len(entry) > 6 and entry[4] == node.node_id and origin and \
+                int(entry[6]) <= node.forwarding.handled_before(origin, int(entry[5])):
+            # Rescued from this node by a takeover while it was frozen, yet handled here
+            # before (its replica had not recorded it): delivered already.
+            handled += 1
+            continue
+        new.append((StoredMessage(*fields), (origin, serial) if serial else None))
+    if handled:
+        log.info("the copy of %r held elsewhere had %d messages this node had handled "
+                 "already: not added again", client_id, handled)
+    if new or taken or inbound:
+        node.broker.merge_queue(client_id, new, [(str(o), int(n)) for o, n in taken or ()],
+                                inbound)

@@ -1,6 +1,7 @@
 """Messages between nodes are acknowledged, kept until then, and sent again after a reconnect.
 
-Every data frame (PUBLISH, SHARED_PUBLISH) a node sends to a peer has a place in one sequence
+Every data frame (PUBLISH, SHARED_PUBLISH; to a peer that says so in its HELLO, MERGE_QUEUE
+and SESSION_PUBLISH too) a node sends to a peer has a place in one sequence
 per peer; the place is not on the wire: both ends count. The receiver acknowledges how many it
 has handled (FORWARD_ACK, cumulative), once what they delivered is durable. The sender keeps
 each frame until then; when a link to that peer is established again (after a partition, a

@@ -7,8 +7,10 @@ copy, those frames reach it before the other copy's hand-over (MERGE_QUEUE) says
 messages its client had: sent at once, they would reach the client a second time.
 
 So from the OWNED that makes this copy the keeper until that hand-over (its last part), a
-message from that node for the sessions concerned is held here, and handed to them after the
-hand-over, which leaves out what the client had (by identity). Other sessions get it at once.
+message from another node for the sessions concerned is held here (from any node: a third
+node may pass on what the dropped copy's node replayed to it, see _moved.py), and handed to
+them after the hand-over, which leaves out what the client had (by identity). Other
+sessions get it at once.
 If no hand-over comes (the node left, or kept its copy after all), the messages go out when it
 leaves, when it says the session is elsewhere, or after the connect timeout.
 """
@@ -16,7 +18,7 @@ leaves, when it says the session is elsewhere, or after the connect timeout.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from hive_core.broker import Message
 
@@ -25,14 +27,13 @@ Deliver = Callable[[Message, "set[str]"], None]
 
 
 class MergeWait:
-    """Messages from a merging node held for the copies kept here, by node and client id."""
+    """Messages from other nodes held for the copies kept here until their hand-overs."""
 
     def __init__(self, deliver: Deliver, timeout: float) -> None:
         self._deliver = deliver
         self._timeout = timeout
         self.waiting: dict[str, set[str]] = {}  # node id -> client ids whose hand-over is due
-        # node id -> the messages from it, in order, each with the client ids it is held for
-        self._held: dict[str, list[tuple[Message, frozenset[str]]]] = {}
+        self._held: list[tuple[Message, frozenset[str]]] = []  # each with whom it waits for
 
     def expect(self, node_id: str, client_ids: Iterable[str]) -> None:
         """These copies are kept here: ``node_id`` drops its own and hands them over."""
@@ -42,13 +43,16 @@ class MergeWait:
         self.waiting.setdefault(node_id, set()).update(ids)
         asyncio.get_running_loop().call_later(self._timeout, self.handed_over, node_id, ids)
 
-    def hold(self, node_id: str, message: Message) -> set[str]:
-        """A message from ``node_id``: the client ids it waits for there (held for them)."""
-        ids = self.waiting.get(node_id)
+    def hold(self, message: Message, among: Collection[str] | None = None) -> set[str]:
+        """A message from another node (for ``among`` only, else for whoever it matches):
+        the client ids it is held for, whichever node it came from (the dropped copy's node
+        may have passed it on to a third node)."""
+        ids = set().union(*self.waiting.values())
+        if among is not None:
+            ids &= set(among)
         if ids:
-            self._held.setdefault(node_id, []).append((message, frozenset(ids)))
-            return ids
-        return set()
+            self._held.append((message, frozenset(ids)))
+        return ids
 
     def handed_over(self, node_id: str, client_ids: Iterable[str]) -> None:
         """The hand-over of these copies from ``node_id`` is in (or will not come): the
@@ -60,14 +64,17 @@ class MergeWait:
         if not done:
             return
         waiting -= done
-        held = self._held.pop(node_id, [])
-        if waiting:
-            self._held[node_id] = [(m, ids) for m, ids in held if ids & waiting]
-        else:
+        if not waiting:
             del self.waiting[node_id]
+        done -= set().union(*self.waiting.values())  # still waiting for another node's
+        if not done:
+            return
+        held, self._held = self._held, []
         for message, ids in held:
             if ids & done:
                 self._deliver(message, set(ids & done))
+            if ids - done:
+                self._held.append((message, ids - done))
 
     def left(self, node_id: str) -> None:
         self.handed_over(node_id, set(self.waiting.get(node_id, ())))

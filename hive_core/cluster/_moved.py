@@ -23,11 +23,13 @@ both share the ROUTED frame.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from hive_core.broker import Message
+from hive_core.cluster._membership import ABSENT_KEEP
 from hive_core.cluster._parts import FrameHandler, Member, NodeContext
 from hive_core.cluster._routing import RoutingTable
 from hive_core.cluster._session_frames import message_body, message_from
@@ -47,6 +49,7 @@ class MovedSession:
     filters: list[str]
     token: int
     waiting: set[str]  # the nodes that have not confirmed they route its filters there
+    since: float  # monotonic time it moved
 
 
 class Moved:
@@ -84,15 +87,20 @@ class Moved:
         node = self.node
         if not filters or node.broker.has_session(client_id):
             return
-        membership = node.membership
-        waiting = {peer for peer, member in node.members.items() if member.protocol >= 4}
-        waiting |= {peer for peer in membership.absent
-                    if membership.spoke.get(peer, (0, False))[0] >= 4}
-        waiting.discard(node_id)
+        # Every node that may have kept frames for this node: members, absent nodes, and nodes
+        # taken over (a node cut off is taken over, and replays what it kept when it is back).
+        # Not a node this copy was taken over from and that has not been back since: while
+        # apart it holds a copy of its own, and routes nothing here for this session.
+        waiting = {peer for peer, (protocol, _stamps) in node.membership.spoke.items()
+                   if protocol >= 4 and peer not in (node_id, node.node_id)
+                   and (peer in node.members
+                        or client_id not in node.takeover.adopted_from.get(peer, ()))}
+        self._prune(time.monotonic())
         if not waiting:
             return
         self._token -= 1
-        moved = MovedSession(client_id, node_id, filters, self._token, waiting)
+        moved = MovedSession(client_id, node_id, filters, self._token, waiting,
+                             time.monotonic())
         self.sessions[client_id] = self._by_token[moved.token] = moved
         for topic_filter in filters:
             self._table.add(client_id, topic_filter)
@@ -106,6 +114,16 @@ class Moved:
                                 "nodes had not confirmed their routes: forgetting the oldest",
                                 MOVED_KEPT)
             self._forget(oldest)
+
+    def _prune(self, now: float) -> None:
+        """A node away for longer than ABSENT_KEEP has dropped what it kept for this node: the
+        oldest records stop waiting for such nodes."""
+        members = self.node.members
+        for moved in list(self.sessions.values()):
+            if now - moved.since < ABSENT_KEEP:
+                break  # oldest first
+            for peer in [p for p in moved.waiting if p not in members]:
+                self.routed(peer, moved.token)
 
     def came_back(self, client_id: str) -> None:
         """The session is held here again (or ended): nothing to send on for it."""
@@ -210,8 +228,9 @@ class Moved:
             message.mid = (origin, serial)
         broker = self.node.broker
         here = [c for c in client_ids if broker.has_session(c) and (among is None or c in among)]
-        if here:
-            broker.publish_among(message, here, among=True)
+        held = self.node.merge_wait.hold(message, here) if self.node.merge_wait.waiting else ()
+        if len(held) < len(here):  # held: for a copy kept in a merge, after its hand-over
+            broker.publish_among(message, [c for c in here if c not in held], among=True)
         if among is not None:
             return
         later: dict[str, list[str]] = {}

@@ -125,6 +125,7 @@ class TakeoverPort(Protocol):
 
     replicator: Replicator | None
     taking: dict[str, anyio.Event]
+    adopted_from: dict[str, set[str]]
 
     def holds_replica(self, node_id: str) -> bool: ...
 

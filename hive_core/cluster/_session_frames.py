@@ -8,7 +8,7 @@ node that asked keeps them in a :class:`SessionFetch` until the answer is whole.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -70,11 +70,14 @@ class Handover:
 
     records: SessionRecords
     fetch: SessionFetch
+    arriving: set[str] = field(default_factory=set)  # client ids fetched, not yet confirmed
 
     def confirm(self) -> None:
+        self.arriving.discard(self.fetch.client_id)
         self.fetch.link.send(FrameKind.SESSION_TAKEN, [self.fetch.request, self.fetch.client_id])
 
     def decline(self) -> None:
+        self.arriving.discard(self.fetch.client_id)
         self.fetch.link.send(FrameKind.SESSION_DECLINED,
                              [self.fetch.request, self.fetch.client_id])
 

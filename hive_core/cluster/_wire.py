@@ -55,7 +55,7 @@ class FrameKind(IntEnum):
     SESSION_DECLINED = 36  # the session sent was not taken (too late): keep it
     SESSION_TAIL = 37  # what the old node queued for a session while it was handed over
     REPLAY = 38  # [sender incarnation, place of the next data frame]: frames sent again follow
-    FORWARD_ACK = 39  # how many data frames (PUBLISH, SHARED_PUBLISH) the sender has handled
+    FORWARD_ACK = 39  # how many data frames (PUBLISH, SHARED_PUBLISH, ...) the sender has handled
     # Protocol 3:
     REPL_SNAPSHOT = 40  # [op number, first part, sessions, wills, more follow]: the sender's state
     REPL_OPS = 41  # [first op number, ops, forwarding marks]: the sender's writes, in order

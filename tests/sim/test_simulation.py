@@ -125,6 +125,9 @@ REGRESSIONS = [
     # before that copy's hand-over said what its client had had while apart: sent again
     # (QoS 2 twice). Messages from a merging node now wait for the copy's hand-over.
     (84, ALL),
+    # The same, and a copy fetched for a CONNECT was given up by a merge while it was being
+    # written here: the client got a new session. It now counts as connected in a merge.
+    (156, ALL),
 ]
 """(seed, faults) that broke an invariant once: each must keep passing."""
 
@@ -141,11 +144,7 @@ def test_a_seed_that_failed_once_passes(seed: int, faults: str) -> None:
 
 
 OPEN: dict[int, str] = {
-    156: "wrong session present: a CONNECT fetched its session from the node that had taken a "
-         "killed node over; while the copy was being written here, the killed node came back "
-         "with its own copy from disk and the merge gave this one up: the client got a new "
-         "session (nothing lost: the copies' queues were merged)",
-    153: "QoS 2 twice: the same, the node killed 3 ms into the merge after a 4.7 s split; the "
+    153: "QoS 2 twice: a node killed 3 ms into the merge after a 4.7 s split; the "
          "taker's copy (from before the split) is resumed elsewhere without what the killed "
          "node's client had during the split",
 }
