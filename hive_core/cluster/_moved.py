@@ -61,6 +61,8 @@ class Moved:
         self._by_token: dict[int, MovedSession] = {}
         self._table = RoutingTable()  # their filters, by client id (not node id)
         self._exported: dict[str, list[str]] = {}  # handed over, not confirmed: their filters
+        # Sessions taken over from a node that has not been linked here since, by that node.
+        self._taken_from: dict[str, set[str]] = {}
         self._token = 0
         self.forwarded = 0  # messages sent on to a moved session's node
         self.unplaced = 0  # a SESSION_PUBLISH for a session not held here, nor known moved
@@ -89,12 +91,11 @@ class Moved:
             return
         # Every node that may have kept frames for this node: members, absent nodes, and nodes
         # taken over (a node cut off is taken over, and replays what it kept when it is back).
-        # Not a node this copy was taken over from and that has not been back since: while
-        # apart it holds a copy of its own, and routes nothing here for this session.
+        # Not a node this copy was taken over from and that has not been linked here since:
+        # while apart it holds a copy of its own, and routes nothing here for this session.
         waiting = {peer for peer, (protocol, _stamps) in node.membership.spoke.items()
                    if protocol >= 4 and peer not in (node_id, node.node_id)
-                   and (peer in node.members
-                        or client_id not in node.takeover.adopted_from.get(peer, ()))}
+                   and client_id not in self._taken_from.get(peer, ())}
         self._prune(time.monotonic())
         if not waiting:
             return
@@ -153,8 +154,13 @@ class Moved:
 
     # ------------------------------------------------------------------ the other nodes
 
+    def taken_over(self, failed: str, client_ids: Collection[str]) -> None:
+        """These sessions were taken over here from ``failed`` (from its replica)."""
+        self._taken_from.setdefault(failed, set()).update(client_ids)
+
     def member_joined(self, member: Member) -> None:
         """Linked (again): asked for every session it has not confirmed, after its REPLAY."""
+        self._taken_from.pop(member.node_id, None)  # the merge with it decides the copies
         for moved in list(self.sessions.values()):
             if member.node_id in moved.waiting:
                 self._ask(member, moved)

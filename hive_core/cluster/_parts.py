@@ -125,7 +125,6 @@ class TakeoverPort(Protocol):
 
     replicator: Replicator | None
     taking: dict[str, anyio.Event]
-    adopted_from: dict[str, set[str]]
 
     def holds_replica(self, node_id: str) -> bool: ...
 
@@ -152,6 +151,8 @@ class MovedPort(Protocol):
     def came_back(self, client_id: str) -> None: ...
 
     def member_joined(self, member: Member) -> None: ...
+
+    def taken_over(self, failed: str, client_ids: Collection[str]) -> None: ...
 
     def routed(self, peer_id: str, token: int) -> bool: ...
 

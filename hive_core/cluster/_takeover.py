@@ -272,6 +272,7 @@ class Takeover:
             for client_id in adopted:
                 custody.adopted_marks[client_id] = marks.get(client_id, 0)
             self.adopted_from.setdefault(failed, set()).update(adopted)
+            node.moved.taken_over(failed, adopted)
             first, rescued = self._unhandled(failed, taken.watermarks)
             self._drop_node(failed)
             self.deliver_rescued(failed, rescued, node.node_id, node.incarnation, first)

@@ -54,8 +54,6 @@ class Node:
         self.forwarding = Forwarding()
         self.membership = self
         self.custody = self
-        self.takeover = self
-        self.adopted_from: dict[str, set[str]] = {}  # failed node -> sessions taken from it
         self.absent: dict[str, float] = {}
         self.absent_at: dict[str, tuple[ClusterNodeAddress, int]] = {}
         self.spoke: dict[str, tuple[int, bool]] = {p: (4, True) for p in peers}
@@ -99,7 +97,7 @@ def test_a_node_not_told_yet_has_what_it_routes_here_sent_on_until_it_confirms()
     # A session this node took over from e, which has not been back since: e holds a copy of
     # its own while apart, and routes nothing here for it.
     a.spoke["e"] = (4, True)
-    a.adopted_from["e"] = {"sub2"}
+    moved.taken_over("e", ["sub2"])
     moved.exported("sub2", ["u/1"])
     moved.moved_away("sub2", "b")
     assert moved.sessions["sub2"].waiting == {"c", "d"}
