@@ -291,8 +291,19 @@ class Custody:
 
         Only that node is asked (the directory says which); None when no member holds one.
         Raises :class:`SessionUnavailable` when the owner does not answer within the connect
-        timeout: its copy stays where it is, and the client may try again.
+        timeout: its copy stays where it is, and the client may try again. Until then (and
+        until a session fetched is confirmed), a copy here counts as connected in a merge.
         """
+        self.arriving.add(client_id)
+        handover = None
+        try:
+            handover = await self._fetch(client_id)
+            return handover
+        finally:
+            if handover is None:
+                self.arriving.discard(client_id)
+
+    async def _fetch(self, client_id: str) -> Handover | None:
         node, takeover = self.node, self.node.takeover
         replicating = takeover.replicator is not None
         redirect: str | None = None  # the node the first one asked said holds it
@@ -364,7 +375,6 @@ class Custody:
                     continue
                 raise SessionUnavailable(
                     f"the node holding the session ({elsewhere}) is unreachable")
-            self.arriving.add(client_id)
             return Handover(fetch.records, fetch, self.arriving)
         return None
 
@@ -430,8 +440,11 @@ class Custody:
                 theirs = (connected, since, node_id < node.node_id)
                 told = self._told.get(node_id, {}).get(client_id)
                 own_since = self.owned_since.get(client_id, 0)
+                # (A client resuming the copy here now outweighs what was told: the other node
+                # drops its copy when this one says the client connected.)
                 mine = (told[0], told[1], node.node_id < node_id) \
-                    if told is not None and told[1] == own_since else \
+                    if told is not None and told[1] == own_since \
+                    and client_id not in self.arriving else \
                     (self.connected(client_id), own_since, node.node_id < node_id)
                 if theirs > mine:
                     dropped.append((client_id, theirs))
