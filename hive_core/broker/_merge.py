@@ -78,6 +78,7 @@ def merge_had(records: Records, metrics: BrokerMetrics, session: Session,
         for mid in taken:
             takes(session, mid)
         had = set(taken)
+        _finish_what_was_had(records, session, had)
         if any(p.message.mid in had for p in session.queue):
             kept: deque[Pending] = deque()
             for pending in session.queue:
@@ -87,3 +88,19 @@ def merge_had(records: Records, metrics: BrokerMetrics, session: Session,
                 else:
                     kept.append(pending)
             session.queue = kept
+
+
+def _finish_what_was_had(records: Records, session: Session, had: set[MessageId]) -> None:
+    """QoS 2 deliveries in this copy's window that the other copy's client had (PUBREC there,
+    or completed): this copy's state is older (a replica of before the split, say), and a
+    PUBLISH again under the same id would reach the client as a new message. Only PUBREL
+    goes: it completes an exchange the client holds, and one it finished gets PUBCOMP."""
+    link = session.connection
+    for pid, outbound in session.inflight.items():
+        if outbound.state in ("publish", "held") and outbound.pending.qos == 2 \
+                and outbound.pending.message.mid in had:
+            outbound.state = "pubrel"
+            if session.persistent:
+                records.released(session, pid)
+            if link is not None and not link.closed:
+                link.send(encode_ack(PUBREL, pid))

@@ -24,7 +24,15 @@ from cluster.test_membership import (
 )
 from hive_core.broker import ClientConnection
 from hive_core.cluster import MemoryNetwork, _session_frames
-from hive_core.mqtt import ConnAck, Connect, PacketDecoder, Publish, ReasonCode, encode_packet
+from hive_core.mqtt import (
+    ConnAck,
+    Connect,
+    PacketDecoder,
+    Publish,
+    PubRel,
+    ReasonCode,
+    encode_packet,
+)
 from hive_core.persistence import StoredMessage
 from hive_core.plugins import ExtensionManager, Extensions
 from hive_ext_api import AuthDecision, ConnectInfo, hookimpl
@@ -241,5 +249,31 @@ def test_a_session_handed_over_carries_the_identities_it_took() -> None:
         n2.broker.merge_queue("carrier", [(StoredMessage("id/a", b"once", 1), mid)])
         await settle()
         assert back.payloads == [b"once"]
+
+    run_cluster(scenario)
+
+
+def test_a_merge_finishes_with_pubrel_a_qos2_delivery_the_other_copys_client_had() -> None:
+    """A copy kept in a merge may hold an older state of a QoS 2 delivery (a replica from
+    before a split: PUBLISH not yet answered) that the other copy's client has had since
+    (PUBREC there, or completed). Sent again as PUBLISH it would reach the client as new: the
+    hand-over's identities turn it into PUBREL (chaos seed 11, QoS 2 twice)."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        _n1, n2, n3 = nodes
+        subscriber = n2.client("twice", clean=False)
+        subscriber.subscribe("m/#", qos=2)
+        await until(lambda: n3.cluster.table.filters_of("n2") == {"m/#"})
+        n3.client("pub2").send(Publish("m/a", b"one", 2, packet_id=next(_pids)))
+        await until(lambda: len(subscriber.received) == 1, what="the QoS 2 delivery")
+        session = n2.broker.sessions["twice"]
+        ((pid, outbound),) = session.inflight.items()
+        assert outbound.state == "publish"
+        mid = outbound.pending.message.mid
+        assert mid is not None
+        n2.broker.merge_queue("twice", [], taken=[mid])
+        await settle()
+        assert outbound.state == "pubrel"
+        assert [p.packet_id for p in subscriber.wire.packets if isinstance(p, PubRel)] == [pid]
+        assert len(subscriber.received) == 1  # no PUBLISH again
 
     run_cluster(scenario)
