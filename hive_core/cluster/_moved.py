@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,7 @@ class Moved:
         self.sessions: dict[str, MovedSession] = {}  # by client id, oldest first
         self._by_token: dict[int, MovedSession] = {}
         self._table = RoutingTable()  # their filters, by client id (not node id)
+        self._waited: Counter[str] = Counter()  # node id -> records waiting for it
         self._exported: dict[str, list[str]] = {}  # handed over, not confirmed: their filters
         # Sessions taken over from a node that has not been linked here since, by that node.
         self._taken_from: dict[str, set[str]] = {}
@@ -103,6 +105,7 @@ class Moved:
         moved = MovedSession(client_id, node_id, filters, self._token, waiting,
                              time.monotonic())
         self.sessions[client_id] = self._by_token[moved.token] = moved
+        self._waited.update(waiting)
         for topic_filter in filters:
             self._table.add(client_id, topic_filter)
         for peer in waiting:
@@ -148,6 +151,7 @@ class Moved:
                                               address.port, incarnation, moved.filters])
 
     def _forget(self, moved: MovedSession) -> None:
+        self._waited.subtract(moved.waiting)
         del self.sessions[moved.client_id]
         del self._by_token[moved.token]
         self._table.drop(moved.client_id)
@@ -171,7 +175,9 @@ class Moved:
         moved = self._by_token.get(token)
         if moved is None:
             return token < 0
-        moved.waiting.discard(peer_id)
+        if peer_id in moved.waiting:
+            moved.waiting.discard(peer_id)
+            self._waited[peer_id] -= 1
         if not moved.waiting:
             self._forget(moved)
         return True
@@ -186,15 +192,21 @@ class Moved:
     def arrived(self, peer_id: str, message: Message) -> None:
         """A data frame's message from ``peer_id``, delivered to the sessions here: on to the
         moved sessions it matches whose route that node has not confirmed."""
+        if self._waited[peer_id] <= 0:
+            return  # that node routes every moved session's filters to its node already
         ids, _groups = self._table.match(message.topic)
+        self._send_on_by_holder([c for c in ids if peer_id in self.sessions[c].waiting],
+                                message)
+
+    def _send_on_by_holder(self, client_ids: list[str], message: Message) -> None:
+        """Moved sessions, each to the node holding it now (the directory's, else where it
+        went from here)."""
         by_node: dict[str, list[str]] = {}
-        for client_id in ids:
-            moved = self.sessions[client_id]
-            if peer_id in moved.waiting:
-                owner = self.node.custody.owner_of(client_id) or moved.node_id
-                by_node.setdefault(owner, []).append(client_id)
-        for node_id, client_ids in by_node.items():
-            self._send_on(node_id, client_ids, message)
+        for client_id in client_ids:
+            owner = self.node.custody.owner_of(client_id) or self.sessions[client_id].node_id
+            by_node.setdefault(owner, []).append(client_id)
+        for node_id, ids in by_node.items():
+            self._send_on(node_id, ids, message)
 
     def _send_on(self, node_id: str, client_ids: list[str], message: Message) -> None:
         node = self.node
@@ -239,18 +251,15 @@ class Moved:
             broker.publish_among(message, [c for c in here if c not in held], among=True)
         if among is not None:
             return
-        later: dict[str, list[str]] = {}
+        moved_on = []
         for client_id in client_ids:
-            moved = self.sessions.get(client_id)
             if client_id in here:
                 continue
-            if moved is not None:  # it moved on from here too
-                owner = self.node.custody.owner_of(client_id) or moved.node_id
-                later.setdefault(owner, []).append(client_id)
+            if client_id in self.sessions:  # it moved on from here too
+                moved_on.append(client_id)
             else:
                 self.unplaced += 1
                 self._warnings.warn("unplaced", "node %s sent on a message for session %r, "
                                     "which is not held here (%d such messages)", peer_id,
                                     client_id, self.unplaced)
-        for node_id, ids in later.items():
-            self._send_on(node_id, ids, message)
+        self._send_on_by_holder(moved_on, message)
