@@ -24,6 +24,7 @@ from hive_core.broker import _extension_flow as flow
 from hive_core.broker._acks import CommittedAcks
 from hive_core.broker._extension_flow import Refusal
 from hive_core.broker._message import Message
+from hive_core.broker._overload import READ_FREELY
 from hive_core.broker._ports import SessionUnavailable
 from hive_core.broker._session import Session
 from hive_core.mqtt import (
@@ -151,6 +152,7 @@ class Channel:
         "peer_gone",
         "pre_connect_left",
         "problem_info",
+        "read_until",
         "received",
         "requested_expiry",
         "send_window",
@@ -166,9 +168,8 @@ class Channel:
         self.io = io
         self.listener = listener
         settings = broker.settings
-        # Until CONNECT is accepted a client may send only a little (an unauthenticated peer
-        # must not make the node hold megabytes): the decoder refuses a bigger CONNECT on its
-        # header, and pre_connect_left counts down what arrives while extensions decide.
+        # Until CONNECT is accepted a client may send only a little (no megabytes held for a
+        # stranger): a bigger CONNECT is refused on its header, the rest counted down here.
         self.pre_connect_left = settings.max_pre_connect_size
         self.decoder = PacketDecoder(max_packet_size=settings.max_packet_size,
                                      max_connect_size=settings.max_pre_connect_size)
@@ -202,6 +203,7 @@ class Channel:
         self.throttled = False  # reading paused: past the receive maximum (strategy throttle)
         self.held = False  # reading paused: overload protection took this client's credit
         self.received = 0  # bytes read, for overload protection's shares
+        self.read_until = READ_FREELY  # overload protection: hold reading past this many bytes
         broker.accept(self)
         io.arm_deadline(broker.settings.connect_timeout)
 
@@ -213,6 +215,8 @@ class Channel:
             return
         self.last_read = now = time.monotonic()
         self.received += len(data)
+        if self.received > self.read_until:  # its share of this tenth of a second is spent
+            self.hold_reading()
         fence = self.broker.input_fence
         if (fence.up or now - fence.ticked > fence.after) and self._deferred is None:
             self._wait_for_the_fence(now)
@@ -262,10 +266,8 @@ class Channel:
                     handler(self, packet)
 
     def connection_lost(self) -> None:
-        """The network side is gone (the client closed, or the connection broke).
-
-        While an extension step holds later packets back, what the client sent before it left
-        (a PUBLISH, its DISCONNECT) is still handled, once the step is done.
+        """The network side is gone (closed or broken). What the client sent before (a PUBLISH,
+        its DISCONNECT) while an extension step held it back is handled once the step is done.
         """
         self.peer_gone = True
         self.out = []
@@ -289,8 +291,7 @@ class Channel:
 
     @property
     def delivering(self) -> bool:
-        """Messages to this client wait for its acknowledgement (overload protection never
-        holds it: its acknowledgements are what drains the backlog)."""
+        """Messages wait for its acknowledgement (never held: they drain the backlog)."""
         session = self.session
         return session is not None and bool(session.inflight or session.queue)
 

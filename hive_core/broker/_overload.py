@@ -11,10 +11,13 @@ While the level is above 0 the node is *engaged*: what it reads from its clients
 tenth per level, by half at most) and grows again by a twentieth of that rate at every sample
 without. The budget is shared equally among the clients that want to send. A client's credit
 grows by its share and shrinks by what it sent; a client in debt is not read from (its socket
-fills and TCP slows it down) until the shares have paid the debt back. Light senders (a CONNECT,
-a PINGREQ, a few messages a second) stay under their share and are never held, nor is a client
-the node is delivering to (its acknowledgements are what drains the backlog). The node ends the
-engagement once the level has stayed 0 for ``CALM`` seconds.
+fills and TCP slows it down) until the shares have paid the debt back. A client that is read
+may take its credit and one more share until the next sample, no more: past that it holds its
+own reading (``Sender.read_until``), since between two samples a fast sender whose messages are
+acknowledged at once could otherwise bring in what the node takes in a whole second. Light
+senders (a CONNECT, a PINGREQ, a few messages a second) stay under their share and are never
+held, nor is a client the node is delivering to (its acknowledgements are what drains the
+backlog). The node ends the engagement once the level has stayed 0 for ``CALM`` seconds.
 
 :class:`OverloadProtection` is the decision, socket-free;
 :class:`~hive_core.broker._overload_monitor.OverloadMonitor` samples a running node on a timer
@@ -28,7 +31,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["OverloadProtection", "OverloadStats", "Pressure", "Sender"]
+__all__ = ["READ_FREELY", "OverloadProtection", "OverloadStats", "Pressure", "Sender"]
 
 log = logging.getLogger("hive.overload")
 
@@ -64,6 +67,9 @@ sender is held longer and all get the same share, yet none is held longer than t
 REST_SCAN = 0.5
 """Seconds between counts of what each client read while the node is not engaged."""
 
+READ_FREELY = float("inf")
+"""``Sender.read_until`` of a client overload protection does not limit."""
+
 SOURCES = ("loop-lag", "queue-fill", "queued", "node-links", "disk", "memory", "peers")
 
 
@@ -72,6 +78,7 @@ class Sender(Protocol):
 
     received: int  # bytes read from it so far
     held: bool  # reading paused by overload protection
+    read_until: float  # it holds its own reading once ``received`` passes this
 
     @property
     def delivering(self) -> bool:
@@ -222,6 +229,7 @@ class OverloadProtection:
             account.mark = sender.received
             if sender.delivering:  # its acknowledgements drain the backlog: never held
                 account.credit = 0.0
+                sender.read_until = READ_FREELY
                 if sender.held:
                     sender.release_reading()
                 continue
@@ -243,12 +251,15 @@ class OverloadProtection:
                 if not sender.held:
                     self.holds += 1
                     sender.hold_reading()
-            elif sender.held:
-                sender.release_reading()
+            else:
+                sender.read_until = sender.received + (account.credit + 1) * self.share
+                if sender.held:
+                    sender.release_reading()
         self._peak_held = max(self._peak_held, held)
 
     def _end(self, now: float) -> None:
         for sender in self._accounts:
+            sender.read_until = READ_FREELY
             if sender.held:
                 sender.release_reading()
             self._accounts[sender].credit = 0.0
@@ -262,6 +273,7 @@ class OverloadProtection:
     def release_all(self) -> None:
         """Stop holding anyone (the node stops)."""
         for sender in self._accounts:
+            sender.read_until = READ_FREELY
             if sender.held:
                 sender.release_reading()
 

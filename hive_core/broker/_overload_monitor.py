@@ -48,6 +48,10 @@ def memory_limit() -> int:
     return min(limits) if limits else 0
 
 
+HUNG = 10.0
+"""Seconds without a byte read from a subscriber after which its queue no longer counts."""
+
+
 class OverloadedConnection(Sender, Protocol):
     """A client connection as the monitor samples it (a :class:`Channel` is one)."""
 
@@ -58,8 +62,11 @@ class OverloadedConnection(Sender, Protocol):
 def _queues(connections: Iterable[OverloadedConnection], capacity: int, now: float,
             ) -> tuple[float, int]:
     """(the fill of the fullest queue of a subscriber that read lately, messages queued for
-    connected clients). A client that sent nothing for a second (a QoS 0 subscriber, one that
-    hangs) is no measure of the node: its queue's own limit holds it."""
+    connected clients). A client that sent nothing for ``HUNG`` seconds (a QoS 0 subscriber,
+    one that hangs) is no measure of the node: its queue's own limit holds it. One that pauses
+    for less (starved of CPU, a collection of garbage, a slow disk under its output) still
+    counts: while its queue is not watched the budget grows back, and the queue fills at the
+    full rate of the flood."""
     fullest = 0
     queued = 0
     for channel in connections:
@@ -67,7 +74,7 @@ def _queues(connections: Iterable[OverloadedConnection], capacity: int, now: flo
         if session is not None and session.queue:
             size = len(session.queue)
             queued += size
-            if size > fullest and now - channel.last_read < 1.0:
+            if size > fullest and now - channel.last_read < HUNG:
                 fullest = size
     return fullest / capacity, queued
 

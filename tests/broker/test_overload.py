@@ -17,11 +17,12 @@ from hive_core.broker import Broker
 from hive_core.broker._overload import (
     CALM,
     MIN_SHARE,
+    READ_FREELY,
     TICK,
     OverloadProtection,
     Pressure,
 )
-from hive_core.broker._overload_monitor import OverloadMonitor
+from hive_core.broker._overload_monitor import HUNG, OverloadMonitor, _queues
 from hive_core.broker._records import Records
 from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._overload import PeerPressure
@@ -31,12 +32,16 @@ from hive_core.persistence import MemorySessionStore
 
 
 class FakeSender:
-    """A client that sends ``rate`` bytes per sample whenever it is read from."""
+    """A client that sends ``rate`` bytes per sample whenever it is read from, read in
+    chunks of ``chunk`` bytes (one read per sample unless given), holding itself past
+    ``read_until`` as a Channel does."""
 
-    def __init__(self, rate: int, delivering: bool = False) -> None:
+    def __init__(self, rate: int, delivering: bool = False, chunk: int = 0) -> None:
         self.rate = rate
+        self.chunk = chunk or rate
         self.received = 0
         self.held = False
+        self.read_until = READ_FREELY
         self.delivering = delivering
         self.sent: list[int] = []  # bytes per sample
 
@@ -47,8 +52,13 @@ class FakeSender:
         self.held = False
 
     def step(self) -> None:
-        sent = 0 if self.held else self.rate
-        self.received += sent
+        sent = 0
+        while not self.held and sent < self.rate:
+            read = min(self.chunk, self.rate - sent)
+            sent += read
+            self.received += read
+            if self.received > self.read_until:
+                self.hold_reading()
         self.sent.append(sent)
 
 
@@ -106,6 +116,26 @@ def test_under_pressure_the_heaviest_senders_are_held_and_the_light_ones_never(
     assert probe.sent[-30:] == [40] * 30 and not probe.held
     assert subscriber.sent[-30:] == [5_000] * 30 and not subscriber.held
     assert protection.stats().clients_held > 0
+
+
+def test_a_sender_read_again_takes_its_share_not_what_it_can_send_until_the_next_sample(
+        ) -> None:
+    """A publisher whose messages are acknowledged at once sends as much as the node reads:
+    released at one sample, it would bring in a second's flood before the next. It holds its
+    own reading once it has read its credit and one share."""
+    clock = Clock()
+    protection = OverloadProtection(clock.now)
+    fast = [FakeSender(2_000_000, chunk=4096) for _ in range(10)]
+    drive(protection, fast, clock, lambda i: Pressure(), 10)
+    drive(protection, fast, clock, lambda i: Pressure(queue_fill=0.7), 40)
+    assert protection.level == 10 and protection.share == MIN_SHARE
+    per_sample = [sum(sender.sent[-1 - n] for sender in fast) for n in range(20)]
+    # Each sender at most its share and one chunk over it per sample.
+    assert max(per_sample) <= 10 * (2 * MIN_SHARE + 4096), per_sample
+    protection.update(Pressure(), fast, clock.now + 10 * CALM)
+    drive(protection, fast, clock, lambda i: Pressure(), 60)
+    assert not protection.engaged
+    assert all(s.read_until == READ_FREELY and s.sent[-1] == s.rate for s in fast)
 
 
 def test_the_heavy_senders_share_what_the_node_can_take_equally() -> None:
@@ -307,3 +337,17 @@ def test_the_monitor_counts_a_lagging_loop_only_when_two_samples_in_a_row_show_i
             await task
 
     asyncio.run(scenario())
+
+
+def test_a_subscriber_that_pauses_counts_until_it_looks_hung() -> None:
+    """A subscriber starved for a few seconds still weighs on the node (its queue fills at the
+    flood's rate meanwhile); one silent for ``HUNG`` seconds is held by its own queue limit."""
+    class Connection:
+        def __init__(self, queued: int, last_read: float) -> None:
+            self.session = type("S", (), {"queue": list(range(queued))})()
+            self.last_read = last_read
+
+    paused = Connection(600, last_read=100.0)
+    quiet = Connection(300, last_read=100.0 - HUNG)
+    assert _queues([paused, quiet], 1000, now=103.0) == (0.6, 900)  # paused 3 s: counted
+    assert _queues([paused, quiet], 1000, now=100.0 + HUNG) == (0.0, 900)  # both hung

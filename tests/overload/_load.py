@@ -195,25 +195,44 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * share))] if ordered else 0.0
 
 
+def _pause(process: subprocess.Popen[bytes], pauses: tuple[tuple[float, float], ...]) -> None:
+    started = time.monotonic()
+    for at, length in pauses:
+        time.sleep(max(0.0, started + at - time.monotonic()))
+        if process.poll() is not None:
+            return
+        process.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(length)
+        finally:
+            process.send_signal(signal.SIGCONT)
+
+
 def flood_and_count(publish_to: list[tuple[str, int]], subscribe_at: tuple[str, int],
                     probe_at: list[tuple[str, int]], pids: list[int], folder: Path,
-                    publishers: int, seconds: float, settle: float = 30.0) -> dict[str, Any]:
+                    publishers: int, seconds: float, settle: float = 30.0,
+                    pauses: tuple[tuple[float, float], ...] = ()) -> dict[str, Any]:
     """Flood ``publish_to`` while a subscriber at ``subscribe_at`` takes everything, probes ask
-    each of ``probe_at`` and the memory of each process in ``pids`` is watched; the figures."""
+    each of ``probe_at`` and the memory of each process in ``pids`` is watched; the figures.
+    ``pauses``: (seconds into the flood, seconds) the subscriber is stopped (SIGSTOP), as a
+    process starved of CPU is."""
     subscriber = Subscriber(*subscribe_at, "flood/#", folder / "received.txt")
     watches = [MemoryWatch(pid) for pid in pids]
     probes = [Probe(*address) for address in probe_at]
+    pausing = threading.Thread(target=_pause, args=(subscriber.proc, pauses), daemon=True)
     try:
         time.sleep(1.5)  # mosquitto_sub subscribed, and the other nodes heard of its filter
         for thread in [*watches, *probes]:
             thread.start()
         flood = Flood(publish_to, publishers, seconds, "flood")
+        pausing.start()
         try:
             sent, acked = flood.result()
         finally:
             flood.stop()
             for probe in probes:
                 probe.stop()
+            pausing.join(sum(at + length for at, length in pauses) + 5)
         expected = {(n, serial) for n, serials in acked.items() for serial in serials}
         deadline = time.monotonic() + settle
         received = subscriber.received()
