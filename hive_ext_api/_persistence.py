@@ -90,6 +90,8 @@ class Snapshot:
     queues: dict[str, list[tuple[int, StoredMessage]]] = field(default_factory=dict)  # by seq
     inflight: dict[str, list[StoredInflight]] = field(default_factory=dict)
     retained: dict[str, StoredMessage] = field(default_factory=dict)
+    # API 1.6: what ``remember_taken`` kept, by client, oldest first.
+    taken: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
 
 
 class SessionStore(Protocol):
@@ -167,6 +169,19 @@ class SessionStore(Protocol):
 
     def delete_retained(self, topic: str) -> None:
         """Clear the retained message of ``topic``."""
+        ...
+
+    def remember_taken(self, client_id: str, origin: str, serial: int) -> None:
+        """A session's client completed a QoS 2 delivery of the message with this cluster
+        identity (PUBCOMP), or a merge said it had it: its in-flight row goes, and the identity
+        is kept instead, so that a copy of the message arriving after a restart (a healed
+        split, a rescue) is not delivered as a new one. A store may keep only the newest few
+        thousand per client; ``delete_session`` drops them. Optional: a store without it
+        works, and may then let a QoS 2 message reach a session twice after a restart that
+        follows a split.
+
+        .. versionadded:: 1.6
+        """
         ...
 
     def atomic(self) -> AbstractContextManager[None]:

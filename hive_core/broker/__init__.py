@@ -27,7 +27,12 @@ from hive_core.broker._ports import (
     SessionUnavailable,
     SharedKey,
 )
-from hive_core.broker._records import SessionRecords, properties_problem, stored_retained
+from hive_core.broker._records import (
+    SessionRecords,
+    properties_problem,
+    snapshot_records,
+    stored_retained,
+)
 from hive_core.broker._services import ExtensionMetrics, NodeServices
 from hive_core.broker._session import Session
 from hive_core.broker._settings import BrokerSettings
@@ -59,5 +64,6 @@ __all__ = [
     "SharedKey",
     "Transport",
     "properties_problem",
+    "snapshot_records",
     "stored_retained",
 ]

@@ -39,6 +39,7 @@ from hive_core.broker._records import (
     pending_from,
     retained_from,
     session_from,
+    snapshot_records,
     stored_message,
     will_fields,
     will_from,
@@ -99,9 +100,7 @@ class Broker:
     def start(self, snapshot: Snapshot) -> None:
         now = time.time()
         self.retained.restore(snapshot.retained)
-        for client_id, record in snapshot.sessions.items():
-            records = SessionRecords(record, snapshot.queues.get(client_id, []),
-                                     snapshot.inflight.get(client_id, []))
+        for records in snapshot_records(snapshot):
             self._adopt(session_from(records, now), now)
         if snapshot.sessions or snapshot.retained:
             log.info("restored %d sessions and %d retained messages",

@@ -76,7 +76,8 @@ def merge_had(records: Records, metrics: BrokerMetrics, session: Session,
                     records.received_qos2(session, pid)
     if taken:
         for mid in taken:
-            takes(session, mid)
+            if takes(session, mid) and session.persistent:
+                records.took(session, mid)
         had = set(taken)
         _finish_what_was_had(records, session, had)
         if any(p.message.mid in had for p in session.queue):

@@ -253,10 +253,11 @@ class Outbox:
 
     def acknowledged(self, session: Session, packet_id: int) -> None:
         """PUBACK, PUBCOMP (or a PUBREC refusing the message): the delivery is done."""
-        if session.inflight.pop(packet_id, None) is None:
+        outbound = session.inflight.pop(packet_id, None)
+        if outbound is None:
             return
         if session.persistent:
-            self.records.acknowledged(session, packet_id)
+            self.records.acknowledged(session, packet_id, outbound)
         link = session.connection
         if link is None:
             return

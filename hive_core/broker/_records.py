@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from hive_core.broker._handover import takes
+from hive_core.broker._handover import MessageId, takes
 from hive_core.broker._message import Message
 from hive_core.broker._session import Outbound, Pending, Session, Subscription
 from hive_core.mqtt import (
@@ -27,6 +27,7 @@ from hive_core.mqtt import (
 )
 from hive_core.persistence import (
     SessionStore,
+    Snapshot,
     StoredInflight,
     StoredMessage,
     StoredSession,
@@ -46,6 +47,13 @@ class SessionRecords:
     # The identities of the messages from the cluster the session took (see _handover.py):
     # they move with it, so that no way brings one of them to it again. None: not known.
     seen: list[tuple[str, int]] | None = None
+
+
+def snapshot_records(snapshot: Snapshot) -> list[SessionRecords]:
+    """Each session a store's snapshot holds, as one thing."""
+    return [SessionRecords(session, snapshot.queues.get(client_id, []),
+                           snapshot.inflight.get(client_id, []), snapshot.taken.get(client_id))
+            for client_id, session in snapshot.sessions.items()]
 
 
 def stored_message(pending: Pending) -> StoredMessage:
@@ -181,6 +189,9 @@ class Records:
         # A store written for extension API 1.0 has no atomic(): writes then stand alone.
         self.atomic: Callable[[], AbstractContextManager[None]] = getattr(
             store, "atomic", nullcontext)
+        # One of an API before 1.6 keeps no identities of completed deliveries.
+        self._remember: Callable[[str, str, int], None] | None = getattr(
+            store, "remember_taken", None)
 
         self._slowest_commit = 0.0  # seconds, since slowest_commit() was asked last
         self._commits: dict[int, float] = {}  # the commits under way: when each began
@@ -255,8 +266,17 @@ class Records:
         self.store.save_inflight(_released_record(session.client_id, packet_id,
                                                   session.inflight.get(packet_id)))
 
-    def acknowledged(self, session: Session, packet_id: int) -> None:
+    def acknowledged(self, session: Session, packet_id: int, outbound: Outbound) -> None:
+        """The delivery is done (PUBACK, PUBCOMP): its row goes. A QoS 2 one's identity is
+        kept instead, so that no copy of it reaches the session as new after a restart."""
         self.store.delete_inflight(session.client_id, packet_id, "out")
+        if outbound.pending.qos == 2:
+            self.took(session, outbound.pending.message.mid)
+
+    def took(self, session: Session, mid: MessageId | None) -> None:
+        """The session's client had the message ``mid``, and no row of it says so."""
+        if mid is not None and self._remember is not None:
+            self._remember(session.client_id, mid[0], mid[1])
 
     def received_qos2(self, session: Session, packet_id: int) -> None:
         """An inbound QoS 2 PUBLISH was routed; its PUBREL is awaited."""

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from hive_core.broker import SessionRecords
+from hive_core.broker import SessionRecords, snapshot_records
 from hive_core.cluster._latency import Latencies, Probe
 from hive_core.persistence import (
     Direction,
@@ -111,6 +111,7 @@ def records_of(fields: list[Any]) -> SessionRecords:
 SAVE_SESSION, SAVE_SUB, DELETE_SUB, DELETE_SESSION = "s", "+", "-", "x"
 ENQUEUE, DEQUEUE, SAVE_INFLIGHT, DELETE_INFLIGHT = "q", "d", "i", "j"
 WILL = "w"  # [client id, will fields or None]: not a store write; the replica keeps it aside
+TAKEN = "t"  # [client id, origin, serial]: remember_taken (to a backup whose HELLO said taken_ops)
 
 
 def apply_op(store: SessionStore, op: Op) -> None:
@@ -132,6 +133,10 @@ def apply_op(store: SessionStore, op: Op) -> None:
         store.delete_subscription(op[1], op[2])
     elif code == DELETE_SESSION:
         store.delete_session(op[1])
+    elif code == TAKEN:
+        remember = getattr(store, "remember_taken", None)
+        if remember is not None:
+            remember(op[1], op[2], op[3])
     else:
         raise ValueError(f"unknown replication op {code!r}")
 
@@ -152,6 +157,8 @@ class ReplicatingStore:
         # Every backup reads messages with their cluster identity (its HELLO said so): the
         # ops carry it, so that a session taken over from a replica takes no copy twice.
         self.identities = False
+        self.taken_ops = False  # every backup reads TAKEN ops (its HELLO said so)
+        self._remember = getattr(inner, "remember_taken", None)
         self._atomic: Callable[[], AbstractContextManager[None]] = getattr(
             inner, "atomic", nullcontext)
         if not hasattr(inner, "save_subscription"):  # a store of extension API 1.0
@@ -204,6 +211,12 @@ class ReplicatingStore:
     def delete_inflight(self, client_id: str, packet_id: int, direction: Direction) -> None:
         self.inner.delete_inflight(client_id, packet_id, direction)
         self._op([DELETE_INFLIGHT, client_id, packet_id, direction])
+
+    def remember_taken(self, client_id: str, origin: str, serial: int) -> None:
+        if self._remember is not None:
+            self._remember(client_id, origin, serial)
+        if self.taken_ops:
+            self._op([TAKEN, client_id, origin, serial])
 
     def save_will(self, client_id: str, fields: list[Any] | None) -> None:
         """A client's will changed (see ``Records.will``): only the backups keep wills."""
@@ -566,10 +579,7 @@ class Replicas:
         await self._close(replica)
         snapshot = await self.shelf.read(origin)
         await self.shelf.remove(origin)
-        records = [SessionRecords(session, snapshot.queues.get(client_id, []),
-                                  snapshot.inflight.get(client_id, []))
-                   for client_id, session in snapshot.sessions.items()]
-        return TakenReplica(origin, records, replica.watermarks,
+        return TakenReplica(origin, snapshot_records(snapshot), replica.watermarks,
                             [[c, fields] for c, fields in replica.wills.items()])
 
     async def _close(self, replica: Replica) -> None:

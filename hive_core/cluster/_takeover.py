@@ -96,6 +96,7 @@ class Takeover:
         ring = [m.node_id for m in members.values() if m.protocol >= 3]
         backups = successors(self.node.node_id, ring, self.node.settings.replica_count - 1)
         replicator.store.identities = all(members[b].identities for b in backups)
+        replicator.store.taken_ops = all(members[b].taken_ops for b in backups)
         replicator.set_backups(backups)
 
     def link_swapped(self, peer_id: str) -> None:

@@ -43,10 +43,12 @@ class PendingBatch:
     queues: dict[str, dict[int, QueueWrite]] = field(default_factory=dict)
     inflight: dict[str, dict[InflightKey, InflightWrite]] = field(default_factory=dict)
     retained: dict[str, StoredMessage | None] = field(default_factory=dict)
+    # Identities of messages a session's client had (remember_taken), in the order they came.
+    taken: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
 
     def is_empty(self) -> bool:
         return not (self.sessions or self.subscriptions or self.purged or self.queues
-                    or self.inflight or self.retained)
+                    or self.inflight or self.retained or self.taken)
 
     def save_session(self, session: StoredSession) -> None:
         self.sessions[session.client_id] = copy_session(session)
@@ -74,6 +76,10 @@ class PendingBatch:
         self.purged.add(client_id)
         self.queues.pop(client_id, None)
         self.inflight.pop(client_id, None)
+        self.taken.pop(client_id, None)
+
+    def remember_taken(self, client_id: str, origin: str, serial: int) -> None:
+        self.taken.setdefault(client_id, []).append((origin, serial))
 
     def enqueue(self, client_id: str, seq: int, message: StoredMessage, *, fresh: bool) -> None:
         queue = self.queues.setdefault(client_id, {})
@@ -126,6 +132,7 @@ class PendingBatch:
             self.purged.add(client_id)
             self.queues.pop(client_id, None)
             self.inflight.pop(client_id, None)
+            self.taken.pop(client_id, None)
         for client_id, session in later.sessions.items():
             self.sessions[client_id] = session
             self.subscriptions.pop(client_id, None)
@@ -148,3 +155,5 @@ class PendingBatch:
                 else:
                     exchanges[key] = InflightWrite(write.inflight, earlier.replace)
         self.retained.update(later.retained)
+        for client_id, identities in later.taken.items():
+            self.taken.setdefault(client_id, []).extend(identities)

@@ -35,6 +35,12 @@ from ._model import (
 log = logging.getLogger(__name__)
 
 RETRY_DELAY = 1.0  # seconds before a failed batch is retried when no commit() asks for it sooner
+TAKEN_KEEP = 10_000
+"""Identities kept per client (``remember_taken``): as many as a session remembers in memory
+(``SEEN_MAX`` in ``broker/_handover.py``); the oldest go first."""
+TAKEN_SLACK = 2_000
+"""Rows a client may have over ``TAKEN_KEEP`` before the oldest are deleted (in one go, not
+one per commit)."""
 
 
 @dataclass(slots=True)
@@ -79,6 +85,7 @@ class FileSessionStore:
         self._close_error: BaseException | None = None
         self._stopped: asyncio.Future[None] | None = None
         self._version = 0  # the last batch's version stamp (writer thread only)
+        self._taken_rows: dict[str, int] = {}  # identities on disk per client (writer thread)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -171,6 +178,12 @@ class FileSessionStore:
             self._pending.delete_inflight(client_id, packet_id, direction)
             self._touch()
 
+    def remember_taken(self, client_id: str, origin: str, serial: int) -> None:
+        with self._lock:
+            self._check_open()
+            self._pending.remember_taken(client_id, origin, serial)
+            self._touch()
+
     def save_retained(self, message: StoredMessage) -> None:
         with self._lock:
             self._check_open()
@@ -236,6 +249,7 @@ class FileSessionStore:
                 _settle_threadsafe(opened, PersistenceError(f"cannot read {self.path}: {exc}"), exc)
                 return
             self._high_seq = {c: queue[-1][0] for c, queue in snapshot.queues.items() if queue}
+            self._taken_rows = {c: len(taken) for c, taken in snapshot.taken.items()}
             _call_threadsafe(loop, _set_result, opened, snapshot)
             del snapshot  # the loop owns the payloads now
             self._commit_until_stopped(db)
@@ -283,6 +297,7 @@ class FileSessionStore:
                 else:
                     self.stats.transactions += 1
                     self.stats.rows += rows
+                    self._prune_taken(db, batch)
             with self._lock:
                 self._writing = False
                 waiters, self._writing_waiters = self._writing_waiters, []
@@ -301,6 +316,23 @@ class FileSessionStore:
             if stopping:
                 self._close_error = error
                 return
+
+    def _prune_taken(self, db: sqlite3.Connection, batch: PendingBatch) -> None:
+        """Count what the batch wrote to ``taken``; past the slack, keep the newest only."""
+        rows = self._taken_rows
+        for client_id in batch.purged:
+            rows.pop(client_id, None)
+        for client_id, identities in batch.taken.items():
+            count = rows.get(client_id, 0) + len(identities)
+            if count > TAKEN_KEEP + TAKEN_SLACK:
+                try:
+                    schema.prune_taken(db, client_id, TAKEN_KEEP)
+                except sqlite3.Error:  # the rows stay, tried again at the next batch
+                    log.warning("could not delete old identities of %r from %s", client_id,
+                                self.path, exc_info=True)
+                else:
+                    count = TAKEN_KEEP
+            rows[client_id] = count
 
 
 def _settle_threadsafe(

@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 
 from ._batch import InflightKey, copy_session
+from ._file_store import TAKEN_KEEP
 from ._model import (
     Direction,
     Snapshot,
@@ -28,6 +29,7 @@ class MemorySessionStore:
         # Dicts keep insertion order: the order exchanges started, as the file store's rowid does.
         self._inflight: dict[str, dict[InflightKey, StoredInflight]] = {}
         self._retained: dict[str, StoredMessage] = {}
+        self._taken: dict[str, dict[tuple[str, int], None]] = {}  # newest last
 
     async def open(self) -> Snapshot:
         return Snapshot()
@@ -55,6 +57,13 @@ class MemorySessionStore:
         self._sessions.pop(client_id, None)
         self._queues.pop(client_id, None)
         self._inflight.pop(client_id, None)
+        self._taken.pop(client_id, None)
+
+    def remember_taken(self, client_id: str, origin: str, serial: int) -> None:
+        taken = self._taken.setdefault(client_id, {})
+        taken[(origin, serial)] = None
+        if len(taken) > TAKEN_KEEP:
+            del taken[next(iter(taken))]
 
     def enqueue(self, client_id: str, seq: int, message: StoredMessage) -> None:
         self._queues.setdefault(client_id, {})[seq] = message
@@ -105,4 +114,5 @@ class MemorySessionStore:
         for client_id, exchanges in self._inflight.items():
             snapshot.inflight[client_id] = [replace(i) for i in exchanges.values()]
         snapshot.retained = {t: replace(m) for t, m in self._retained.items() if live(m)}
+        snapshot.taken = {c: list(taken) for c, taken in self._taken.items()}
         return snapshot

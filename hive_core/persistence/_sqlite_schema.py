@@ -18,10 +18,16 @@ from ._model import (
     StoredSubscription,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MESSAGE_COLUMNS = "topic, payload, qos, retain, properties, expiry_at, publisher_id"
 _QUEUED_COLUMNS = f"{_MESSAGE_COLUMNS}, origin, serial"  # with the message's cluster identity
+
+# Identities of messages a session's client had (API 1.6, remember_taken), oldest first (rowid
+# order); the store keeps the newest few thousand per client (see prune_taken).
+_TAKEN = ("CREATE TABLE taken (client_id TEXT NOT NULL, origin TEXT NOT NULL,"
+          " serial INTEGER NOT NULL)",
+          "CREATE INDEX taken_by_client ON taken (client_id)")
 
 # Known trade-off: a message queued for N offline sessions is stored N times, once per queue row.
 # One row per (client, seq) keeps a dequeue a single-row delete, with no reference counting.
@@ -81,7 +87,7 @@ def _ensure_schema(db: sqlite3.Connection) -> None:
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
         ).fetchone()
         if not exists:
-            for statement in _CREATE:
+            for statement in (*_CREATE, *_TAKEN):
                 db.execute(statement)
             db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
         else:
@@ -128,7 +134,14 @@ def _identities(db: sqlite3.Connection) -> None:
         db.execute(f"ALTER TABLE {table} ADD COLUMN serial INTEGER NOT NULL DEFAULT 0")
 
 
-_MIGRATIONS = {1: _subscriptions_to_rows, 2: _versions, 3: _identities}
+def _taken(db: sqlite3.Connection) -> None:
+    """Version 5 keeps the identities of the QoS 2 messages a session's client completed, so
+    that a session restored from disk after a split takes no copy of one as new."""
+    for statement in _TAKEN:
+        db.execute(statement)
+
+
+_MIGRATIONS = {1: _subscriptions_to_rows, 2: _versions, 3: _identities, 4: _taken}
 """From a schema version to the next one, run inside the opening transaction."""
 
 
@@ -177,6 +190,9 @@ def load(db: sqlite3.Connection, now: float) -> Snapshot:
     for message in db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM retained_message"):
         stored = _message(message)
         snapshot.retained[stored.topic] = stored
+    for client_id, origin, serial in db.execute(
+            "SELECT client_id, origin, serial FROM taken ORDER BY rowid"):
+        snapshot.taken.setdefault(client_id, []).append((origin, serial))
     return snapshot
 
 
@@ -197,6 +213,7 @@ def write(db: sqlite3.Connection, batch: PendingBatch, version: int) -> int:
         purged = [(client_id,) for client_id in batch.purged]
         run("DELETE FROM queued_message WHERE client_id = ?", purged)
         run("DELETE FROM inflight WHERE client_id = ?", purged)
+        run("DELETE FROM taken WHERE client_id = ?", purged)
         run(
             "DELETE FROM session WHERE client_id = ?",
             ((c,) for c, s in batch.sessions.items() if s is None),
@@ -266,6 +283,9 @@ def write(db: sqlite3.Connection, batch: PendingBatch, version: int) -> int:
             "INSERT OR REPLACE INTO retained_message VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             ((*_message_row(m), version) for m in batch.retained.values() if m is not None),
         )
+        run("INSERT INTO taken VALUES (?, ?, ?)",
+            ((c, origin, serial) for c, identities in batch.taken.items()
+             for origin, serial in identities))
         touched = (batch.subscriptions.keys() | batch.queues.keys() | batch.inflight.keys()
                    | batch.purged) - batch.sessions.keys()
         db.executemany("UPDATE session SET version = ? WHERE client_id = ?",
@@ -276,6 +296,13 @@ def write(db: sqlite3.Connection, batch: PendingBatch, version: int) -> int:
             db.execute("ROLLBACK")
         raise
     return rows
+
+
+def prune_taken(db: sqlite3.Connection, client_id: str, keep: int) -> None:
+    """Only the newest ``keep`` identities of ``client_id`` stay."""
+    db.execute("DELETE FROM taken WHERE client_id = ? AND rowid < (SELECT rowid FROM taken"
+               " WHERE client_id = ? ORDER BY rowid DESC LIMIT 1 OFFSET ?)",
+               (client_id, client_id, keep - 1))
 
 
 def _queue_writes(batch: PendingBatch) -> Iterator[tuple[str, int, Any]]:

@@ -22,18 +22,22 @@ from cluster.test_membership import (
     settle,
     until,
 )
-from hive_core.broker import ClientConnection
+from hive_core.broker import ClientConnection, snapshot_records
+from hive_core.broker._records import session_from
 from hive_core.cluster import MemoryNetwork, _session_frames
 from hive_core.mqtt import (
     ConnAck,
     Connect,
     PacketDecoder,
+    PubAck,
+    PubComp,
     Publish,
+    PubRec,
     PubRel,
     ReasonCode,
     encode_packet,
 )
-from hive_core.persistence import StoredMessage
+from hive_core.persistence import MemorySessionStore, StoredMessage
 from hive_core.plugins import ExtensionManager, Extensions
 from hive_ext_api import AuthDecision, ConnectInfo, hookimpl
 
@@ -277,3 +281,58 @@ def test_a_merge_finishes_with_pubrel_a_qos2_delivery_the_other_copys_client_had
         assert len(subscriber.received) == 1  # no PUBLISH again
 
     run_cluster(scenario)
+
+
+def test_a_completed_qos2_delivery_is_remembered_on_disk_and_not_taken_again() -> None:
+    """PUBCOMP ends a QoS 2 exchange and its in-flight row: the store keeps the message's
+    identity instead (remember_taken), so that a session restored from it after a restart
+    knows it had the message, and a copy a merge or a rescue brings is not taken as new
+    (simulation seed 5353: QoS 2 twice after a node that delivered during a split was
+    restarted from its disk). A QoS 1 delivery is not remembered: a copy may come again."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        _n1, n2, n3 = nodes
+        subscriber = n2.client("done", clean=False)
+        subscriber.subscribe("d/#", qos=2)
+        await until(lambda: n3.cluster.table.filters_of("n2") == {"d/#"})
+        n3.client("pub").send(Publish("d/a", b"two", 2, packet_id=next(_pids)))
+        n3.client("pub1").send(Publish("d/b", b"one", 1, packet_id=next(_pids)))
+        await until(lambda: len(subscriber.received) == 2, what="both deliveries")
+        session = n2.broker.sessions["done"]
+        (two,) = [p for p in subscriber.received if p.qos == 2]
+        (one,) = [p for p in subscriber.received if p.qos == 1]
+        mid = session.inflight[two.packet_id].pending.message.mid
+        assert mid is not None
+        subscriber.send(PubRec(two.packet_id))
+        await until(lambda: any(isinstance(p, PubRel) for p in subscriber.wire.packets))
+        store = n2.broker.records.store
+        assert isinstance(store, MemorySessionStore)
+        assert store.contents().taken == {}  # still in flight: its row holds the identity
+        subscriber.send(PubComp(two.packet_id))
+        subscriber.send(PubAck(one.packet_id))
+        await until(lambda: not session.inflight)
+        assert store.contents().taken == {"done": [mid]}  # the QoS 1 one is not kept
+        (records,) = snapshot_records(store.contents())
+        restored = session_from(records, 0.0)
+        assert mid in (restored.seen or {})
+
+    run_cluster(scenario)
+
+
+def test_a_remembered_identity_goes_to_backups_that_read_it() -> None:
+    """remember_taken is a replicated write (op TAKEN) to backups whose HELLO said
+    taken_ops; a backup of an older version gets no op it cannot read."""
+    from types import SimpleNamespace
+
+    from hive_core.cluster._replication import ReplicatingStore, apply_op
+
+    inner = MemorySessionStore()
+    store = ReplicatingStore(inner)
+    store.replicator = SimpleNamespace(backups={"b": None}, ship_soon=lambda: None)  # type: ignore[assignment]
+    store.remember_taken("c", "n1", 7)
+    assert store.pending == [] and inner.contents().taken == {"c": [("n1", 7)]}
+    store.taken_ops = True
+    store.remember_taken("c", "n1", 8)
+    (op,) = store.pending
+    replica = MemorySessionStore()
+    apply_op(replica, op)
+    assert replica.contents().taken == {"c": [("n1", 8)]}

@@ -20,6 +20,7 @@ from hive_core.persistence import (
     StoredMessage,
     StoredSession,
     StoredSubscription,
+    _file_store,
     _sqlite_schema,
 )
 
@@ -331,6 +332,7 @@ async def test_a_version_1_database_is_migrated_with_its_subscriptions(tmp_path:
     await store.open()
     await store.close()
     with sqlite3.connect(store.path) as db:  # the version 1 layout, as Hive 1.0 wrote it
+        db.execute("DROP TABLE taken")  # added by version 5
         db.execute("DROP TABLE subscription")
         for table in ("session", "retained_message"):  # added by version 3
             db.execute(f"ALTER TABLE {table} DROP COLUMN version")
@@ -354,7 +356,7 @@ async def test_a_version_1_database_is_migrated_with_its_subscriptions(tmp_path:
     await reopened.close()
     assert list(again.sessions["c1"].subscriptions) == ["$share/g/b"]
     with sqlite3.connect(store.path) as db:
-        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (4,)
+        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (5,)
         assert db.execute("SELECT version FROM session").fetchone()[0] > 0  # stamped by the write
 
 
@@ -378,12 +380,57 @@ async def test_queued_and_in_flight_messages_keep_their_cluster_identity(tmp_pat
     assert flight is not None and (flight.origin, flight.serial) == ("n3", 9)
 
 
+async def test_the_identities_of_completed_qos2_deliveries_are_kept_newest_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Schema 5: what remember_taken kept comes back in order, goes with the session, and
+    only the newest TAKEN_KEEP per client stay (pruned past the slack, not at every commit)."""
+    monkeypatch.setattr(_file_store, "TAKEN_KEEP", 5)
+    monkeypatch.setattr(_file_store, "TAKEN_SLACK", 2)
+    store = FileSessionStore(tmp_path, sync=False)
+    await store.open()
+    for client_id in ("c1", "c2"):
+        store.save_session(StoredSession(client_id, 5, 3600))
+    for serial in range(1, 8):
+        store.remember_taken("c1", "n2", serial)
+        await store.commit()
+    store.remember_taken("c2", "n3", 1)
+    await store.commit()
+    reopened, snapshot = await reopen(store)
+    assert snapshot.taken["c1"] == [("n2", n) for n in range(1, 8)]  # 7: within the slack
+    reopened.remember_taken("c1", "n2", 8)  # 8 > 5 + 2: the oldest go
+    reopened.delete_session("c2")
+    await reopened.commit()
+    again, snapshot = await reopen(reopened)
+    await again.close()
+    assert snapshot.taken == {"c1": [("n2", n) for n in range(4, 9)]}
+
+
+async def test_a_version_4_database_is_migrated_with_nothing_taken(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path)
+    await store.open()
+    await store.close()
+    with sqlite3.connect(store.path) as db:  # the version 4 layout
+        db.execute("DROP TABLE taken")
+        db.execute("UPDATE schema_version SET version = 4")
+        db.execute("INSERT INTO session VALUES ('c1', 5, 3600, NULL, 1)")
+    migrated = FileSessionStore(tmp_path, sync=False)
+    snapshot = await migrated.open()
+    assert snapshot.taken == {} and "c1" in snapshot.sessions
+    migrated.remember_taken("c1", "n1", 3)
+    reopened, snapshot = await reopen(migrated)
+    await reopened.close()
+    assert snapshot.taken == {"c1": [("n1", 3)]}
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (5,)
+
+
 async def test_a_version_3_database_is_migrated_with_messages_without_identity(
         tmp_path: Path) -> None:
     store = FileSessionStore(tmp_path)
     await store.open()
     await store.close()
     with sqlite3.connect(store.path) as db:  # the version 3 layout
+        db.execute("DROP TABLE taken")  # added by version 5
         for table in ("queued_message", "inflight"):
             db.execute(f"ALTER TABLE {table} DROP COLUMN origin")
             db.execute(f"ALTER TABLE {table} DROP COLUMN serial")
@@ -396,7 +443,7 @@ async def test_a_version_3_database_is_migrated_with_messages_without_identity(
     (seq, message), = snapshot.queues["c1"]
     assert (seq, message.payload, message.origin, message.serial) == (1, b"q", "", 0)
     with sqlite3.connect(store.path) as db:
-        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (4,)
+        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (5,)
 
 
 async def test_the_database_lives_in_the_data_folder_in_wal_mode(tmp_path: Path) -> None:
