@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from hive_core.broker._expiry import SessionClock
-from hive_core.broker._handover import MessageId, takes
+from hive_core.broker._handover import MessageId, had, takes
 from hive_core.broker._merge import merge_had, merge_window
 from hive_core.broker._message import Message
 from hive_core.broker._metrics import BrokerMetrics, BrokerStats
@@ -716,9 +716,10 @@ class Broker:
                 # A copy here already (a split, then the failed node kept it): both copies
                 # hold messages the other lacks. This one stays and takes the replica's queue
                 # and window, each message once (by identity).
-                self.append_handed_over(client_id, [
+                # What the failed node's client completed (its store's identities) goes first.
+                self.merge_queue(client_id, [
                     (message, (message.origin, message.serial) if message.serial else None)
-                    for _seq, message in record.queue])
+                    for _seq, message in record.queue], taken=record.seen)
                 self.merge_window(client_id, [i for i in record.inflight if i.direction == "out"])
                 existing.taken_over = True
                 adopted.append(client_id)
@@ -777,15 +778,8 @@ class Broker:
             self.flush()
 
     def taken_identities(self, client_id: str) -> list[MessageId]:
-        """What the session's client has surely had: identities taken, less those still
-        queued or sent without an acknowledgement (PUBREC counts: the client has it)."""
         session = self.sessions.get(client_id)
-        if session is None or not session.seen:
-            return []
-        pending = {p.message.mid for p in session.queue}
-        pending.update(o.pending.message.mid for o in session.inflight.values()
-                       if o.state != "pubrel")
-        return [mid for mid in session.seen if mid not in pending]
+        return had(session) if session is not None else []
 
     def inbound_qos2(self, client_id: str) -> list[int]:
         session = self.sessions.get(client_id)

@@ -42,3 +42,14 @@ def takes(session: Session, mid: MessageId | None) -> bool:
     if len(seen) > SEEN_MAX:
         del seen[next(iter(seen))]
     return True
+
+
+def had(session: Session) -> list[MessageId]:
+    """What the session's client has surely had: identities taken, less those still queued
+    or sent without an acknowledgement (PUBREC counts: the client has it)."""
+    if not session.seen:
+        return []
+    pending = {p.message.mid for p in session.queue}
+    pending.update(o.pending.message.mid for o in session.inflight.values()
+                   if o.state != "pubrel")
+    return [mid for mid in session.seen if mid not in pending]

@@ -75,7 +75,7 @@ def merge_had(records: Records, metrics: BrokerMetrics, session: Session,
                 if session.persistent:
                     records.received_qos2(session, pid)
     if taken:
-        for mid in taken:
+        for mid in taken:  # new here: kept on disk too (no row of this copy names it)
             if takes(session, mid) and session.persistent:
                 records.took(session, mid)
         had = set(taken)
@@ -83,8 +83,11 @@ def merge_had(records: Records, metrics: BrokerMetrics, session: Session,
         if any(p.message.mid in had for p in session.queue):
             kept: deque[Pending] = deque()
             for pending in session.queue:
-                if pending.message.mid in had:
-                    records.dequeue(session, pending)
+                if pending.message.mid in had:  # its row goes, its identity stays
+                    with records.atomic():
+                        records.dequeue(session, pending)
+                        if session.persistent:
+                            records.took(session, pending.message.mid)
                     metrics.handover_duplicates_skipped += 1
                 else:
                     kept.append(pending)

@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from hive_core.broker._handover import MessageId, takes
+from hive_core.broker._handover import SEEN_MAX, MessageId, had, takes
 from hive_core.broker._message import Message
 from hive_core.broker._session import Outbound, Pending, Session, Subscription
 from hive_core.mqtt import (
@@ -163,8 +163,8 @@ def session_from(records: SessionRecords, now: float) -> Session:
             pending = (pending_from(inflight.message) if inflight.message
                        else Pending(Message("", b"", 2, False, None, ""), 2, None, False))
             session.inflight[inflight.packet_id] = Outbound(pending, inflight.state)
-    if records.seen:
-        session.seen = dict.fromkeys((str(o), int(n)) for o, n in records.seen)
+    if records.seen:  # the newest SEEN_MAX (a store may hold a few more)
+        session.seen = dict.fromkeys((str(o), int(n)) for o, n in records.seen[-SEEN_MAX:])
     # What it holds it took: a copy of one of those (a merge, a rescue) is not taken again.
     held = [p.message.mid for p in session.queue]
     held += [o.pending.message.mid for o in session.inflight.values()]
@@ -269,9 +269,10 @@ class Records:
     def acknowledged(self, session: Session, packet_id: int, outbound: Outbound) -> None:
         """The delivery is done (PUBACK, PUBCOMP): its row goes. A QoS 2 one's identity is
         kept instead, so that no copy of it reaches the session as new after a restart."""
-        self.store.delete_inflight(session.client_id, packet_id, "out")
-        if outbound.pending.qos == 2:
-            self.took(session, outbound.pending.message.mid)
+        with self.atomic():  # never the row gone without the identity kept
+            self.store.delete_inflight(session.client_id, packet_id, "out")
+            if outbound.pending.qos == 2:
+                self.took(session, outbound.pending.message.mid)
 
     def took(self, session: Session, mid: MessageId | None) -> None:
         """The session's client had the message ``mid``, and no row of it says so."""
@@ -319,9 +320,11 @@ class Records:
 
     @staticmethod
     def stored(session: Session) -> SessionRecords:
-        """A session as the store holds it: queued messages at their positions."""
+        """A session as the store holds it: queued messages at their positions, and what its
+        client has had (not what is still queued or sent, which the rows say)."""
         records = Records.export(session)
         records.queue = [(p.seq, stored_message(p)) for p in session.queue if p.seq]
+        records.seen = had(session)
         return records
 
     def write_all(self, session: Session, keep_positions: bool = False) -> None:
@@ -331,6 +334,8 @@ class Records:
         of one session on two nodes can be merged by position later.
         """
         self.save_session(session)
+        for mid in had(session):  # what its client had on the other node: no row says it
+            self.took(session, mid)
         for pending in session.queue:
             if keep_positions and pending.seq:
                 self.restored_seq(pending.seq)

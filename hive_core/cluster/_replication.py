@@ -94,17 +94,23 @@ def inflight_of(fields: list[Any]) -> StoredInflight:
                           StoredMessage(*message) if message is not None else None)
 
 
-def records_fields(records: SessionRecords, identified: bool = False) -> list[Any]:
-    return [session_fields(records.session),
-            [[seq, message_fields(m, identified)] for seq, m in records.queue],
-            [inflight_fields(i, identified) for i in records.inflight]]
+def records_fields(records: SessionRecords, identified: bool = False,
+                   taken: bool = False) -> list[Any]:
+    """``taken`` (the receiver's HELLO said taken_ops): with what the client had, by identity."""
+    fields = [session_fields(records.session),
+              [[seq, message_fields(m, identified)] for seq, m in records.queue],
+              [inflight_fields(i, identified) for i in records.inflight]]
+    if taken:
+        fields.append([list(mid) for mid in records.seen or ()])
+    return fields
 
 
 def records_of(fields: list[Any]) -> SessionRecords:
-    session, queue, inflight = fields
+    session, queue, inflight, *taken = fields
     return SessionRecords(session_of(session),
                           [(seq, StoredMessage(*m)) for seq, m in queue],
-                          [inflight_of(i) for i in inflight])
+                          [inflight_of(i) for i in inflight],
+                          [(str(o), int(n)) for o, n in taken[0]] if taken else None)
 
 
 # Op codes: the first item of an op; the rest are the write's arguments.
@@ -500,6 +506,10 @@ class Replicas:
                     store.enqueue(r.session.client_id, queued_seq, message)
                 for inflight in r.inflight:
                     store.save_inflight(inflight)
+                remember = getattr(store, "remember_taken", None)
+                if remember is not None:
+                    for origin_id, serial in r.seen or ():
+                        remember(r.session.client_id, origin_id, serial)
         if not more:
             replica.complete = True
             replica.applied = seq
@@ -679,14 +689,14 @@ def _read_sidecar(folder: Path) -> tuple[Watermarks, dict[str, list[Any]]]:
     return watermarks, wills
 
 
-def in_record_parts(records: list[SessionRecords], size: int,
-                    identified: bool = False) -> Iterator[list[list[Any]]]:
+def in_record_parts(records: list[SessionRecords], size: int, identified: bool = False,
+                    taken: bool = False) -> Iterator[list[list[Any]]]:
     """Sessions as snapshot parts of about ``size`` bytes of payload each."""
     part: list[list[Any]] = []
     total = 0
     for r in records:
-        part.append(records_fields(r, identified))
-        total += 256 + sum(len(m.payload) for _, m in r.queue)
+        part.append(records_fields(r, identified, taken))
+        total += 256 + sum(len(m.payload) for _, m in r.queue) + 32 * len(r.seen or ())
         if total >= size:
             yield part
             part, total = [], 0

@@ -163,7 +163,7 @@ class Takeover:
         member = self.node.members.get(node_id)
         if member is None:
             return
-        parts = list(in_record_parts(records, PART_BYTES, member.identities))
+        parts = list(in_record_parts(records, PART_BYTES, member.identities, member.taken_ops))
         for index, part in enumerate(parts):
             member.link.send(FrameKind.REPL_SNAPSHOT,
                              [seq, index == 0, part, wills if index == 0 else [],

@@ -336,3 +336,18 @@ def test_a_remembered_identity_goes_to_backups_that_read_it() -> None:
     replica = MemorySessionStore()
     apply_op(replica, op)
     assert replica.contents().taken == {"c": [("n1", 8)]}
+
+
+def test_a_replica_snapshot_carries_what_the_client_had_only_to_a_backup_that_reads_it() -> None:
+    """A new backup starts from a snapshot: to one whose HELLO said taken_ops, each session
+    comes with what its client has had (not what is still queued: that is its rows); an older
+    backup unpacks exactly three fields and gets three."""
+    from hive_core.broker import SessionRecords
+    from hive_core.cluster._replication import records_fields, records_of
+    from hive_core.persistence import StoredSession
+
+    records = SessionRecords(StoredSession("c", 5, 60), [], [], [("n1", 4), ("n2", 9)])
+    assert len(records_fields(records, identified=True)) == 3
+    again = records_of(records_fields(records, identified=True, taken=True))
+    assert again.seen == [("n1", 4), ("n2", 9)]
+    assert records_of(records_fields(records)).seen is None
