@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 
 from hive_core.broker import SessionUnavailable
+from hive_core.cluster._claims import ConnectedClaims
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._parts import FrameHandler, Member, NodeContext
 from hive_core.cluster._replication import inflight_fields, inflight_of, message_fields
@@ -80,6 +81,7 @@ class Custody:
         # the same two claims, so the two decide alike (a client that dropped in between
         # would otherwise have each node give its copy up for the other's).
         self._told: dict[str, dict[str, tuple[bool, int]]] = {}
+        self.claims = ConnectedClaims()  # the newest claim made with the client connected
 
     def frame_handlers(self) -> dict[FrameKind, FrameHandler]:
         return {
@@ -117,6 +119,7 @@ class Custody:
         for client_id in client_ids:
             self.owned_since[client_id] = self.epoch(client_id)
             self.owners.pop(client_id, None)
+            self.claims.forget(client_id)
 
     def member_joined(self, node_id: str) -> None:
         """``node_id`` is linked again: a merge with it decides anew which copies stay, so the
@@ -134,6 +137,7 @@ class Custody:
         for client_id, (owner, _epoch) in list(self.owners.items()):
             if owner == node_id:
                 del self.owners[client_id]
+        self.claims.forget_node(node_id)
         if for_good:
             self._stop_yielding_to(node_id)
 
@@ -156,6 +160,7 @@ class Custody:
         since = self.owned_since[client_id] = self.epoch(client_id)
         self.node.moved.came_back(client_id)
         self.owners.pop(client_id, None)
+        self.claims.forget(client_id)
         for member in self.node.members.values():
             member.link.send(FrameKind.CLIENT_CONNECTED,
                              [client_id, since] if member.protocol >= 3 else client_id)
@@ -181,6 +186,7 @@ class Custody:
         current = self.owners.get(client_id)
         if current is None or since >= current[1]:
             self.owners[client_id] = (node_id, since)
+        self.claims.claimed(client_id, node_id, since, True)
         self.owned_since.pop(client_id, None)
         self.node.broker.taken_over_elsewhere(client_id)
 
@@ -217,6 +223,7 @@ class Custody:
         owner = self.owners.get(client_id)
         if owner is not None and owner[0] == member.node_id:
             del self.owners[client_id]
+        self.claims.forget(client_id, member.node_id)
         if not isinstance(body, list):
             return
         version = self._ended(client_id, int(body[1]))
@@ -313,6 +320,10 @@ class Custody:
                 raise SessionUnavailable(f"the copy here lost a merge to node {keeper}, which "
                                          "is unreachable: its copy is newer")
             redirect = keeper  # linked again: its merge is under way, ask it
+        # A copy whose client was connected, not merged yet with the directory's: it will stay.
+        claimed = None if redirect else self.claims.contested(
+            client_id, self.owner_of(client_id), node.members)
+        redirect = redirect or claimed
         for attempt in (1, 2):
             entry = self.owners.get(client_id)
             owner = redirect or (entry[0] if entry is not None else None)
@@ -365,6 +376,10 @@ class Custody:
                 raise SessionUnavailable(f"the session could not be fetched: {fetch.failed}")
             if fetch.records is None:
                 elsewhere = fetch.elsewhere
+                if attempt == 1 and claimed is not None and owner == claimed:
+                    self.claims.forget(client_id, claimed)  # gone from there: the others
+                    redirect = elsewhere if elsewhere in node.members else None
+                    continue
                 if elsewhere is None or elsewhere == node.node_id:
                     self.owners.pop(client_id, None)
                     return None
@@ -466,6 +481,7 @@ class Custody:
             current = self.owners.get(client_id)
             if current is None or since >= current[1]:
                 self.owners[client_id] = (node_id, since)
+            self.claims.claimed(client_id, node_id, since, connected)
         if winners and member.forwards_on:  # it says when the hand-over is whole
             node.merge_wait.expect(node_id, winners)
         if kept:
