@@ -27,11 +27,15 @@ class ConnectedClaims:
     def claimed(self, client_id: str, node_id: str, epoch: int, connected: bool) -> None:
         """A claim from ``node_id`` (OWNED, or CLIENT_CONNECTED: connected)."""
         current = self._claims.get(client_id)
-        if connected:
-            if current is None or epoch >= current[1]:
+        if current is not None and current[0] == node_id:
+            # That node's own claims come in order on one link (a restarted node's epoch
+            # may start lower): its newest one stands.
+            if connected:
                 self._claims[client_id] = (node_id, epoch)
-        elif current is not None and current[0] == node_id and epoch >= current[1]:
-            del self._claims[client_id]  # that node's client left since
+            else:
+                del self._claims[client_id]  # its client left since
+        elif connected and (current is None or epoch >= current[1]):
+            self._claims[client_id] = (node_id, epoch)
 
     def contested(self, client_id: str, owner: str | None,
                   members: Container[str]) -> str | None:

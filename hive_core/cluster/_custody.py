@@ -70,16 +70,13 @@ class Custody:
         # of the session elsewhere (a split) had everything up to it too.
         self.adopted_marks: dict[str, int] = {}
         # Copies here that lost a merge to a node not linked here (it left before they were
-        # handed to it): client id -> that keeper. Not served meanwhile: the keeper's copy is
-        # newer (its client was connected there), and this one would send its client again
-        # what it had there. Until the keeper is back (merged) or forgotten.
+        # handed to it): client id -> that keeper. Not served until it is back or forgotten:
+        # its copy is newer, and this one would send its client again what it had there.
         self.yielding: dict[str, str] = {}
         self.merges = 0  # copies of a session dropped here for another node's
         # What this node last told each member it holds (OWNED): (client connected, epoch) by
-        # client id. When that member's claim to the same session arrives, this node weighs
-        # it against what it told, not against its state of that moment: the member weighs
-        # the same two claims, so the two decide alike (a client that dropped in between
-        # would otherwise have each node give its copy up for the other's).
+        # client id. A member's claim is weighed against what was told it, as the member weighs
+        # the same two claims: the two decide alike even if a client dropped in between.
         self._told: dict[str, dict[str, tuple[bool, int]]] = {}
         self.claims = ConnectedClaims()  # the newest claim made with the client connected
 
@@ -223,6 +220,7 @@ class Custody:
         owner = self.owners.get(client_id)
         if owner is not None and owner[0] == member.node_id:
             del self.owners[client_id]
+            self.claims.forget(client_id)
         self.claims.forget(client_id, member.node_id)
         if not isinstance(body, list):
             return
@@ -323,10 +321,10 @@ class Custody:
         # A copy whose client was connected, not merged yet with the directory's: it will stay.
         claimed = None if redirect else self.claims.contested(
             client_id, self.owner_of(client_id), node.members)
-        redirect = redirect or claimed
-        for attempt in (1, 2):
+        for attempt in (0, 1, 2) if claimed else (1, 2):  # 0: ask the claimed node first
             entry = self.owners.get(client_id)
-            owner = redirect or (entry[0] if entry is not None else None)
+            owner = claimed if attempt == 0 else \
+                redirect or (entry[0] if entry is not None else None)
             if owner is not None and owner not in node.members and replicating:
                 # Its node failed or left: the node taking its sessions over has it (or will).
                 taker = takeover.taker_of(owner)
@@ -356,7 +354,7 @@ class Custody:
             self._fetch_seq += 1
             request = self._fetch_seq
             fetch = self.fetches[request] = SessionFetch(request, client_id, member.link)
-            failed = entry[0] if entry is not None and entry[0] != owner \
+            failed = entry[0] if attempt and entry is not None and entry[0] != owner \
                 and redirect is None else None
             try:
                 member.link.send(FrameKind.SESSION_FETCH, [request, client_id, failed])
@@ -370,18 +368,18 @@ class Custody:
                             node.settings.connect_timeout)
                 raise SessionUnavailable(
                     f"the node holding the session ({owner}) did not answer")
+            if attempt == 0 and (fetch.failed is not None or fetch.records is None):
+                self.claims.forget(client_id, claimed)  # not there (any more): the directory's
+                continue
             if fetch.failed is not None:
                 if attempt == 1 and owner not in node.members and replicating:
                     continue  # it left meanwhile (a node stopping answers no more fetches)
                 raise SessionUnavailable(f"the session could not be fetched: {fetch.failed}")
             if fetch.records is None:
                 elsewhere = fetch.elsewhere
-                if attempt == 1 and claimed is not None and owner == claimed:
-                    self.claims.forget(client_id, claimed)  # gone from there: the others
-                    redirect = elsewhere if elsewhere in node.members else None
-                    continue
                 if elsewhere is None or elsewhere == node.node_id:
                     self.owners.pop(client_id, None)
+                    self.claims.forget(client_id)
                     return None
                 # Not there, but on a node it knows of (a merge kept that copy): asked again
                 # there if it is a member here, else refused rather than made anew.
@@ -477,6 +475,7 @@ class Custody:
             # lived on after the end has a newer copy on the node that took it over.
             if ended > since and not connected and node.takeover.replicator is not None:
                 member.link.send(FrameKind.SESSION_GONE, [client_id, ended])
+                self.claims.forget(client_id, node_id)
                 continue
             current = self.owners.get(client_id)
             if current is None or since >= current[1]:
@@ -531,6 +530,7 @@ class Custody:
     def member_left(self, peer_id: str) -> None:
         """A member left: it answers no barrier, and what it was told is told again."""
         self._told.pop(peer_id, None)
+        self.claims.forget_node(peer_id)  # said again in its OWNED if it comes back
         self.node.merge_wait.left(peer_id)  # no hand-over comes from it now
         for token in list(self._barriers):
             self.routed(peer_id, token)

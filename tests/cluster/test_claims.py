@@ -21,9 +21,10 @@ def test_a_connected_claim_older_than_the_directorys_is_asked_first() -> None:
 def test_a_claim_is_dropped_when_that_node_says_otherwise_or_lets_go() -> None:
     claims = ConnectedClaims()
     claims.claimed("c", "n1", 10, connected=True)
-    claims.claimed("c", "n1", 5, connected=False)  # older: changes nothing
+    claims.claimed("c", "n3", 5, connected=False)  # another node, not connected: nothing
     assert claims.contested("c", "n2", MEMBERS) == "n1"
-    claims.claimed("c", "n1", 12, connected=False)  # its client left since
+    # n1 restarted: its OWNED says not connected, with an epoch that starts lower
+    claims.claimed("c", "n1", 0, connected=False)
     assert claims.contested("c", "n2", MEMBERS) is None
     claims.claimed("c", "n1", 13, connected=True)
     claims.forget("c", "n3")  # another node's copy went: not this claim
