@@ -69,7 +69,7 @@ class Outcome:
         """A line per invariant, the figures, and on a failure the details and the schedule."""
         v = self.verdict
         out = [f"{name:<22} {getattr(v, name):>6}  {'BROKEN' if getattr(v, name) else 'ok'}"
-               for name in INVARIANTS]
+               for name in INVARIANTS if name != "retained"]  # not published retained here
         out.append(f"seed {self.seed}, faults {','.join(self.faults) or '-'}: {v.summary()}; "
                    f"CONNECT refusals {self.refusals}; sessions per node {self.sessions}")
         if v.broken:

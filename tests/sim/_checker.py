@@ -10,6 +10,9 @@
   survived (so a copy or a replica of the session existed);
 - **owners**: after the heal, client ids held by no node or by more than one, or a node whose
   directory names another holder than the one that has the session;
+- **retained** (with ``Options.retain``: publishers retain every message): after the heal, a
+  publisher's topic whose retained message is not the same on every node, or not its last one
+  (every message is acknowledged by then);
 - **errors**: exceptions the event loop caught.
 """
 
@@ -20,7 +23,8 @@ from dataclasses import dataclass, field
 
 from ._world import Record, World
 
-INVARIANTS = ("lost", "qos2_duplicates", "wrong_session_present", "owners", "errors")
+INVARIANTS = ("lost", "qos2_duplicates", "wrong_session_present", "owners", "retained",
+              "errors")
 """What must be 0 for a run to pass (the other counts are reported)."""
 
 
@@ -36,6 +40,7 @@ class Verdict:
     reordered: int = 0
     wrong_session_present: int = 0
     owners: int = 0
+    retained: int = 0
     errors: int = 0
     details: list[str] = field(default_factory=list)
 
@@ -54,6 +59,8 @@ class Verdict:
 def check(world: World) -> Verdict:
     verdict = count(world.record, [c.client_id for c in world.clients if c.role == "sub"])
     verdict.owners = _owners(world, verdict.details)
+    if world.options.retain:
+        verdict.retained = _retained(world, verdict.details)
     return verdict
 
 
@@ -124,4 +131,22 @@ def _owners(world: World, details: list[str]) -> int:
                 wrong += 1
                 details.append(f"{node.name} names {named} for {client.client_id}, held by "
                                f"{holders[0]}")
+    return wrong
+
+
+def _retained(world: World, details: list[str]) -> int:
+    wrong = 0
+    for client in world.clients:
+        if client.role != "pub" or not client.seq:
+            continue
+        topic = f"{client.topic}/{client.client_id}"
+        held = {}
+        for node in world.nodes:
+            if node.broker is not None and node.up:
+                message = node.broker.retained.get(topic)
+                held[node.name] = message.payload.decode() if message is not None else None
+        last = f"{client.client_id}:{client.seq}"
+        if set(held.values()) != {last}:
+            wrong += 1
+            details.append(f"retained {topic}: {held}, its last message {last}")
     return wrong

@@ -85,6 +85,7 @@ class RecordingClient:
         self.awaiting_rel: set[int] = set()  # inbound QoS 2 ids, PUBREC sent
         self.seq = 0
         self.last_heard = 0.0
+        self.retain = False  # a publisher: every message retained too
 
     # -- what a kind of connection says
 
@@ -165,6 +166,13 @@ class RecordingClient:
             self.drop()
 
     def _on_publish(self, packet: Publish) -> None:
+        if packet.retain:  # a retained message sent at SUBSCRIBE, not a delivery: acknowledged
+            if packet.qos == 1:
+                self.send(PubAck(packet.packet_id))  # type: ignore[arg-type]
+            elif packet.qos == 2:
+                self.awaiting_rel.add(packet.packet_id)  # type: ignore[arg-type]
+                self.send(PubRec(packet.packet_id))  # type: ignore[arg-type]
+            return
         publisher, _, seq = packet.payload.decode().partition(":")
         new = True
         if packet.qos == 2:
@@ -223,7 +231,7 @@ class RecordingClient:
 
     def _send_publish(self, seq: int, pid: int, dup: bool) -> None:
         self.send(Publish(f"{self.topic}/{self.client_id}", f"{self.client_id}:{seq}".encode(),
-                          self.qos, dup=dup, packet_id=pid))
+                          self.qos, retain=self.retain, dup=dup, packet_id=pid))
 
     @property
     def pending(self) -> int:

@@ -48,6 +48,7 @@ class Options:
     faults: tuple[str, ...] = FAULTS
     heartbeat: tuple[float, float] = (1.0, 3.0)  # interval, timeout
     keep_alive: int = 4
+    retain: bool = False  # publishers retain every message: retained messages are checked too
 
 
 class _Seeds:
@@ -245,6 +246,8 @@ class World:
         await self.until(lambda: all(c.client_id in self.record.subscribed_at
                                      for c in subscribers), 30)
         publishers = [c for c in self.clients if c.role == "pub"]
+        for publisher in publishers:
+            publisher.retain = options.retain
         nemesis = self.loop.create_task(self._nemesis())
         end = self.loop.now + options.traffic
         while self.loop.now < end:

@@ -3,6 +3,7 @@
     python tests/sim/run.py --seeds 0-9999 --jobs 2   # a range (each seed in its own process)
     python tests/sim/run.py --seeds 1234 --verbose    # one seed: its schedule and log lines
     python tests/sim/run.py --seeds 0-999 --faults kill,move --traffic 30
+    python tests/sim/run.py --seeds 0-99 --retain       # every message retained, and checked
 
 A seed that breaks an invariant is printed with what broke and the schedule that led there;
 the exit code is 1 when any did. Runs under PYTHONHASHSEED=0 (it re-executes itself so).
@@ -57,13 +58,15 @@ def main() -> int:
     parser.add_argument("--traffic", type=float, default=Options.traffic,
                         help="seconds of publishing (simulated)")
     parser.add_argument("--nodes", type=int, default=Options.nodes)
+    parser.add_argument("--retain", action="store_true",
+                        help="publishers retain every message; retained messages are checked")
     parser.add_argument("--jobs", type=int, default=1,
                         help="seeds run at once, each in a process of its own (verdicts do not "
                              "depend on it)")
     parser.add_argument("--verbose", action="store_true",
                         help="one seed, in this process, with the nodes' log lines")
     args = parser.parse_args()
-    options = Options(nodes=args.nodes, traffic=args.traffic,
+    options = Options(nodes=args.nodes, traffic=args.traffic, retain=args.retain,
                       faults=tuple(f for f in args.faults.split(",") if f))
     seeds = seeds_from(args.seeds)
     begun = time.monotonic()
@@ -86,7 +89,7 @@ def main() -> int:
     totals = {name: sum(r.get(name, 0) for r in results)
               for name in ("acknowledged", "expected", "lost", "qos2_duplicates",
                            "qos1_duplicates", "reordered", "wrong_session_present", "owners",
-                           "errors")}
+                           "retained", "errors")}
     print("totals: " + ", ".join(f"{name} {count}" for name, count in totals.items()))
     print(f"\n{len(results)} seeds, {len(broken)} broken, {time.monotonic() - begun:.1f} s")
     return 1 if broken else 0

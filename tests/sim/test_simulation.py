@@ -6,10 +6,11 @@ checks the invariants of ``_checker.py``. The seeds run in a child process under
 PYTHONHASHSEED=0, each forked from one parent, so a failing seed printed here replays alike
 with ``python tests/sim/run.py --seeds N --faults F``.
 
-In CI: 150 seeds of subscribers moving between nodes and 350 of all four faults mixed (kills
-and restarts, freezes, one node cut off, moves); the seeds of those ranges that still break an
-invariant are listed in ``OPEN`` (the open work of the cluster-correctness issue), and every
-seed that ever broke one is kept in ``REGRESSIONS``.
+In CI: 150 seeds of subscribers moving between nodes, 350 of all four faults mixed (kills
+and restarts, freezes, one node cut off, moves), and 100 of all four with every message
+retained (then retained messages must converge too); the seeds of those ranges that still
+break an invariant are listed in ``OPEN`` (the open work of the cluster-correctness issue),
+and every seed that ever broke one is kept in ``REGRESSIONS``.
 """
 
 from __future__ import annotations
@@ -182,6 +183,17 @@ def test_the_cluster_under_a_seeded_nemesis_loses_nothing_and_gets_qos2_once(
         f"broken seeds {sorted(broken)}, open {sorted(expected)}:\n" + done.stdout[-6000:])
 
 
+@pytest.mark.timeout(300)
+def test_retained_messages_converge_under_the_nemesis() -> None:
+    """100 seeds of all four faults with every message retained: after the heal, every node
+    holds each publisher's last message as the retained one of its topic."""
+    done = subprocess.run([sys.executable, str(RUN), "--seeds", "1200-1299", "--faults", ALL,
+                           "--retain"], capture_output=True, text=True, timeout=280,
+                          check=False)
+    assert "100 seeds, 0 broken" in done.stdout, done.stdout[-6000:] + done.stderr[-2000:]
+    assert "retained 0" in done.stdout
+
+
 def test_the_checker_sees_a_lost_message() -> None:
     """The checker is not blind: a subscriber that drops what it gets counts as lost."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -203,3 +215,21 @@ def test_the_checker_sees_a_lost_message() -> None:
     finally:
         SimClient._on_publish = original  # type: ignore[method-assign]
     assert verdict.lost == 1 and verdict.broken == ["lost"]
+
+
+def test_the_checker_sees_a_retained_message_not_converged() -> None:
+    """With publishers retaining, a node whose retained message for a topic is not the
+    publisher's last one breaks the run."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from hive_core.broker._message import Message
+    from sim._checker import check
+    from sim._world import Options, run_world
+
+    world = run_world(2, Options(retain=True, faults=(), traffic=3.0, settle=3.0))
+    assert check(world).retained == 0
+    node = world.nodes[0]
+    assert node.broker is not None
+    topic = next(iter(node.broker.retained))
+    node.broker.retained.apply(Message(topic, b"stale:1", 1, True, None, "stale"))
+    verdict = check(world)
+    assert verdict.retained == 1 and "retained" in verdict.broken, verdict.details
