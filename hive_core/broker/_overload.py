@@ -11,9 +11,10 @@ While the level is above 0 the node is *engaged*: what it reads from its clients
 tenth per level, by half at most) and grows again by a twentieth of that rate at every sample
 without. The budget is shared equally among the clients that want to send. A client's credit
 grows by its share and shrinks by what it sent; a client in debt is not read from (its socket
-fills and TCP slows it down) until the shares have paid the debt back. A client that is read
-may take its credit and one more share until the next sample, no more: past that it holds its
-own reading (``Sender.read_until``), since between two samples a fast sender whose messages are
+fills and TCP slows it down) until the shares have paid the debt back. While a subscriber's
+queue is filling (the sources that end in dropped messages), a client that is read may take its
+credit and one more share until the next sample, no more: past that it holds its own reading
+(``Sender.read_until``), since between two samples a fast sender whose messages are
 acknowledged at once could otherwise bring in what the node takes in a whole second. Light
 senders (a CONNECT, a PINGREQ, a few messages a second) stay under their share and are never
 held, nor is a client the node is delivering to (its acknowledgements are what drains the
@@ -242,6 +243,11 @@ class OverloadProtection:
         before = self.share or max(float(MIN_SHARE), self.budget / max(1, wanting))
         self.share = max(float(MIN_SHARE), self.budget / max(1, wanting))
         held = 0
+        # Only a subscriber's queue filling loses messages (dropped when full): then a client
+        # read again stops at its share within the sample. Other pressure (a late loop, the
+        # links to other nodes) is weighed at the samples only, as before.
+        sources = self.sources
+        bounded = bool(sources["queue-fill"] or sources["queued"])
         for sender, account, used in counted:
             # In shares, not bytes: a debt made when the share was large is not forgiven
             # when the share shrinks, nor made heavier.
@@ -252,7 +258,8 @@ class OverloadProtection:
                     self.holds += 1
                     sender.hold_reading()
             else:
-                sender.read_until = sender.received + (account.credit + 1) * self.share
+                sender.read_until = sender.received + (account.credit + 1) * self.share \
+                    if bounded else READ_FREELY
                 if sender.held:
                     sender.release_reading()
         self._peak_held = max(self._peak_held, held)
