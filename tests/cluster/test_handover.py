@@ -257,6 +257,14 @@ def test_a_session_handed_over_carries_the_identities_it_took() -> None:
     run_cluster(scenario)
 
 
+async def qos2_subscriber_on_n2(n2: Node, n3: Node, client_id: str, prefix: str) -> Client:
+    """A persistent QoS 2 subscriber to ``prefix/#`` on n2, its filter known on n3."""
+    subscriber = n2.client(client_id, clean=False)
+    subscriber.subscribe(f"{prefix}/#", qos=2)
+    await until(lambda: n3.cluster.table.filters_of("n2") == {f"{prefix}/#"})
+    return subscriber
+
+
 def test_a_merge_finishes_with_pubrel_a_qos2_delivery_the_other_copys_client_had() -> None:
     """A copy kept in a merge may hold an older state of a QoS 2 delivery (a replica from
     before a split: PUBLISH not yet answered) that the other copy's client has had since
@@ -264,9 +272,7 @@ def test_a_merge_finishes_with_pubrel_a_qos2_delivery_the_other_copys_client_had
     hand-over's identities turn it into PUBREL (chaos seed 11, QoS 2 twice)."""
     async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
         _n1, n2, n3 = nodes
-        subscriber = n2.client("twice", clean=False)
-        subscriber.subscribe("m/#", qos=2)
-        await until(lambda: n3.cluster.table.filters_of("n2") == {"m/#"})
+        subscriber = await qos2_subscriber_on_n2(n2, n3, "twice", "m")
         n3.client("pub2").send(Publish("m/a", b"one", 2, packet_id=next(_pids)))
         await until(lambda: len(subscriber.received) == 1, what="the QoS 2 delivery")
         session = n2.broker.sessions["twice"]
@@ -291,9 +297,7 @@ def test_a_completed_qos2_delivery_is_remembered_on_disk_and_not_taken_again() -
     restarted from its disk). A QoS 1 delivery is not remembered: a copy may come again."""
     async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
         _n1, n2, n3 = nodes
-        subscriber = n2.client("done", clean=False)
-        subscriber.subscribe("d/#", qos=2)
-        await until(lambda: n3.cluster.table.filters_of("n2") == {"d/#"})
+        subscriber = await qos2_subscriber_on_n2(n2, n3, "done", "d")
         n3.client("pub").send(Publish("d/a", b"two", 2, packet_id=next(_pids)))
         n3.client("pub1").send(Publish("d/b", b"one", 1, packet_id=next(_pids)))
         await until(lambda: len(subscriber.received) == 2, what="both deliveries")
