@@ -3,9 +3,10 @@
 Links behave as TCP does under the faults the simulation makes: bytes arrive in order after a
 small random delay; across a partition (iptables DROP) nothing arrives, neither data nor a close,
 until the heal, when what was held arrives in order (retransmission); a dial across a partition
-times out; a dial to a host whose process died is refused at once, and the links of a process
-that died close at their other end (the kernel resets them). A frozen process is the loop's
-business: what arrives for it waits in its held callbacks.
+connects at the first SYN retransmission after the heal, or times out; a dial to a host whose
+process died is refused at once, and the links of a process that died close at their other end
+(the kernel resets them). A frozen process is the loop's business: what arrives for it waits in
+its held callbacks.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ._loop import SimLoop
 
 LinkT = TypeVar("LinkT", bound=asyncio.Protocol)
 CLOSE = None  # in a pipe: the end closed after the data before it
+SYN_RETRANSMIT = 1.0  # seconds until a dropped SYN is sent again the first time (Linux)
 
 
 class SimNetwork:
@@ -194,9 +196,17 @@ class SimTransport:
                    timeout: float) -> LinkT:
         network = self.network
         await asyncio.sleep(network.latency())
-        if not network.reachable(self.host, address.host):
-            await asyncio.sleep(timeout)  # the SYN is dropped
-            raise NodeUnreachable(f"{address.host}:{address.port}: timed out")
+        # A SYN dropped by a partition is sent again 1 s, 3 s, 7 s ... after the first (TCP's
+        # initial retransmission timeout, doubled each time): a dial that is still waiting
+        # when the partition heals connects at its next retransmission.
+        waited, backoff = 0.0, SYN_RETRANSMIT
+        while not network.reachable(self.host, address.host):
+            if waited + backoff >= timeout:
+                await asyncio.sleep(timeout - waited)
+                raise NodeUnreachable(f"{address.host}:{address.port}: timed out")
+            await asyncio.sleep(backoff)
+            waited += backoff
+            backoff *= 2
         listener = network.listeners.get(address)
         if listener is None:
             raise NodeUnreachable(f"{address.host}:{address.port}: connection refused")
