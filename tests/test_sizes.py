@@ -17,7 +17,7 @@ CLASS_LINES = 600
 # move out (broker/_acks.py, broker/_merge.py).
 GROWN: dict[str, int] = {
     "hive_core/broker/_broker.py:Broker": 812,
-    "hive_core/broker/_channel.py:Channel": 808,
+    "hive_core/broker/_channel.py:Channel": 782,
 }
 
 

@@ -146,7 +146,11 @@ _CLUSTER: tuple[Scalar, ...] = (
      "Forwards received again after a reconnect, and skipped.",
      lambda c: c.forwards_duplicates),
     ("counter", "hive_cluster_forwards_dropped",
-     "Forwards given up on (kept too long or too many).", lambda c: c.forwards_dropped),
+     "Forwards given up on (the node forgotten), or QoS 0 ones not sent to a node that had not "
+     "acknowledged the most this node keeps.", lambda c: c.forwards_dropped),
+    ("counter", "hive_cluster_forwards_refused",
+     "Local QoS 1/2 publishes refused: a node they were for had not acknowledged the most this "
+     "node keeps for it.", lambda c: c.forwards_refused),
     ("counter", "hive_cluster_authentication_failures",
      "Node links refused: the peer did not prove the shared secret.",
      lambda c: c.authentication_failures),

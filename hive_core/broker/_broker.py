@@ -571,6 +571,13 @@ class Broker:
         if self.cluster is not None:
             await self.cluster.forwards_acknowledged()
 
+    def refused(self, message: Message) -> bool:
+        """Whether a local QoS 1/2 message is refused: a node it is for keeps too much already."""
+        if self.cluster is None:
+            return False
+        route = self._routes.get(message.topic) or self.route(message.topic)
+        return bool(route.nodes) and self.cluster.refuses(route.nodes)
+
     def publish_from_peer(self, message: Message) -> None:
         self.publish(message, from_cluster=True)
 

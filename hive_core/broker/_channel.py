@@ -68,6 +68,8 @@ P = PropertyId
 RC = ReasonCode
 _PROTOCOL_NAMES = {3: "3.1", 4: "3.1.1", 5: "5"}
 _PASS_THROUGH_DROP = (P.TOPIC_ALIAS, P.MESSAGE_EXPIRY_INTERVAL)
+_REFUSED: dict[int, str] = {RC.NOT_AUTHORIZED: "not authorized by an extension",
+            RC.QUOTA_EXCEEDED: "a node it is for has not acknowledged the most kept for it"}
 
 
 class ChannelIo(Protocol):
@@ -126,41 +128,12 @@ class Channel:
     """One client connection's MQTT state machine (see the module docstring)."""
 
     __slots__ = (
-        "_auth_waiter",
-        "_deferred",
-        "_fenced",
-        "_inbound_aliases",
-        "acks",
-        "auth_method",
-        "broker",
-        "client_id",
-        "closed",
-        "congested",
-        "decoder",
-        "disconnect_received",
-        "held",
-        "info",
-        "io",
-        "keep_alive",
-        "last_read",
-        "listener",
-        "max_out_packet",
-        "out",
-        "out_alias_max",
-        "outbound_aliases",
-        "outbound_chain",
-        "peer_gone",
-        "pre_connect_left",
-        "problem_info",
-        "read_until",
-        "received",
-        "requested_expiry",
-        "send_window",
-        "session",
-        "throttled",
-        "username",
-        "version",
-        "will_sent_ok",
+        "_auth_waiter", "_deferred", "_fenced", "_inbound_aliases", "acks", "auth_method",
+        "broker", "client_id", "closed", "congested", "decoder", "disconnect_received", "held",
+        "info", "io", "keep_alive", "last_read", "listener", "max_out_packet", "out",
+        "out_alias_max", "outbound_aliases", "outbound_chain", "peer_gone", "pre_connect_left",
+        "problem_info", "read_until", "received", "requested_expiry", "send_window", "session",
+        "throttled", "username", "version", "will_sent_ok",
     )
 
     def __init__(self, broker: Broker, io: ChannelIo, listener: str = "tcp") -> None:
@@ -729,9 +702,10 @@ class Channel:
     def _publish_refused(self, packet: Publish, code: int) -> None:
         # DEBUG: a refused client may retry at its own pace, and every refusal would be a line.
         log.debug("publish of %r to %r refused: %s (0x%02X)", self.client_id, packet.topic,
-                  "not authorized by an extension" if code == RC.NOT_AUTHORIZED
-                  else "stopped by an extension", code)
-        if packet.qos:
+                  _REFUSED.get(code, "stopped by an extension"), code)
+        if code == RC.QUOTA_EXCEEDED and self.version != 5:  # MQTT 3 cannot refuse in a PUBACK
+            self._refuse_after_acks(code, _REFUSED[code])
+        elif packet.qos:
             self._ack_publish(packet, code, False)
 
     def _route(self, packet: Publish, message: Message) -> None:
@@ -739,6 +713,8 @@ class Channel:
         assert session is not None
         broker = self.broker
         qos = packet.qos
+        if qos and broker.refused(message):  # a node it is for has not taken enough of ours
+            return self._publish_refused(packet, RC.QUOTA_EXCEEDED)
         if qos == 2 and session.persistent:
             # Routed and remembered in one transaction: a crash keeps both or neither, so a
             # resend after it is neither lost nor routed twice.

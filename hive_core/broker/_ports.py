@@ -102,6 +102,11 @@ class ClusterPort(Protocol):
         rather than moved to another node)."""
         ...
 
+    def refuses(self, nodes: frozenset[str]) -> bool:
+        """Whether a local QoS 1/2 message for ``nodes`` is refused: one of them keeps too
+        much of this node's unacknowledged already."""
+        ...
+
     async def forwards_acknowledged(self) -> None:
         """Until every message forwarded so far is acknowledged by its node (or that left)."""
         ...

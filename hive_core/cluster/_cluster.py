@@ -106,7 +106,8 @@ class ClusterStats:
     forwards_unacknowledged: int  # messages sent to other nodes and kept until they confirm
     forwards_replayed: int  # sent again after a reconnect
     forwards_duplicates: int  # received again after a reconnect, and skipped
-    forwards_dropped: int  # kept too long or too many: given up on
+    forwards_dropped: int  # given up on (the node forgotten), or QoS 0 not sent to a full node
+    forwards_refused: int = 0  # local QoS 1/2 publishes refused: a node they were for was full
     authentication_failures: int = 0  # links refused: the peer did not prove the shared secret
     replica_count: int = 1  # as configured
     backups: list[str] = field(default_factory=list)  # the nodes holding this node's replica
@@ -497,6 +498,9 @@ class Cluster:
                 sent = legacy = legacy or encode_publish_frame(
                     message.topic, message.payload, message.qos, message.retain, raw_props,
                     message.expiry_at, message.publisher_id)
+            if not message.qos and forwarding.full(node_id):
+                forwarding.not_sent(node_id)  # QoS 0 is not kept past the bound
+                continue
             if member is not None:
                 member.link.send_encoded(sent)
             forwarding.sent(node_id, sent)  # kept until acknowledged, sent again if need be
@@ -529,6 +533,12 @@ class Cluster:
             member.link.send_encoded(frame)
             self.forwarding.sent(node_id, frame)
             self.metrics.publishes_forwarded += 1
+
+    def refuses(self, nodes: frozenset[str]) -> bool:
+        """Whether a local publisher's QoS 1/2 message for ``nodes`` is refused: one of them
+        has not acknowledged as much as this node keeps for a node (it is frozen or cut off),
+        and acknowledging the message would promise what cannot be kept."""
+        return self.forwarding.refuses(nodes)
 
     async def forwards_acknowledged(self) -> None:
         """Until the peers have acknowledged every message sent to them so far (or left)."""
@@ -663,7 +673,7 @@ class Cluster:
                                         for out in self.forwarding.outgoing.values()),
             forwards_replayed=self.forwarding.replayed,
             forwards_duplicates=self.forwarding.duplicates,
-            forwards_dropped=self.forwarding.dropped,
+            forwards_dropped=self.forwarding.dropped, forwards_refused=self.forwarding.refused,
             authentication_failures=self.authentication.failures,
             replica_count=self.settings.replica_count,
             backups=sorted(replicator.backups) if replicator is not None else [],

@@ -11,7 +11,10 @@ while both nodes keep running. A receiver that restarted (another incarnation) s
 from the REPLAY.
 
 A local publisher's PUBACK waits until every peer its message went to has acknowledged it (or
-has left the cluster): see :meth:`Forwarding.acknowledged`.
+has left the cluster): see :meth:`Forwarding.acknowledged`. What is kept for one peer is bounded
+(``Forwarding.limit`` bytes): past it, nothing kept is dropped; a local publisher's QoS 1/2
+message for that peer is refused instead of acknowledged, and a QoS 0 one is not sent (both
+counted, and logged once a minute per peer), until the peer takes what it was sent.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from hive_core.plugins import WarningGate
 log = logging.getLogger("hive.cluster")
 
 MAX_UNACKNOWLEDGED_BYTES = 64 * 1024 * 1024
-"""Frames kept for one peer at most; beyond it the oldest are dropped (and counted)."""
+"""Frames kept for one peer: past it, new messages for the peer are refused, none dropped."""
 
 
 @dataclass(slots=True)
@@ -65,7 +68,9 @@ class Forwarding:
         self.incoming: dict[str, Incoming] = {}
         # peer: (its incarnation, frames handled) when a REPLAY skipped frames it gave up on
         self.given_up: dict[str, tuple[int, int]] = {}
-        self.dropped = 0  # frames given up on (kept too long or too many), never acknowledged
+        self.limit = MAX_UNACKNOWLEDGED_BYTES  # bytes kept for one peer at most
+        self.dropped = 0  # frames given up on (the peer forgotten), or QoS 0 ones not sent
+        self.refused = 0  # local QoS 1/2 publishes refused: a peer they were for was full
         self.replayed = 0  # frames sent again after a reconnect
         self.duplicates = 0  # frames received again and skipped
         self.ack_times = Latencies()  # sent until acknowledged, by peer (one probe in flight)
@@ -82,20 +87,37 @@ class Forwarding:
             out.probe = Probe(out.sent, time.monotonic())
         out.frames.append(frame)
         out.size += len(frame)
-        if out.size > MAX_UNACKNOWLEDGED_BYTES:
-            self._drop_oldest(peer, out)
 
-    def _drop_oldest(self, peer: str, out: Outgoing) -> None:
-        dropped = 0
-        while out.size > MAX_UNACKNOWLEDGED_BYTES // 2 and out.frames:
-            out.size -= len(out.frames.popleft())
-            out.acked += 1
-            dropped += 1
-        self.dropped += dropped
-        self._warnings.warn(peer, "node %s has not acknowledged %d MB of messages: dropped the "
-                            "%d oldest (%d dropped so far)", peer,
-                            MAX_UNACKNOWLEDGED_BYTES >> 20, dropped, self.dropped)
-        out.signal()
+    def full(self, peer: str) -> bool:
+        """Whether ``peer`` has not acknowledged ``limit`` bytes: a new message for it is
+        refused (QoS 1/2) or not sent (QoS 0) rather than kept past the bound."""
+        out = self.outgoing.get(peer)
+        return out is not None and out.size >= self.limit
+
+    def refuses(self, peers: frozenset[str]) -> bool:
+        """A local publisher's QoS 1/2 message for ``peers``: True (counted) when one of them
+        is full, so the message is refused instead of acknowledged."""
+        for peer in peers:
+            if self.full(peer):
+                self.refused += 1
+                self._warnings.warn(f"refused {peer}", "node %s has not acknowledged %s of "
+                                    "messages: QoS 1/2 messages for its subscribers are "
+                                    "refused until it does (%d refused so far)", peer,
+                                    self.bound, self.refused)
+                return True
+        return False
+
+    def not_sent(self, peer: str) -> None:
+        """A QoS 0 message for ``peer`` was not sent: it is full."""
+        self.dropped += 1
+        self._warnings.warn(f"dropped {peer}", "node %s has not acknowledged %s of "
+                            "messages: QoS 0 messages for its subscribers are dropped until it "
+                            "does (%d dropped so far)", peer, self.bound, self.dropped)
+
+    @property
+    def bound(self) -> str:
+        limit = self.limit
+        return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
 
     def acknowledged_by(self, peer: str, handled: int) -> None:
         """FORWARD_ACK: ``peer`` has handled every frame up to place ``handled``."""

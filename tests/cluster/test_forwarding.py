@@ -110,3 +110,56 @@ def test_frames_handled_before_a_reconnect_are_not_handled_twice() -> None:
         assert counts["lost"] == 0 and counts["duplicated"] == 0, counts
 
     run_cluster(scenario)
+
+
+def test_past_the_bound_kept_for_a_cut_off_node_new_messages_are_refused_none_dropped() -> None:
+    """What a node keeps for a node that does not acknowledge is bounded. Past the bound a
+    local QoS 1 message for that node is refused (MQTT 5: PUBACK 0x97; MQTT 3.1.1, which has
+    no refusing PUBACK: the connection closes without one), a QoS 0 one is not sent, and
+    nothing kept is dropped: after the heal every acknowledged message arrives."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, _ = nodes
+        far = subscriber(n2, "far", "t")
+        await until(lambda: n1.cluster.table.filters_of("n2") == {"t"})
+        forwarding = n1.cluster.forwarding
+        forwarding.limit = 4000  # bytes: some 50 of these messages
+        network.partition(["n1"], ["n2", "n3"])
+        publisher = n1.client("pub", version=5)
+
+        def answered() -> int:
+            return sum(isinstance(p, PubAck) for p in publisher.wire.packets)
+
+        for i in range(200):  # 20 at a time, within the node's receive maximum
+            publisher.send(Publish("t", b"%03d" % i + b"." * 40, 1, packet_id=i + 1))
+            if i % 20 == 19:  # the first wait for the heartbeat timeout (n1's peers leave)
+                await until(lambda sent=i + 1: answered() == sent, what="the PUBACKs")
+        codes = {p.packet_id: p.reason_code for p in publisher.wire.packets
+                 if isinstance(p, PubAck)}
+        accepted = {b"%03d" % (pid - 1) for pid, code in codes.items() if code == 0x00}
+        refused = {pid for pid, code in codes.items() if code == 0x97}
+        assert len(accepted) + len(refused) == 200 and 40 <= len(accepted) <= 100, codes
+        assert forwarding.refused == len(refused)
+        assert forwarding.full("n2") and forwarding.dropped == 0
+        # the accepted ones are the first ones: what came once the bound was reached is refused
+        assert accepted == {b"%03d" % i for i in range(len(accepted))}
+        qos0 = n1.client("qos0")
+        for i in range(5):
+            qos0.publish("t", b"qos0 %d" % i)
+        await settle()
+        assert forwarding.dropped == 5  # not sent, counted
+        mqtt3 = n1.client("mqtt3")
+        mqtt3.send(Publish("t", b"from an MQTT 3.1.1 client", 1, packet_id=1))
+        await until(lambda: mqtt3.wire.closed, what="the MQTT 3.1.1 client closed")
+        assert not any(isinstance(p, PubAck) for p in mqtt3.wire.packets)
+        network.heal()
+        await until(full_mesh(nodes), what="the cluster back together")
+        await until(lambda: {p[:3] for p in far.payloads} >= accepted,
+                    what="every accepted message after the heal")
+        await settle()
+        got = Counter(p[:3] for p in far.payloads)
+        assert set(got) == accepted and max(got.values()) == 1, got  # none refused, none twice
+        assert not forwarding.full("n2")  # taken: new messages are accepted again
+        publisher.send(Publish("t", b"after" + b"." * 40, 1, packet_id=500))
+        await until(lambda: PubAck(500) in publisher.wire.packets, what="accepted again")
+
+    run_cluster(scenario)

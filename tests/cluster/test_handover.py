@@ -201,6 +201,7 @@ def test_a_wrong_password_on_another_node_leaves_the_owner_connected() -> None:
 def _connect(node: Node, client_id: str, password: bytes) -> Client:
     """A persistent MQTT 3.1.1 client with a username and password."""
     client = Client.__new__(Client)
+    client.version = 4
     client.wire = _Wire()
     client.connection = ClientConnection(node.broker)
     client.connection.connection_made(client.wire)

@@ -78,8 +78,8 @@ class Node:
     def peers(self) -> set[str]:
         return set(self.cluster.members)
 
-    def client(self, client_id: str, clean: bool = True) -> Client:
-        return Client(self.broker, client_id, clean)
+    def client(self, client_id: str, clean: bool = True, version: int = 4) -> Client:
+        return Client(self.broker, client_id, clean, version)
 
 
 def address(name: str) -> ClusterNodeAddress:
@@ -89,8 +89,8 @@ def address(name: str) -> ClusterNodeAddress:
 class _Wire:
     """The client's end of a ClientConnection: what the broker writes, decoded."""
 
-    def __init__(self) -> None:
-        self.decoder = PacketDecoder(protocol_version=4, server=False)
+    def __init__(self, version: int = 4) -> None:
+        self.decoder = PacketDecoder(protocol_version=version, server=False)
         self.packets: list[Any] = []
         self.closed = False
 
@@ -120,18 +120,20 @@ class _Wire:
 
 
 class Client:
-    """An MQTT 3.1.1 client wired straight into one node's broker."""
+    """An MQTT 3.1.1 (or 5) client wired straight into one node's broker."""
 
     _ids = itertools.count(1)
 
-    def __init__(self, broker: Broker, client_id: str, clean: bool = True) -> None:
-        self.wire = _Wire()
+    def __init__(self, broker: Broker, client_id: str, clean: bool = True,
+                 version: int = 4) -> None:
+        self.version = version
+        self.wire = _Wire(version)
         self.connection = ClientConnection(broker)
         self.connection.connection_made(self.wire)
-        self.send(Connect(client_id, 4, clean_start=clean, keep_alive=0))
+        self.send(Connect(client_id, version, clean_start=clean, keep_alive=0))
 
     def send(self, packet: Any) -> None:
-        self.connection.data_received(encode_packet(packet, 4))
+        self.connection.data_received(encode_packet(packet, self.version))
 
     def subscribe(self, *filters: str, qos: int = 0) -> None:
         self.send(Subscribe(next(self._ids), [SubscriptionRequest(f, qos) for f in filters]))
