@@ -634,6 +634,8 @@ class Channel:
             return
         message = Message(topic, packet.payload, qos, packet.retain, props, session.client_id,
                           expiry_at)
+        if qos and broker.refused(message):  # a node it is for has not taken enough of ours
+            return self._publish_refused(packet, RC.QUOTA_EXCEEDED)
         extensions = broker.extensions
         if not qos and not extensions.on_publish:
             broker.publish(message)  # QoS 0: nothing to acknowledge
@@ -704,7 +706,7 @@ class Channel:
         log.debug("publish of %r to %r refused: %s (0x%02X)", self.client_id, packet.topic,
                   _REFUSED.get(code, "stopped by an extension"), code)
         if code == RC.QUOTA_EXCEEDED and self.version != 5:  # MQTT 3 cannot refuse in a PUBACK
-            self._refuse_after_acks(code, _REFUSED[code])
+            self._refuse_after_acks(code, _REFUSED[code])  # (never from an extension step)
         elif packet.qos:
             self._ack_publish(packet, code, False)
 
@@ -713,8 +715,6 @@ class Channel:
         assert session is not None
         broker = self.broker
         qos = packet.qos
-        if qos and broker.refused(message):  # a node it is for has not taken enough of ours
-            return self._publish_refused(packet, RC.QUOTA_EXCEEDED)
         if qos == 2 and session.persistent:
             # Routed and remembered in one transaction: a crash keeps both or neither, so a
             # resend after it is neither lost nor routed twice.

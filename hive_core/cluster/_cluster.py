@@ -488,6 +488,9 @@ class Cluster:
                 protocol, stamps = spoke.get(node_id, (0, False))
             else:
                 continue
+            if not message.qos and forwarding.full(node_id):
+                forwarding.not_sent(node_id)  # QoS 0 is not kept past the bound
+                continue
             if protocol >= 4 and stamps:
                 sent = frame
             elif protocol >= 4:
@@ -498,9 +501,6 @@ class Cluster:
                 sent = legacy = legacy or encode_publish_frame(
                     message.topic, message.payload, message.qos, message.retain, raw_props,
                     message.expiry_at, message.publisher_id)
-            if not message.qos and forwarding.full(node_id):
-                forwarding.not_sent(node_id)  # QoS 0 is not kept past the bound
-                continue
             if member is not None:
                 member.link.send_encoded(sent)
             forwarding.sent(node_id, sent)  # kept until acknowledged, sent again if need be

@@ -14,7 +14,9 @@ A local publisher's PUBACK waits until every peer its message went to has acknow
 has left the cluster): see :meth:`Forwarding.acknowledged`. What is kept for one peer is bounded
 (``Forwarding.limit`` bytes): past it, nothing kept is dropped; a local publisher's QoS 1/2
 message for that peer is refused instead of acknowledged, and a QoS 0 one is not sent (both
-counted, and logged once a minute per peer), until the peer takes what it was sent.
+counted, and logged once a minute per peer), until the peer takes what it was sent. Past twice
+the bound (messages that are not refused: for shared subscriptions, sessions that moved, an
+extension's publishes), the oldest are dropped as a last guard of memory.
 """
 
 from __future__ import annotations
@@ -87,6 +89,23 @@ class Forwarding:
             out.probe = Probe(out.sent, time.monotonic())
         out.frames.append(frame)
         out.size += len(frame)
+        if out.size > 2 * self.limit:
+            self._drop_oldest(peer, out)
+
+    def _drop_oldest(self, peer: str, out: Outgoing) -> None:
+        """The last guard of memory: messages that cannot be refused at the bound (for shared
+        subscriptions, sessions that moved, an extension's publishes) took the frames kept
+        for ``peer`` to twice the bound: the oldest go, down to the bound (counted)."""
+        dropped = 0
+        while out.size > self.limit and out.frames:
+            out.size -= len(out.frames.popleft())
+            out.acked += 1
+            dropped += 1
+        self.dropped += dropped
+        log.error("node %s has not acknowledged twice %s of messages, past what could be "
+                  "refused: dropped the %d oldest kept for it (%d dropped so far)", peer,
+                  self.bound, dropped, self.dropped)
+        out.signal()
 
     def full(self, peer: str) -> bool:
         """Whether ``peer`` has not acknowledged ``limit`` bytes: a new message for it is

@@ -33,7 +33,7 @@ log = logging.getLogger("hive.cluster")
 
 ABSENT_KEEP = 300.0
 """Seconds a node that left stays routed to: its topic filters are kept and what it would get
-is kept for it (in memory, up to 64 MB) until it is back, when it gets it all. Until sessions
+is kept for it (in memory, up to 64 MiB) until it is back, when it gets it all. Until sessions
 are replicated, this is what lets a paused or restarted node's persistent sessions miss
 nothing. A node away longer is forgotten, and what was kept for it is dropped and counted."""
 SIMULTANEOUS_DIALS = 1.0

@@ -221,6 +221,9 @@ class Moved:
                                 "cluster: a message routed here for them is not sent on",
                                 client_ids, node_id)
             return
+        if not message.qos and node.forwarding.full(node_id):
+            node.forwarding.not_sent(node_id)  # QoS 0 is not kept past the bound
+            return
         origin, serial = message.mid or ("", 0)
         frame = encode_frame(FrameKind.SESSION_PUBLISH,
                              [client_ids, origin, serial, *message_body(message)])
