@@ -18,6 +18,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core.broker import _extension_flow as flow
@@ -68,6 +69,8 @@ P = PropertyId
 RC = ReasonCode
 _PROTOCOL_NAMES = {3: "3.1", 4: "3.1.1", 5: "5"}
 _PASS_THROUGH_DROP = (P.TOPIC_ALIAS, P.MESSAGE_EXPIRY_INTERVAL)
+# What no connection adds to until it uses topic aliases (an empty dict is 64 bytes).
+_NO_ALIASES: Any = MappingProxyType({})
 _REFUSED: dict[int, str] = {RC.NOT_AUTHORIZED: "not authorized by an extension",
             RC.QUOTA_EXCEEDED: "a node it is for has not acknowledged the most kept for it"}
 
@@ -157,13 +160,13 @@ class Channel:
         self.send_window = broker.settings.inflight_window
         self.max_out_packet = MAX_PACKET_SIZE
         self.out_alias_max = 0
-        self.outbound_aliases: dict[str, int] = {}
+        self.outbound_aliases: dict[str, int] = _NO_ALIASES  # a dict if the client allows
         self.problem_info = True
         self.will_sent_ok = False  # DISCONNECT 0x00 received: the will is discarded
         self.disconnect_received = False  # the client said goodbye (any reason code)
         self.requested_expiry = 0  # what CONNECT asked for, before the node's cap
         self.username: str | None = None
-        self._inbound_aliases: dict[int, str] = {}
+        self._inbound_aliases: dict[int, str] = _NO_ALIASES  # a dict once the client uses one
         self.acks = CommittedAcks(self, broker)
         # While an extension answers, later packets wait here (None: not waiting).
         self._deferred: list[Any] | None = None
@@ -536,6 +539,7 @@ class Channel:
             self.out_alias_max = min(props.get(P.TOPIC_ALIAS_MAXIMUM, 0),
                                      settings.topic_alias_maximum if settings.topic_alias_enabled
                                      else 0)
+            self.outbound_aliases = {} if self.out_alias_max else _NO_ALIASES
             self.problem_info = props.get(P.REQUEST_PROBLEM_INFORMATION, 1) == 1
         else:
             expiry = 0 if connect.clean_start else min(0xFFFFFFFF, settings.max_session_expiry)
@@ -586,6 +590,8 @@ class Channel:
                     self.refuse(RC.TOPIC_ALIAS_INVALID, f"topic alias {alias} out of range")
                     return
                 if topic:
+                    if self._inbound_aliases is _NO_ALIASES:
+                        self._inbound_aliases = {}
                     self._inbound_aliases[alias] = topic
                 else:
                     known = self._inbound_aliases.get(alias)
@@ -720,7 +726,7 @@ class Channel:
             # resend after it is neither lost nor routed twice.
             with broker.records.atomic():
                 matched, _durable = broker.publish(message)
-                session.inbound_qos2.add(packet.packet_id)  # type: ignore[arg-type]
+                session.received_qos2(packet.packet_id)  # type: ignore[arg-type]
                 broker.records.received_qos2(session, packet.packet_id)  # type: ignore[arg-type]
             self._ack_publish(packet, RC.SUCCESS if matched else RC.NO_MATCHING_SUBSCRIBERS,
                               True)
@@ -728,7 +734,7 @@ class Channel:
         matched, durable = broker.publish(message)
         if qos:
             if qos == 2:
-                session.inbound_qos2.add(packet.packet_id)  # type: ignore[arg-type]
+                session.received_qos2(packet.packet_id)  # type: ignore[arg-type]
             self._ack_publish(packet, RC.SUCCESS if matched else RC.NO_MATCHING_SUBSCRIBERS,
                               durable)
 
@@ -772,11 +778,8 @@ class Channel:
         session = self.session
         assert session is not None
         outbound = session.inflight.get(packet.packet_id)
-        if outbound is None:
-            if self.version == 5:
-                self.send_packet(PubRel(packet.packet_id, RC.PACKET_IDENTIFIER_NOT_FOUND))
-            else:
-                self.send_packet(PubRel(packet.packet_id))
+        if outbound is None:  # (MQTT 3 has no reason code: it is not encoded)
+            self.send_packet(PubRel(packet.packet_id, RC.PACKET_IDENTIFIER_NOT_FOUND))
             return
         if packet.reason_code >= 0x80:
             self.broker.outbox.acknowledged(session, packet.packet_id)

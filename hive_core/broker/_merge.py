@@ -71,7 +71,7 @@ def merge_had(records: Records, metrics: BrokerMetrics, session: Session,
         # finished those exchanges here and reused the packet ids.
         for pid in inbound:
             if pid not in session.inbound_qos2:
-                session.inbound_qos2.add(pid)
+                session.received_qos2(pid)
                 if session.persistent:
                     records.received_qos2(session, pid)
     if taken:

@@ -72,7 +72,7 @@ class Outbox:
 
     def enqueue(self, session: Session, pending: Pending) -> bool:
         """Queue a delivery (dropping by the queue strategy when full); True when stored."""
-        queue = session.queue
+        queue = session.queued()
         if len(queue) >= self.settings.max_queue_size:
             if self.settings.queue_strategy == "discard":
                 self._drop(session, pending, "queue-full")

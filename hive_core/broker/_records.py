@@ -155,10 +155,10 @@ def session_from(records: SessionRecords, now: float) -> Session:
     for seq, stored in records.queue:
         pending = pending_from(stored)
         pending.seq = seq
-        session.queue.append(pending)
+        session.queued().append(pending)
     for inflight in records.inflight:
         if inflight.direction == "in":
-            session.inbound_qos2.add(inflight.packet_id)
+            session.received_qos2(inflight.packet_id)
         elif inflight.message is not None or inflight.state == "pubrel":
             pending = (pending_from(inflight.message) if inflight.message
                        else Pending(Message("", b"", 2, False, None, ""), 2, None, False))

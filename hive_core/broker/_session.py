@@ -81,6 +81,30 @@ class Outbound:
     state: str = "publish"  # "publish" until PUBREC, then "pubrel" (QoS 2); "held": not resent yet
 
 
+class _Empty:
+    """Mutators of a shared empty container: none may add to it (a bug, not a no-op)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any) -> None:
+        raise TypeError("this empty container is shared by sessions: add through the Session")
+
+    append = appendleft = extend = extendleft = insert = add = update = _refuse
+    __iadd__ = __ior__ = __ixor__ = symmetric_difference_update = _refuse
+
+
+class _NoQueue(_Empty, deque):  # type: ignore[misc]
+    __slots__ = ()
+
+
+class _NoIds(_Empty, set):  # type: ignore[misc]
+    __slots__ = ()
+
+
+NO_QUEUE: deque[Any] = _NoQueue()
+NO_IDS: set[int] = _NoIds()
+
+
 class Session:
     """Everything MQTT keeps for one client id between connections."""
 
@@ -96,9 +120,11 @@ class Session:
         self.expiry_interval = expiry_interval
         self.connection: Link | None = None
         self.subscriptions: dict[str, Subscription] = {}
-        self.queue: deque[Pending] = deque()
+        # Shared read-only empties until first used (queued(), received_qos2()): a deque's
+        # first block is 600 bytes and an empty set 200, and most connections never use them.
+        self.queue: deque[Pending] = NO_QUEUE
         self.inflight: dict[int, Outbound] = {}
-        self.inbound_qos2: set[int] = set()
+        self.inbound_qos2: set[int] = NO_IDS
         self.next_packet_id = 1
         self.disconnected_at: float | None = None
         self.will: Will | None = None
@@ -108,6 +134,20 @@ class Session:
         # Taken over from a failed node's replica, and no client connected to it here since:
         # what another copy says its client did meanwhile (a split) is newer than this.
         self.taken_over = False
+
+    def queued(self) -> deque[Pending]:
+        """The queue, to add to: made on the first message queued."""
+        queue = self.queue
+        if queue is NO_QUEUE:
+            queue = self.queue = deque()
+        return queue
+
+    def received_qos2(self, packet_id: int) -> None:
+        """The client's QoS 2 PUBLISH ``packet_id`` was routed: its PUBREL is awaited."""
+        ids = self.inbound_qos2
+        if ids is NO_IDS:
+            ids = self.inbound_qos2 = set()
+        ids.add(packet_id)
 
     @property
     def persistent(self) -> bool:
@@ -129,6 +169,6 @@ class Session:
     def clear(self) -> None:
         """Forget subscriptions, queue and in-flight state (the session ends)."""
         self.subscriptions.clear()
-        self.queue.clear()
+        self.queue = NO_QUEUE
         self.inflight.clear()
-        self.inbound_qos2.clear()
+        self.inbound_qos2 = NO_IDS
