@@ -61,6 +61,7 @@ from hive_core.persistence import SessionStore, Snapshot, StoredInflight, Stored
 from hive_core.plugins import Extensions
 
 log = logging.getLogger("hive.broker")
+access_log = logging.getLogger("hive.access")  # connects and disconnects: one line each
 P = PropertyId
 RC = ReasonCode
 _ROUTE_CACHE_LIMIT = 50_000
@@ -213,7 +214,7 @@ class Broker:
             session = None
         present = session is not None
         if session is None:
-            session = Session(client_id, version, expiry)
+            session = Session(client_id, version, expiry, stored=expiry > 0)
             self.sessions[client_id] = session
         else:
             self.clock.cancel_expiry(client_id)
@@ -247,7 +248,7 @@ class Broker:
         self.connections.discard(link)
         if session is None or session.connection is not link:
             return
-        logging.getLogger("hive.access").info(
+        access_log.info(
             "client %r disconnected (%s)", session.client_id,
             "it sent DISCONNECT" if graceful else "connection lost or closed by the node")
         if link.info is not None and self.extensions.watches_clients:
@@ -294,7 +295,7 @@ class Broker:
             del self.sessions[session.client_id]
             if self.cluster is not None:
                 self.cluster.session_ended(session.client_id, deleted)
-        self.records.delete_session(session.client_id)
+        self.records.ended(session)
 
     def _adopt(self, session: Session, now: float) -> None:
         """Take a restored or imported session in: its subscriptions, queue and expiry."""

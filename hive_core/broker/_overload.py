@@ -154,7 +154,10 @@ class OverloadProtection:
         self.sources: dict[str, int] = dict.fromkeys(SOURCES, 0)
         self.pressured: dict[str, int] = dict.fromkeys(SOURCES, 0)  # samples above 0, by source
         self.pressure = Pressure()
-        self._accounts: dict[Sender, _Account] = {}
+        self._accounts: dict[Sender, _Account] = {}  # while engaged
+        # At rest, only what each client had read at the last count: plain ints, so that a
+        # count over 20,000 idle connections makes no objects (it was 26 ms per 5,000).
+        self._marks: dict[Sender, int] = {}
         self._marked_at = now
         self._rate = 0.0  # bytes per sample the senders sent when the engagement began
         self.budget = 0.0  # bytes per sample the node reads from all its clients together
@@ -196,16 +199,17 @@ class OverloadProtection:
             self._end(now)
 
     def _mark(self, senders: Iterable[Sender], now: float) -> None:
-        self._accounts = {sender: _Account(sender.received) for sender in senders}
+        self._marks = {sender: sender.received for sender in senders}
         self._marked_at = now
 
     def _engage(self, senders: Collection[Sender], now: float) -> None:
-        accounts = self._accounts
+        marks = self._marks
         elapsed = max(now - self._marked_at, TICK)
         sent = 0
         for sender in senders:
-            account = accounts.get(sender)
-            sent += sender.received - (account.mark if account is not None else 0)
+            sent += sender.received - marks.get(sender, 0)
+        self._accounts = {sender: _Account(mark) for sender, mark in marks.items()}
+        self._marks = {}
         self._rate = self.budget = sent * TICK / elapsed
         self.engaged_since = now
         self.engagements += 1

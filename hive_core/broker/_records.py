@@ -222,6 +222,7 @@ class Records:
     # -- sessions ------------------------------------------------------------------------------
 
     def save_session(self, session: Session) -> None:
+        session.stored = True
         self.store.save_session(stored_session(session))
 
     def save_subscription(self, session: Session, subscription: Subscription) -> None:
@@ -244,6 +245,13 @@ class Records:
     def delete_session(self, client_id: str) -> None:
         """The session is gone: its record, queue and in-flight exchanges."""
         self.store.delete_session(client_id)
+
+    def ended(self, session: Session) -> None:
+        """``session`` ended here: what the store (and a replicating store's backups: its
+        will) holds of it goes. A clean session the store never had leaves nothing to delete:
+        no write, no work for the store's writer, for each clean client that leaves."""
+        if session.stored or hasattr(self.store, "save_will"):
+            self.store.delete_session(session.client_id)
 
     def enqueue(self, session: Session, pending: Pending) -> None:
         self._seq += 1

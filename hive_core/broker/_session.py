@@ -110,11 +110,12 @@ class Session:
 
     __slots__ = (
         "client_id", "connection", "disconnected_at", "expiry_interval", "inbound_qos2",
-        "inflight", "next_packet_id", "protocol_version", "queue", "seen", "subscriptions",
-        "taken_over", "will",
+        "inflight", "next_packet_id", "protocol_version", "queue", "seen", "stored",
+        "subscriptions", "taken_over", "will",
     )
 
-    def __init__(self, client_id: str, protocol_version: int, expiry_interval: int) -> None:
+    def __init__(self, client_id: str, protocol_version: int, expiry_interval: int,
+                 stored: bool = True) -> None:
         self.client_id = client_id
         self.protocol_version = protocol_version
         self.expiry_interval = expiry_interval
@@ -134,6 +135,9 @@ class Session:
         # Taken over from a failed node's replica, and no client connected to it here since:
         # what another copy says its client did meanwhile (a split) is newer than this.
         self.taken_over = False
+        # The store may hold a record of it (False: a clean session that never had one, whose
+        # end needs no delete written).
+        self.stored = stored
 
     def queued(self) -> deque[Pending]:
         """The queue, to add to: made on the first message queued."""
