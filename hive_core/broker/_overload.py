@@ -273,7 +273,10 @@ class OverloadProtection:
             sender.read_until = READ_FREELY
             if sender.held:
                 sender.release_reading()
-            self._accounts[sender].credit = 0.0
+        # Back to plain marks (a new engagement counts from them, not from zero), and no
+        # account keeps a closed connection alive.
+        self._marks = {sender: account.mark for sender, account in self._accounts.items()}
+        self._accounts = {}
         began = self.engaged_since or now
         self.engaged_since = None
         self._calm_since = None

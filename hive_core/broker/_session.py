@@ -92,6 +92,15 @@ class _Empty:
     append = appendleft = extend = extendleft = insert = add = update = _refuse
     __iadd__ = __ior__ = __ixor__ = symmetric_difference_update = _refuse
 
+    def __copy__(self) -> Any:  # a copy is the shared empty again, not a new one
+        return self
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        return self
+
+    def __reduce__(self) -> Any:
+        return "NO_QUEUE" if isinstance(self, deque) else "NO_IDS"
+
 
 class _NoQueue(_Empty, deque):  # type: ignore[misc]
     __slots__ = ()

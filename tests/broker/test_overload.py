@@ -212,6 +212,22 @@ def test_a_short_return_of_pressure_during_the_calm_keeps_one_engagement(
     assert caplog.text.count("Overload protection engaged") == 1
 
 
+def test_an_engagement_right_after_one_ended_counts_from_the_recent_rate() -> None:
+    """After an end, the next engagement's budget is what the clients sent since the last
+    count, not everything they ever sent (which would hold them all for seconds)."""
+    clock = Clock()
+    protection = OverloadProtection(clock.now)
+    senders = [FakeSender(10_000) for _ in range(3)]
+    drive(protection, senders, clock, lambda i: Pressure(), 600)  # a minute of traffic first
+    drive(protection, senders, clock, lambda i: Pressure(loop_lag=1.0), 1)
+    first = protection.budget
+    drive(protection, senders, clock, lambda i: Pressure(), 10 + int(CALM / TICK) + 1)
+    assert not protection.engaged
+    drive(protection, senders, clock, lambda i: Pressure(loop_lag=1.0), 1)  # at once again
+    assert protection.engaged and protection.engagements == 2
+    assert protection.budget < 3 * first, (protection.budget, first)
+
+
 def test_a_held_channel_resumes_only_when_neither_overload_nor_receive_maximum_holds_it(
         ) -> None:
     async def scenario(broker: Broker) -> None:
