@@ -71,8 +71,8 @@ _PROTOCOL_NAMES = {3: "3.1", 4: "3.1.1", 5: "5"}
 _PASS_THROUGH_DROP = (P.TOPIC_ALIAS, P.MESSAGE_EXPIRY_INTERVAL)
 # What no connection adds to until it uses topic aliases (an empty dict is 64 bytes).
 _NO_ALIASES: Any = MappingProxyType({})
-_REFUSED: dict[int, str] = {RC.NOT_AUTHORIZED: "not authorized by an extension",
-            RC.QUOTA_EXCEEDED: "a node it is for has not acknowledged the most kept for it"}
+_CLUSTER_FULL = "a node it is for has not acknowledged the most kept for it"
+_REFUSED: dict[int, str] = {RC.NOT_AUTHORIZED: "not authorized by an extension"}
 
 
 class ChannelIo(Protocol):
@@ -641,7 +641,7 @@ class Channel:
         message = Message(topic, packet.payload, qos, packet.retain, props, session.client_id,
                           expiry_at)
         if qos and broker.refused(message):  # a node it is for has not taken enough of ours
-            return self._publish_refused(packet, RC.QUOTA_EXCEEDED)
+            return self._publish_refused(packet, RC.QUOTA_EXCEEDED, cluster=True)
         extensions = broker.extensions
         if not qos and not extensions.on_publish:
             broker.publish(message)  # QoS 0: nothing to acknowledge
@@ -707,13 +707,14 @@ class Channel:
         else:
             self._publish_refused(packet, code)
 
-    def _publish_refused(self, packet: Publish, code: int) -> None:
+    def _publish_refused(self, packet: Publish, code: int, cluster: bool = False) -> None:
         # DEBUG: a refused client may retry at its own pace, and every refusal would be a line.
-        log.debug("publish of %r to %r refused: %s (0x%02X)", self.client_id, packet.topic,
-                  _REFUSED.get(code, "stopped by an extension"), code)
-        if code == RC.QUOTA_EXCEEDED and self.version != 5:  # MQTT 3 cannot refuse in a PUBACK
-            self._refuse_after_acks(code, _REFUSED[code])  # (never from an extension step)
-        elif packet.qos:
+        why = _CLUSTER_FULL if cluster else _REFUSED.get(code, "stopped by an extension")
+        log.debug("publish of %r to %r refused: %s (0x%02X)", self.client_id, packet.topic, why,
+                  code)
+        if cluster and self.version != 5:  # MQTT 3 cannot refuse in a PUBACK: it closes
+            self._refuse_after_acks(code, _CLUSTER_FULL)  # (never from an extension's step)
+        elif packet.qos:  # (an MQTT 3 client gets a plain PUBACK: it has no reason code)
             self._ack_publish(packet, code, False)
 
     def _route(self, packet: Publish, message: Message) -> None:
@@ -743,8 +744,7 @@ class Channel:
                                           packet.packet_id or 0, reason, self.version), durable,
                                forwards=durable)
 
-    def send_after_commit(self, data: bytes, durable: bool = True,
-                          forwards: bool = False) -> None:
+    def send_after_commit(self, data: bytes, durable: bool = True, forwards: bool = False) -> None:
         """Send ``data`` once what it confirms is committed (``durable``; ``forwards``: and
         forwarded), after every acknowledgement waiting before it (broker/_acks.py)."""
         self.acks.send(data, durable, forwards)
