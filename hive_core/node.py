@@ -342,7 +342,10 @@ class HiveNode:
                 settings = cluster_settings(self.config)
                 settings.replicas_folder = self.data_dir / "replicas"
                 cluster = self.cluster = Cluster(self.services.node_id, settings, broker,
-                                                 self.extensions, store=replicating)
+                                                 self.extensions, store=replicating,
+                                                 kept_store=store)
+                if cluster.kept is not None:  # messages kept for silent nodes before a restart
+                    cluster.kept.restore(snapshot)
                 cluster.client_queries.details = views.local_client_details
                 self.services.members_from(cluster.view)
                 cluster.client_services = ClusterClients(

@@ -147,7 +147,12 @@ class SessionStore(Protocol):
 
     def enqueue(self, client_id: str, seq: int, message: StoredMessage) -> None:
         """A QoS 1/2 message waits for an offline or busy client at queue position ``seq``
-        (positions grow; a position is never reused)."""
+        (positions grow; a position is never reused).
+
+        In a cluster, a client id that starts with U+0000 (which no MQTT client id can hold)
+        is a queue of messages the node keeps for another node that has not acknowledged them;
+        it has no session record. Keep its rows like any queue's and return them in
+        :attr:`Snapshot.queues`."""
         ...
 
     def dequeue(self, client_id: str, seq: int) -> None:

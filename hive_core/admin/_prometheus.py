@@ -151,6 +151,12 @@ _CLUSTER: tuple[Scalar, ...] = (
     ("counter", "hive_cluster_forwards_refused",
      "Local QoS 1/2 publishes refused: a node they were for had not acknowledged the most this "
      "node keeps for it.", lambda c: c.forwards_refused),
+    ("gauge", "hive_cluster_forwards_on_disk",
+     "Messages kept on disk for nodes that have not acknowledged them for a second.",
+     lambda c: c.forwards_on_disk),
+    ("counter", "hive_cluster_forwards_written_to_disk",
+     "Messages written to disk for nodes that had not acknowledged for a second.",
+     lambda c: c.forwards_written_to_disk),
     ("counter", "hive_cluster_authentication_failures",
      "Node links refused: the peer did not prove the shared secret.",
      lambda c: c.authentication_failures),

@@ -42,6 +42,7 @@ from hive_core.cluster._client_services import SERVICE_FRAMES, ClusterClients
 from hive_core.cluster._custody import Custody
 from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._health import HealthCheck
+from hive_core.cluster._kept import KeptOnDisk
 from hive_core.cluster._latency import Latencies, LatencySnapshot
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._membership import Membership
@@ -61,7 +62,7 @@ from hive_core.cluster._wire import (
     encode_publish_frame,
 )
 from hive_core.mqtt import decode_properties, encode_properties
-from hive_ext_api import ClusterMember, ClusterNodeAddress
+from hive_ext_api import ClusterMember, ClusterNodeAddress, SessionStore
 
 if TYPE_CHECKING:
     from hive_core.plugins import Extensions
@@ -108,6 +109,8 @@ class ClusterStats:
     forwards_duplicates: int  # received again after a reconnect, and skipped
     forwards_dropped: int  # given up on (the node forgotten), or QoS 0 not sent to a full node
     forwards_refused: int = 0  # local QoS 1/2 publishes refused: a node they were for was full
+    forwards_on_disk: int = 0  # messages kept for silent nodes, on disk now (see _kept.py)
+    forwards_written_to_disk: int = 0  # such messages written so far
     authentication_failures: int = 0  # links refused: the peer did not prove the shared secret
     replica_count: int = 1  # as configured
     backups: list[str] = field(default_factory=list)  # the nodes holding this node's replica
@@ -141,7 +144,8 @@ class Cluster:
     def __init__(self, node_id: str, settings: ClusterSettings, broker: BrokerPort,
                  extensions: Extensions, transport: NodeTransport | None = None,
                  store: ReplicatingStore | None = None,
-                 replica_shelf: ReplicaShelf | None = None) -> None:
+                 replica_shelf: ReplicaShelf | None = None,
+                 kept_store: SessionStore | None = None) -> None:
         self.node_id = node_id
         self.settings = settings
         self.broker = broker
@@ -155,6 +159,11 @@ class Cluster:
         self.client_services: ClusterClients | None = None  # extensions' questions, both ways
         self.table = RoutingTable()
         self.forwarding = Forwarding()
+        # Messages kept for a silent node go to disk (the node's store: ``store`` when it
+        # replicates, or ``kept_store``), so that its publishers stop waiting for that node.
+        disk_store = kept_store if kept_store is not None else store
+        self.kept = KeptOnDisk(node_id, disk_store) if disk_store is not None else None
+        self.forwarding.keep_on(self.kept)
         self.merge_wait = MergeWait(  # messages from a merging node, held for copies kept here
             lambda message, ids: broker.publish_among(message, ids, among=True),
             settings.connect_timeout)
@@ -200,6 +209,7 @@ class Cluster:
             FrameKind.FORWARD_ACK: lambda member, body: self.forwarding.acknowledged_by(
                 member.node_id, int(body)),
             FrameKind.REPLAY: self._on_replay,
+            FrameKind.KEPT_PUBLISH: self._on_kept_publish,
             FrameKind.FILTER_ADD: lambda member, body: self._routes(self.table.add,
                                                                     member, body),
             FrameKind.FILTER_REMOVE: lambda member, body: self._routes(self.table.remove,
@@ -250,6 +260,10 @@ class Cluster:
             await self.membership.join()
         log.info("Finished cluster join process successfully.")
         self.membership.log_view()
+        if self.kept is not None and self.kept.restored:
+            with self.kept.atomic():  # the old rows go in the batch that keeps them anew
+                self.takeover.publish_kept(self.kept.take_restored())
+            await self.broker.commit()
 
     async def _run_background(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
                               started: anyio.Event | None = None) -> None:
@@ -293,6 +307,8 @@ class Cluster:
                 # at the next start as if it were still this node's.
                 self.replicator.detach()  # what follows is not for the backups
                 self.broker.forget_sessions()
+                if self.kept is not None:
+                    self.kept.forget()
             else:
                 log.warning("Cluster replication did not finish within %.0f s: this node keeps "
                             "its sessions", self.settings.connect_timeout)
@@ -393,6 +409,20 @@ class Cluster:
             self.broker.deliver_shared(body[0], body[1], message_from(body[2]))
             self._acknowledge_soon(member.node_id)
 
+    def _on_kept_publish(self, member: Member, body: Any) -> None:
+        if self.forwarding.arrived(member.node_id):
+            self.metrics.publishes_received += 1
+            message = message_from(body[2])
+            if body[1]:
+                message.mid = (str(body[0]), int(body[1]))
+            if self.merge_wait.waiting and (held := self.merge_wait.hold(message)):
+                self.broker.publish_among(message, held, among=False)
+            else:
+                self.broker.publish_from_peer(message)
+            if self.moved.sessions:
+                self.moved.arrived(member.node_id, message)
+            self._acknowledge_soon(member.node_id)
+
     def _on_replay(self, member: Member, body: Any) -> None:
         self.forwarding.replaying(member.node_id, int(body[0]), int(body[1]))
         self._acknowledge_soon(member.node_id)  # what it holds and this node had handled
@@ -431,6 +461,9 @@ class Cluster:
         link.send(FrameKind.REPLAY, [self.incarnation, first])
         for frame in frames:
             link.send_encoded(frame)
+        if self.kept is not None and member.node_id in self.kept.waiting:
+            with self.kept.atomic():  # kept on disk for it while it was away
+                self.takeover.send_kept(member.node_id, self.kept.take_waiting(member.node_id))
 
     # ------------------------------------------------------------------ the broker's side
 
@@ -674,6 +707,8 @@ class Cluster:
             forwards_replayed=self.forwarding.replayed,
             forwards_duplicates=self.forwarding.duplicates,
             forwards_dropped=self.forwarding.dropped, forwards_refused=self.forwarding.refused,
+            forwards_on_disk=self.kept.rows if self.kept is not None else 0,
+            forwards_written_to_disk=self.kept.written if self.kept is not None else 0,
             authentication_failures=self.authentication.failures,
             replica_count=self.settings.replica_count,
             backups=sorted(replicator.backups) if replicator is not None else [],

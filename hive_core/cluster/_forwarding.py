@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Container
 from dataclasses import dataclass, field
 
+from hive_core.cluster._kept import KeptOnDisk, OnDisk
 from hive_core.cluster._latency import Latencies, Probe
 from hive_core.plugins import WarningGate
 
@@ -47,6 +48,10 @@ class Outgoing:
     size: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     probe: Probe | None = None  # the frame whose acknowledgement is being timed
+    # With a disk to keep frames on: the check for a silent peer, due KEEP_ON_DISK_AFTER after
+    # frame ``mark`` was sent (if that one is still not acknowledged then, the peer is silent)
+    check: asyncio.TimerHandle | None = None
+    mark: int = 0
 
     def signal(self) -> None:
         event, self.changed = self.changed, asyncio.Event()
@@ -78,6 +83,13 @@ class Forwarding:
         self.duplicates = 0  # frames received again and skipped
         self.ack_times = Latencies()  # sent until acknowledged, by peer (one probe in flight)
         self._warnings = WarningGate(log)
+        # Where frames for a silent peer are written (None: nowhere; publishers wait for it).
+        self.disk: KeptOnDisk | None = None
+        self._on_disk: dict[str, OnDisk] = {}  # disk.peers (the same dict), or empty
+
+    def keep_on(self, disk: KeptOnDisk | None) -> None:
+        self.disk = disk
+        self._on_disk = disk.peers if disk is not None else {}
 
     # ------------------------------------------------------------------ sending
 
@@ -90,10 +102,43 @@ class Forwarding:
             out.probe = Probe(out.sent, time.monotonic())
         out.frames.append(frame)
         out.size += len(frame)
+        if self.disk is not None:
+            if peer in self._on_disk:
+                self.disk.write(peer, self.disk.peers[peer], out.sent, frame)
+            elif out.check is None:
+                out.mark = out.sent
+                out.check = asyncio.get_running_loop().call_later(
+                    self.disk.after, self._check_silent, peer, out)
         if out.size >= self.limit:
             self.full_peers.add(peer)
             if out.size > 2 * self.limit:
                 self._drop_oldest(peer, out)
+
+    def to_disk(self, peer: str) -> None:
+        """What is kept for ``peer``, and every frame for it until it has acknowledged them
+        all, is written to disk from now on (messages kept on disk before are sent again)."""
+        disk = self.disk
+        if disk is not None and peer not in disk.peers:
+            out = self.outgoing.get(peer)
+            if out is None:
+                out = self.outgoing[peer] = Outgoing()
+            disk.begin(peer, out.acked + 1, out.frames, out.sent, quiet=True)
+
+    def _check_silent(self, peer: str, out: Outgoing) -> None:
+        """KEEP_ON_DISK_AFTER after frame ``out.mark`` was sent: still not acknowledged, the
+        peer is silent and what is kept for it goes to disk (the waiting publishers then wait
+        for the commit instead)."""
+        out.check = None
+        disk = self.disk
+        if disk is None or self.outgoing.get(peer) is not out or peer in disk.peers:
+            return
+        if out.acked < out.mark:
+            disk.begin(peer, out.acked + 1, out.frames, out.sent)
+            out.signal()
+        elif out.sent > out.acked:
+            out.mark = out.sent
+            out.check = asyncio.get_running_loop().call_later(disk.after, self._check_silent,
+                                                              peer, out)
 
     def _drop_oldest(self, peer: str, out: Outgoing) -> None:
         """The last guard of memory: messages that cannot be refused at the bound (for shared
@@ -160,6 +205,9 @@ class Forwarding:
         out.acked = handled
         if out.size < self.limit:
             self.full_peers.discard(peer)
+        if peer in self._on_disk:
+            assert self.disk is not None
+            self.disk.acknowledged(peer, handled, handled == out.sent)
         out.signal()
 
     def replay(self, peer: str) -> tuple[int, list[bytes]]:
@@ -196,15 +244,24 @@ class Forwarding:
         out.size = 0
         self.full_peers.discard(peer)
         out.acked = out.sent
+        if self.disk is not None:
+            self.disk.drop(peer)
         out.signal()
         return dropped
 
     async def acknowledged(self, is_member: Container[str]) -> None:
-        """Until every frame sent so far is acknowledged by its peer, or the peer left."""
+        """Until every frame sent so far is acknowledged by its peer, or the peer left, or
+        (a silent peer) the frames up to there are committed to disk for it."""
         targets = [(peer, out, out.sent) for peer, out in list(self.outgoing.items())
                    if out.sent > out.acked and peer in is_member]
         for peer, out, place in targets:
             while out.acked < place and peer in is_member:
+                disk = self.disk
+                if disk is not None and disk.covers(peer, out.acked, place):
+                    if disk.durable(peer, place):
+                        break
+                    await disk.commit(peer)
+                    continue
                 await out.changed.wait()
 
     # ------------------------------------------------------------------ receiving

@@ -60,6 +60,7 @@ class Membership:
         self.absent_at: dict[str, tuple[ClusterNodeAddress, int]] = {}  # address, incarnation
         # The node protocol each node last spoke here, and whether it took arrival stamps.
         self.spoke: dict[str, tuple[int, bool]] = {}
+        self.takes_kept: set[str] = set()  # nodes whose HELLO said kept_publish (last time)
         # This node's last two loads, taken at heartbeats: (Unix time, load), for its rates.
         self._own_loads: tuple[tuple[float, list[int]] | None,
                                tuple[float, list[int]] | None] = (None, None)
@@ -191,7 +192,7 @@ class Membership:
                 "min_protocol": MIN_PROTOCOL_VERSION, "version": __version__,
                 "host": node.address.host, "port": node.address.port,
                 "incarnation": node.incarnation, "arrival_stamps": 1, "session_seen": 1,
-                "identities": 1, "forward_on": 1, "taken_ops": 1,
+                "identities": 1, "forward_on": 1, "taken_ops": 1, "kept_publish": 1,
                 **self._health_hello()}
 
     def _health_hello(self) -> dict[str, Any]:
@@ -279,6 +280,10 @@ class Membership:
         address = ClusterNodeAddress(str(hello["host"]), int(hello["port"]))
         stamps = bool(hello.get("arrival_stamps"))
         self.spoke[peer_id] = (protocol, stamps)
+        if hello.get("kept_publish"):
+            self.takes_kept.add(peer_id)
+        else:
+            self.takes_kept.discard(peer_id)
         member = self.members[peer_id] = Member(
             peer_id, address, str(hello.get("version", "")), protocol, link, incarnation,
             merging=merging, arrival_stamps=stamps, session_seen=bool(hello.get("session_seen")),
@@ -381,6 +386,7 @@ class Membership:
         node = self.node
         del self.absent[peer_id]
         self.spoke.pop(peer_id, None)
+        self.takes_kept.discard(peer_id)
         self.absent_at.pop(peer_id, None)  # discovery finds it again if it comes back
         node.table.drop(peer_id)
         node.broker.remote_routes_changed()

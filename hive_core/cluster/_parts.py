@@ -20,6 +20,7 @@ from anyio.abc import TaskGroup
 from hive_core.cluster._auth import PeerAuthentication
 from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
+from hive_core.cluster._kept import KeptOnDisk
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._merge_wait import MergeWait
 from hive_core.cluster._replication import Replicator
@@ -91,6 +92,7 @@ class MembershipPort(Protocol):
     absent: dict[str, float]
     absent_at: dict[str, tuple[ClusterNodeAddress, int]]
     spoke: dict[str, tuple[int, bool]]
+    takes_kept: set[str]
 
     def expect(self, node_id: str, address: ClusterNodeAddress, incarnation: int) -> None: ...
 
@@ -177,6 +179,7 @@ class NodeContext(Protocol):
     health: HealthCheck | None
     table: RoutingTable
     forwarding: Forwarding
+    kept: KeptOnDisk | None
     merge_wait: MergeWait
     members: dict[str, Member]
     stopping: bool

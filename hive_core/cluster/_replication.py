@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hive_core.broker import SessionRecords, snapshot_records
+from hive_core.cluster._kept import Row, is_kept, kept_rows
 from hive_core.cluster._latency import Latencies, Probe
 from hive_core.persistence import (
     Direction,
@@ -406,6 +407,7 @@ class TakenReplica:
     records: list[SessionRecords]
     watermarks: Watermarks
     wills: list[list[Any]]  # [client id, will fields]
+    kept: list[Row] = field(default_factory=list)  # messages it kept on disk for other nodes
 
 
 Work = Callable[[], Awaitable[None] | None]
@@ -501,7 +503,8 @@ class Replicas:
         with store.atomic():
             for fields in records:
                 r = records_of(fields)
-                store.save_session(r.session)
+                if not is_kept(r.session.client_id):  # messages kept for a node: rows only
+                    store.save_session(r.session)
                 for queued_seq, message in r.queue:
                     store.enqueue(r.session.client_id, queued_seq, message)
                 for inflight in r.inflight:
@@ -590,7 +593,8 @@ class Replicas:
         snapshot = await self.shelf.read(origin)
         await self.shelf.remove(origin)
         return TakenReplica(origin, snapshot_records(snapshot), replica.watermarks,
-                            [[c, fields] for c, fields in replica.wills.items()])
+                            [[c, fields] for c, fields in replica.wills.items()],
+                            kept_rows(snapshot))
 
     async def _close(self, replica: Replica) -> None:
         if replica.committing is not None:

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 
 from hive_core.broker import Message, SessionRecords
+from hive_core.cluster._kept import Row, kept_frame, message_of, peer_of
 from hive_core.cluster._parts import FrameHandler, Member, NodeContext
 from hive_core.cluster._replication import (
     ReplicaFolder,
@@ -32,7 +33,7 @@ from hive_core.cluster._replication import (
 from hive_core.cluster._session_frames import PART_BYTES, in_parts, message_from
 from hive_core.cluster._wire import FrameDecoder, FrameKind
 from hive_core.mqtt import decode_properties
-from hive_ext_api import ClusterNodeAddress
+from hive_ext_api import ClusterNodeAddress, StoredMessage
 
 log = logging.getLogger("hive.cluster")
 
@@ -156,7 +157,11 @@ class Takeover:
                 for peer, seen in self.node.forwarding.incoming.items()}
 
     def _replica_snapshot(self) -> tuple[list[SessionRecords], list[list[Any]]]:
-        return self.node.broker.replica_records(), self.node.broker.replica_wills()
+        node = self.node
+        records = node.broker.replica_records()
+        if node.kept is not None:  # messages kept on disk for silent nodes go along
+            records += node.kept.replica_records()
+        return records, node.broker.replica_wills()
 
     def _send_snapshot(self, node_id: str, seq: int, records: list[SessionRecords],
                        wills: list[list[Any]]) -> None:
@@ -277,6 +282,8 @@ class Takeover:
             first, rescued = self._unhandled(failed, taken.watermarks)
             self._drop_node(failed)
             self.deliver_rescued(failed, rescued, node.node_id, node.incarnation, first)
+            if taken.kept:  # what it kept on disk for silent nodes: to where it routes now
+                self.publish_kept(taken.kept)
             wills = node.broker.adopt_wills(taken.wills)
             for member in node.members.values():
                 member.link.send(FrameKind.FILTERS, node.local_filters())
@@ -294,6 +301,52 @@ class Takeover:
         finally:
             del self.taking[failed]
             event.set()
+
+    def publish_kept(self, rows: list[Row]) -> None:
+        """Messages an earlier run of this node, or a node whose sessions were taken over here,
+        kept on disk for other nodes (``_kept.py``), with their identity (a session that had
+        one takes no copy): to the node they were for, when it is a member (or away but still
+        routed to); otherwise to where their topics route now, and to that node too if it joins
+        within ABSENT_KEEP. What goes to another node is written for it here again."""
+        node = self.node
+        by_peer: dict[str, list[StoredMessage]] = {}
+        for client_id, _seq, stored in rows:
+            by_peer.setdefault(peer_of(client_id), []).append(stored)
+        members, absent = node.members, node.membership.absent
+        for peer, messages in by_peer.items():
+            if peer in members or peer in absent:
+                self.send_kept(peer, messages)
+                continue
+            if peer == node.node_id:  # kept for this node by the one it took over
+                for stored in messages:
+                    node.broker.publish_from_peer(message_of(stored))
+                continue
+            for stored in messages:
+                message = message_of(stored)
+                node.broker.publish_from_peer(message)
+                for node_id in node.table.match(message.topic)[0]:
+                    if node_id in members or node_id in absent:
+                        self.send_kept(node_id, [stored])
+            if node.kept is not None:
+                node.kept.wait_for(peer, messages)
+        if rows:
+            log.info("published again %d messages kept on disk for other nodes", len(rows))
+
+    def send_kept(self, peer: str, messages: list[StoredMessage]) -> None:
+        """Messages kept on disk for ``peer`` before: to it, and on disk for it until it
+        acknowledges them."""
+        node = self.node
+        membership, forwarding = node.membership, node.forwarding
+        member = node.members.get(peer)
+        protocol = member.protocol if member is not None else membership.spoke.get(
+            peer, (0, False))[0]
+        takes = peer in membership.takes_kept
+        forwarding.to_disk(peer)
+        for stored in messages:
+            frame = kept_frame(message_of(stored), node.node_id, takes, protocol)
+            if member is not None:
+                member.link.send_encoded(frame)
+            forwarding.sent(peer, frame)
 
     def rescuing(self, client_id: str) -> bool:
         """Whether ``client_id`` was taken over from a node whose share some peer has not

@@ -28,7 +28,9 @@ hive_core/broker/_handover.py). A node that drops its copies of sessions another
 version 3 gets PUBLISH frames without the serial, and no ROUTE_TO.
 Within 4, a node whose HELLO says ``arrival_stamps`` gets PUBLISH frames that may carry the
 origin's routing time (flag 0x08, after the serial; hive_core/cluster/_latency.py); the others
-get them without it, so no version bump was needed."""
+get them without it, so no version bump was needed. Likewise ``kept_publish``: such a node
+takes KEPT_PUBLISH frames (messages kept on disk for it, published again after a restart or a
+takeover, with their identity); the others get them as PUBLISH frames without an identity."""
 MIN_PROTOCOL_VERSION = 2
 MAX_FRAME = 64 * 1024 * 1024
 
@@ -74,6 +76,9 @@ class FrameKind(IntEnum):
     # To a node whose HELLO says forward_on (a data frame, counted like PUBLISH):
     SESSION_PUBLISH = 54  # [client ids, origin, serial, message]: routed to the sender for
     # sessions that moved to the receiver (see _moved.py)
+    # To a node whose HELLO says kept_publish (a data frame, counted like PUBLISH):
+    KEPT_PUBLISH = 55  # [origin, serial, message]: a PUBLISH whose identity is another node's
+    # (kept on disk by a node that restarted or was taken over; see _kept.py)
     # Extension services across the cluster (_client_services.py); older nodes skip them:
     CLIENTS_ASK = 60  # request id: which clients are connected to the receiver?
     CLIENTS = 61  # [request id, [[client id, protocol, username, listener, host, port], ...]]

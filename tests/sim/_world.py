@@ -107,6 +107,8 @@ class SimNode:
             self.name, settings, broker, Extensions(manager),
             world.net.transport(self.name, self.context), store=replicating,
             replica_shelf=self.shelf)
+        if cluster.kept is not None:  # what it kept on disk for silent nodes before a kill
+            cluster.kept.restore(snapshot)
         await cluster.start()
         self.up = True
 
