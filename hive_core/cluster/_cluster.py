@@ -203,6 +203,9 @@ class Cluster:
         self.takeover = Takeover(self, store, replica_shelf)
         self.moved = Moved(self)  # sessions that left while nodes may still route here
         self.replicator = self.takeover.replicator
+        if self.kept is not None:  # rows only while every backup reads them as rows
+            self.kept.allowed = lambda: self.replicator is None or all(
+                b in self.membership.takes_kept for b in self.replicator.backups)
         self.replicas = self.takeover.replicas
         self._handlers: dict[FrameKind, FrameHandler] = {
             FrameKind.SHARED_PUBLISH: self._on_shared_publish,

@@ -103,8 +103,9 @@ class Forwarding:
         out.frames.append(frame)
         out.size += len(frame)
         if self.disk is not None:
-            if peer in self._on_disk:
-                self.disk.write(peer, self.disk.peers[peer], out.sent, frame)
+            state = self._on_disk.get(peer)
+            if state is not None and state.writing:
+                self.disk.write(peer, state, out.sent, frame)
             elif out.check is None:
                 out.mark = out.sent
                 out.check = asyncio.get_running_loop().call_later(
@@ -118,11 +119,12 @@ class Forwarding:
         """What is kept for ``peer``, and every frame for it until it has acknowledged them
         all, is written to disk from now on (messages kept on disk before are sent again)."""
         disk = self.disk
-        if disk is not None and peer not in disk.peers:
+        if disk is not None:
             out = self.outgoing.get(peer)
             if out is None:
                 out = self.outgoing[peer] = Outgoing()
-            disk.begin(peer, out.acked + 1, out.frames, out.sent, quiet=True)
+            disk.begin(peer, out.acked, out.frames, out.sent, quiet=True)
+            out.signal()  # waiting publishers: what they wait for may be on disk now
 
     def _check_silent(self, peer: str, out: Outgoing) -> None:
         """KEEP_ON_DISK_AFTER after frame ``out.mark`` was sent: still not acknowledged, the
@@ -130,10 +132,13 @@ class Forwarding:
         for the commit instead)."""
         out.check = None
         disk = self.disk
-        if disk is None or self.outgoing.get(peer) is not out or peer in disk.peers:
+        if disk is None or self.outgoing.get(peer) is not out:
             return
-        if out.acked < out.mark:
-            disk.begin(peer, out.acked + 1, out.frames, out.sent)
+        state = disk.peers.get(peer)
+        if state is not None and state.writing:
+            return
+        if out.acked < out.mark and disk.allowed():
+            disk.begin(peer, out.acked, out.frames, out.sent)
             out.signal()
         elif out.sent > out.acked:
             out.mark = out.sent
@@ -207,7 +212,7 @@ class Forwarding:
             self.full_peers.discard(peer)
         if peer in self._on_disk:
             assert self.disk is not None
-            self.disk.acknowledged(peer, handled, handled == out.sent)
+            self.disk.acknowledged(peer, handled)
         out.signal()
 
     def replay(self, peer: str) -> tuple[int, list[bytes]]:

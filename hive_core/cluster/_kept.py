@@ -5,21 +5,27 @@ A local publisher's PUBACK waits until every node its message went to has acknow
 (``_forwarding.py``). When a node has not acknowledged a message for
 :data:`KEEP_ON_DISK_AFTER` seconds (it is frozen, cut off, or far behind), what is kept for it
 is written to this node's store, and from then on each message for it as it is sent, until it
-has acknowledged everything. Once a commit has them (this node's disk and, through the
-replicating store, its backups: ``replica-count`` nodes), the PUBACKs waiting for that node go
-out; the wait no longer depends on it. Rows go as the node acknowledges.
+has handled what was kept for it at that moment (it is live again: later messages are not
+written, and the rows go as it acknowledges them). Once a commit has the rows (this node's disk
+and, through the replicating store, its backups: ``replica-count`` nodes; if the silent node is
+one of the backups, the commit waits for it as every write does), the PUBACKs waiting for that
+node go out. Rows are written only while every backup reads them (a backup of an earlier
+release would keep them as a session of its own).
 
 The rows are queue rows of the client id ``KEPT_PREFIX + node id``, without a session record
 (MQTT strings cannot hold U+0000, so no client has such an id; the broker restores sessions
 from session records only). What the store holds of them outlives this process: at the next
-start, and on the node that takes this node's sessions over from its replica, each message is
-published again, after the join, to the subscribers its topic routes to *now*, with its
-identity: a session that had it takes no copy (``_handover.takes``); what goes to other nodes
-is kept on disk for them again, in the same batch as the old rows go.
+start, and on the node that takes this node's sessions over from its replica, the messages go
+out again with their identity (a session that had one takes no copy, ``_handover.takes``): to
+the node they were for if it is a member (or away but still routed to), otherwise to where
+their topics route now and, if it joins within :data:`ABSENT_KEEP` or is taken over meanwhile,
+to it or its taker; what goes to another node is written for it again in the same batch as the
+old rows go. A message whose identity is another node's travels as KEPT_PUBLISH.
 
-Only messages for a node's plain subscribers (PUBLISH, KEPT_PUBLISH frames) are written; a
-publisher whose message also went as a shared-subscription, moved-session or merge frame to the
-silent node still waits for that node's acknowledgement.
+Only messages for a node's plain subscribers (PUBLISH, KEPT_PUBLISH frames) can be written. A
+PUBACK waits for everything sent before it, so while a shared-subscription, moved-session or
+merge frame for the silent node is unacknowledged, the publishers whose messages went to that
+node after it wait for the node as before.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from itertools import islice
 
 from hive_core.broker import Message, SessionRecords
 from hive_core.cluster._wire import (
@@ -117,6 +124,17 @@ def kept_frame(message: Message, node_id: str, takes_kept: bool, protocol: int) 
                                 props, message.expiry_at, message.publisher_id, own)
 
 
+def legacy_frame(frame: bytes) -> bytes:
+    """``frame`` for a node of an earlier release: a KEPT_PUBLISH as a PUBLISH without its
+    identity (that node cannot read KEPT_PUBLISH); other frames as they are."""
+    if frame[4] != _KEPT_PUBLISH:
+        return frame
+    stored = stored_of(frame, "")
+    assert stored is not None
+    return encode_publish_frame(stored.topic, stored.payload, stored.qos, stored.retain,
+                                stored.properties, stored.expiry_at, stored.publisher_id)
+
+
 @dataclass(slots=True)
 class OnDisk:
     """What is written of the frames kept for one node (places count as in ``Outgoing``)."""
@@ -125,6 +143,8 @@ class OnDisk:
     unwritten: deque[int] = field(default_factory=deque)  # places of frames not written
     written_upto: int = 0  # every frame up to this place is written (or in ``unwritten``)
     durable: int = 0  # the rows of places up to this one are committed
+    writing: bool = True  # frames are written as they are sent (False: only rows left)
+    began: int = 0  # the place of the last frame sent when the writing began
 
 
 class KeptOnDisk:
@@ -144,20 +164,29 @@ class KeptOnDisk:
         self.rows = 0  # rows on disk now
         self.atomic: Callable[[], AbstractContextManager[None]] = getattr(
             store, "atomic", nullcontext)
+        # Whether rows may be written now: every backup reads them (set by the cluster; a
+        # backup of an earlier release would keep them as a session of its own).
+        self.allowed: Callable[[], bool] = lambda: True
 
     # -- a silent node -------------------------------------------------------------------------
 
-    def begin(self, peer: str, first: int, frames: Iterable[bytes], sent: int,
+    def begin(self, peer: str, acked: int, frames: Iterable[bytes], sent: int,
               quiet: bool = False) -> None:
         """``peer`` has left a frame unacknowledged too long (or is sent messages kept on disk
-        before, ``quiet``): the frames kept for it (places ``first`` to ``sent``) go to disk,
-        and every frame for it from now on, until it has acknowledged them all."""
-        if peer in self.peers:
+        before, ``quiet``): the frames kept for it (places ``acked + 1`` to ``sent``) go to
+        disk, those not written yet, and every frame for it from now on, until it has
+        acknowledged what was kept for it now."""
+        state = self.peers.get(peer)
+        if state is None:
+            state = self.peers[peer] = OnDisk(written_upto=acked)
+        elif state.writing:
             return
-        state = self.peers[peer] = OnDisk(written_upto=first - 1)
-        for place, frame in enumerate(frames, first):
+        start = max(state.written_upto, acked)  # the frames after it are not written yet
+        for place, frame in enumerate(islice(frames, start - acked, None), start + 1):
             self.write(peer, state, place, frame)
         state.written_upto = sent
+        state.writing = True
+        state.began = sent
         if not quiet:
             log.warning("node %s has not acknowledged messages for %.1f s: what is kept for "
                         "it is written to disk (%d messages), and publishers no longer wait "
@@ -196,8 +225,11 @@ class KeptOnDisk:
         if state.durable < upto:
             state.durable = upto
 
-    def acknowledged(self, peer: str, handled: int, everything: bool) -> None:
-        """``peer`` has handled the frames up to ``handled``: their rows go."""
+    def acknowledged(self, peer: str, handled: int) -> None:
+        """``peer`` has handled the frames up to ``handled``: their rows go. Once it has
+        handled what was kept for it when the writing began, it is not silent any more: new
+        frames are not written (publishers wait for it again), and the state goes with the
+        last row."""
         state = self.peers.get(peer)
         if state is None:
             return
@@ -208,10 +240,12 @@ class KeptOnDisk:
         unwritten = state.unwritten
         while unwritten and unwritten[0] <= handled:
             unwritten.popleft()
-        if everything:
+        if state.writing and handled >= state.began:
+            state.writing = False
+            log.info("node %s has acknowledged the messages kept on disk for it: new messages "
+                     "for it are no longer written", peer)
+        if not state.writing and not rows:
             del self.peers[peer]
-            log.info("node %s has acknowledged every message kept for it: none are kept on "
-                     "disk for it any more", peer)
 
     def drop(self, peer: str) -> None:
         """``peer`` is forgotten, or its sessions were taken over (what was kept for it went
@@ -229,6 +263,7 @@ class KeptOnDisk:
         """This node's rows from before its restart: published again after the join."""
         self.restored = kept_rows(snapshot)
         self.rows += len(self.restored)
+        self._seq = max([self._seq, *(seq for _client_id, seq, _stored in self.restored)])
         if self.restored:
             log.info("restored %d messages kept for other nodes before the restart; they are "
                      "delivered again once this node has joined", len(self.restored))

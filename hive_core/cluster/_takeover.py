@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 
 from hive_core.broker import Message, SessionRecords
-from hive_core.cluster._kept import Row, kept_frame, message_of, peer_of
+from hive_core.cluster._kept import Row, kept_frame, legacy_frame, message_of, peer_of
 from hive_core.cluster._parts import FrameHandler, Member, NodeContext
 from hive_core.cluster._replication import (
     ReplicaFolder,
@@ -282,8 +282,7 @@ class Takeover:
             first, rescued = self._unhandled(failed, taken.watermarks)
             self._drop_node(failed)
             self.deliver_rescued(failed, rescued, node.node_id, node.incarnation, first)
-            if taken.kept:  # what it kept on disk for silent nodes: to where it routes now
-                self.publish_kept(taken.kept)
+            self._publish_kept_by(failed, taken.kept)
             wills = node.broker.adopt_wills(taken.wills)
             for member in node.members.values():
                 member.link.send(FrameKind.FILTERS, node.local_filters())
@@ -301,6 +300,19 @@ class Takeover:
         finally:
             del self.taking[failed]
             event.set()
+
+    def _publish_kept_by(self, failed: str, rows: list[Row]) -> None:
+        """A takeover of ``failed``: what it kept on disk for silent nodes goes where it must
+        now, and what this node kept on disk for ``failed`` while it was away goes to the
+        sessions taken over from it."""
+        node = self.node
+        if node.kept is None:
+            return
+        with node.kept.atomic():
+            self.publish_kept(rows)
+            adopted = self.adopted_from.get(failed, set())
+            for stored in node.kept.take_waiting(failed):
+                node.broker.publish_among(message_of(stored), adopted, among=True)
 
     def publish_kept(self, rows: list[Row]) -> None:
         """Messages an earlier run of this node, or a node whose sessions were taken over here,
@@ -391,12 +403,18 @@ class Takeover:
             node.membership.remove(failed, f"node {taker.node_id} took its sessions over")
         if failed not in node.members:
             place, rescued = self._unhandled(failed, watermarks)
+            if taker.node_id not in node.membership.takes_kept:  # a node of an earlier release
+                rescued = [legacy_frame(frame) for frame in rescued]
             for part in in_parts(rescued, len):
                 taker.link.send(FrameKind.RESCUED, [failed, part, place])
                 place += len(part)
             for topic_filter in node.table.filters_of(failed):
                 node.table.add(taker.node_id, topic_filter)  # until the taker's FILTERS
             self._drop_node(failed)
+            kept = node.kept
+            if kept is not None and failed in kept.waiting:  # kept on disk for it meanwhile
+                with kept.atomic():
+                    self.send_kept(taker.node_id, kept.take_waiting(failed))
         taker.link.send(FrameKind.RESCUE_DONE, failed)
 
     def deliver_rescued(self, failed: str, frames: list[bytes], origin: str,
@@ -425,4 +443,9 @@ class Takeover:
                     self.node.custody.merge_queue(body)
                 elif kind is FrameKind.SESSION_PUBLISH:  # for sessions that moved there
                     self.node.moved.deliver(body, origin, among=adopted)
+                elif kind is FrameKind.KEPT_PUBLISH:  # kept on disk, with its own identity
+                    message = message_from(body[2])
+                    if body[1]:
+                        message.mid = (str(body[0]), int(body[1]))
+                    broker.publish_among(message, adopted, among=True)
         broker.flush()

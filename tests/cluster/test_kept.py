@@ -92,3 +92,22 @@ def test_rows_outlive_the_process_and_a_forgotten_peer_takes_its_rows_along() ->
         forwarding.abandon("p")  # the peer is forgotten (or taken over): its rows go
         assert rows_of(store) == []
     asyncio.run(main())
+
+
+def test_once_the_peer_has_caught_up_new_frames_are_not_written_and_it_is_waited_for_again() -> None:  # noqa: E501
+    async def main() -> None:
+        store, forwarding = on_disk()
+        for n in range(3):
+            forwarding.sent("p", publish(n))
+        assert await waited(forwarding, 0.5)  # silent: written
+        forwarding.sent("p", publish(3))  # written as it is sent
+        forwarding.acknowledged_by("p", 3)  # what was kept when it fell silent: it is back
+        assert [t for _c, _s, t, _n in rows_of(store)] == ["t/3"]
+        forwarding.sent("p", publish(4))  # not written: a live peer is waited for
+        assert [t for _c, _s, t, _n in rows_of(store)] == ["t/3"]
+        assert not await waited(forwarding, 0.02)
+        forwarding.acknowledged_by("p", 5)
+        assert await waited(forwarding, 0.01)
+        assert rows_of(store) == [] and forwarding.disk is not None
+        assert forwarding.disk.peers == {}
+    asyncio.run(main())
