@@ -45,6 +45,17 @@ Claim = tuple[bool, int, bool]
 """(client connected there, custody epoch, node id smaller): of two copies the larger keeps."""
 
 
+def tombstone(ended: dict[str, int], client_id: str, version: int) -> int:
+    """A session ended at ``version`` (the newest such version is kept, for the newest
+    ``ENDED_SESSIONS`` client ids): which version that is now."""
+    version = max(version, ended.get(client_id, 0))
+    ended[client_id] = version
+    if len(ended) > ENDED_SESSIONS:
+        for old in sorted(ended, key=ended.__getitem__)[:len(ended) // 2]:
+            del ended[old]
+    return version
+
+
 class Custody:
     """The session directory, this node's own sessions' epochs, and the moves between nodes."""
 
@@ -159,8 +170,13 @@ class Custody:
         self.owners.pop(client_id, None)
         self.claims.forget(client_id)
         for member in self.node.members.values():
-            member.link.send(FrameKind.CLIENT_CONNECTED,
-                             [client_id, since] if member.protocol >= 3 else client_id)
+            if member.protocol < 3:
+                member.link.send(FrameKind.CLIENT_CONNECTED, client_id)
+                continue
+            member.link.send(FrameKind.CLIENT_CONNECTED, [client_id, since])
+            # What the member compares its own copy's claim with in a merge: this claim, also
+            # if the client is gone here again by the time the member's OWNED arrives.
+            self._told.setdefault(member.node_id, {})[client_id] = (True, since)
 
     def _on_client_connected(self, member: Member, body: Any) -> None:
         """CLIENT_CONNECTED: the client is on the member now, with this custody epoch; a
@@ -189,6 +205,8 @@ class Custody:
 
     def session_ended(self, client_id: str, deleted: bool = True) -> None:
         self.owned_since.pop(client_id, None)
+        for told in self._told.values():
+            told.pop(client_id, None)
         members = self.node.members.values()
         if not deleted:
             if client_id in self.owners:
@@ -200,19 +218,10 @@ class Custody:
             return
         # A tombstone: a copy of the session older than this (on a node that was away) is
         # dropped when that node comes back, not resurrected.
-        version = self._ended(client_id, time.time_ns())
+        version = tombstone(self.ended_sessions, client_id, time.time_ns())
         for member in members:
             member.link.send(FrameKind.SESSION_GONE,
                              [client_id, version] if member.protocol >= 3 else client_id)
-
-    def _ended(self, client_id: str, version: int) -> int:
-        ended = self.ended_sessions
-        version = max(version, ended.get(client_id, 0))
-        ended[client_id] = version
-        if len(ended) > ENDED_SESSIONS:
-            for old in sorted(ended, key=ended.__getitem__)[:len(ended) // 2]:
-                del ended[old]
-        return version
 
     def _on_gone(self, member: Member, body: Any) -> None:
         """SESSION_GONE: the member holds the session no more (ended, with a tombstone)."""
@@ -224,7 +233,7 @@ class Custody:
         self.claims.forget(client_id, member.node_id)
         if not isinstance(body, list):
             return
-        version = self._ended(client_id, int(body[1]))
+        version = tombstone(self.ended_sessions, client_id, int(body[1]))
         broker = self.node.broker
         if self.node.takeover.replicator is not None and not broker.is_connected(client_id) \
                 and client_id in broker.owned_sessions() \

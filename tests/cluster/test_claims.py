@@ -4,7 +4,12 @@ merged with yet (simulation seed 3757: QoS 2 twice after the client moved to a t
 
 from __future__ import annotations
 
+import asyncio
+
+from cluster.test_membership import Node, run_cluster, settle
+from hive_core.cluster import MemoryNetwork
 from hive_core.cluster._claims import ConnectedClaims
+from hive_core.mqtt import Disconnect
 
 MEMBERS = {"n1", "n2", "n3"}
 
@@ -47,3 +52,27 @@ def test_the_newest_connected_claim_wins() -> None:
     claims.claimed("c", "n3", 30, connected=True)
     claims.claimed("c", "n1", 20, connected=True)  # older than n3's: ignored
     assert claims.contested("c", "n2", MEMBERS) == "n3"
+
+
+
+def test_a_node_whose_client_connected_and_left_again_keeps_its_copy_as_it_told_the_others() -> None:  # noqa: E501
+    """Chaos seed 21: a node woke from a freeze into a merge; a client connected there
+    (CLIENT_CONNECTED, a new epoch) and was gone again when the other side's OWNED came, which
+    claimed an older epoch with its client connected. This node compared that claim with its
+    client's state *now* (not connected) and dropped its copy; the other node compared the
+    CLIENT_CONNECTED it was told (connected, newer) and dropped its own: both copies gone,
+    the next CONNECT found no session. Both must compare the claims as they were told."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        _n1, n3 = nodes
+        client = n3.client("c", clean=False)
+        await settle()
+        client.send(Disconnect())  # gone again; its session stays on n3
+        await settle()
+        custody = n3.cluster.custody
+        told = custody.owned_since["c"]
+        # n1's copy: its client connected there while the two were apart, at an older epoch
+        custody._on_owned(n3.cluster.members["n1"], [["c", told - 1, True]])
+        await asyncio.sleep(0.05)
+        assert n3.broker.has_session("c")
+
+    run_cluster(scenario, count=2)
