@@ -44,6 +44,8 @@ class StoredMessage:
 
 @dataclass(slots=True, frozen=True)
 class StoredSubscription:
+    """One subscription of a persistent session, with its MQTT 5 options."""
+
     topic_filter: str  # as the client sent it, "$share/group/filter" included
     qos: int
     no_local: bool = False

@@ -48,6 +48,8 @@ class OutageLog:
 
     @property
     def ongoing(self) -> bool:
+        """Whether the calls are failing now (an outage began and no call has succeeded
+        since)."""
         return self._began is not None
 
     def failed(self, doing: str, reason: str) -> None:

@@ -12,18 +12,30 @@ from hive_ext_api._types import ClientInfo, ClusterMember, RetainedInfo, Subscri
 
 
 class Counter(Protocol):
-    def inc(self, amount: int = 1) -> None: ...
+    """A count an extension keeps (``MetricsRegistry.counter``): it only grows."""
+
+    def inc(self, amount: int = 1) -> None:
+        """Add ``amount`` (1 unless told)."""
+        ...
 
     @property
-    def value(self) -> int: ...
+    def value(self) -> int:
+        """The count so far."""
+        ...
 
 
 class MetricsRegistry(Protocol):
     """Register metrics that show up beside the node's own (names are prefixed by the node)."""
 
-    def counter(self, name: str, description: str = "") -> Counter: ...
+    def counter(self, name: str, description: str = "") -> Counter:
+        """The counter called ``name`` (the same object for the same name), shown with
+        ``description`` in ``/api/v1/metrics`` and Prometheus."""
+        ...
 
-    def gauge(self, name: str, read: Callable[[], float], description: str = "") -> None: ...
+    def gauge(self, name: str, read: Callable[[], float], description: str = "") -> None:
+        """A value the node reads with ``read()`` whenever the metrics are asked for; keep
+        ``read`` fast and non-blocking."""
+        ...
 
 
 class HiveServices(Protocol):
@@ -80,7 +92,9 @@ class HiveServices(Protocol):
         ...
 
     @property
-    def metrics(self) -> MetricsRegistry: ...
+    def metrics(self) -> MetricsRegistry:
+        """Where the extension registers metrics of its own."""
+        ...
 
 
 @dataclass(slots=True)

@@ -63,10 +63,12 @@ class ConnectInfo:
 
     @property
     def client_id(self) -> str:
+        """The client identifier of the CONNECT (``client.client_id``)."""
         return self.client.client_id
 
     @property
     def username(self) -> str | None:
+        """The user name of the CONNECT, None when it had none (``client.username``)."""
         return self.client.username
 
 
@@ -86,11 +88,14 @@ class AuthDecision:
 
     @classmethod
     def accept(cls) -> AuthDecision:
+        """Let the client in (CONNACK with reason code 0x00)."""
         return cls(True, ReasonCode.SUCCESS)
 
     @classmethod
     def refuse(cls, reason_code: int = ReasonCode.NOT_AUTHORIZED,
                reason_string: str | None = None) -> AuthDecision:
+        """Keep the client out: the CONNACK carries ``reason_code`` (and, for MQTT 5,
+        ``reason_string``), then the connection closes."""
         return cls(False, reason_code, reason_string)
 
 
@@ -116,15 +121,20 @@ class AuthStep:
 
     @classmethod
     def more(cls, data: bytes | None) -> AuthStep:
+        """Another round: the client gets an AUTH packet (0x18, continue) with ``data``."""
         return cls("continue", data)
 
     @classmethod
     def success(cls, data: bytes | None = None) -> AuthStep:
+        """Authenticated: the CONNACK (or, for a re-authentication, AUTH 0x00) carries
+        ``data`` as its authentication data."""
         return cls("success", data, ReasonCode.SUCCESS)
 
     @classmethod
     def failure(cls, reason_code: int = ReasonCode.NOT_AUTHORIZED,
                 reason_string: str | None = None) -> AuthStep:
+        """Not authenticated: the CONNACK (or DISCONNECT, during a re-authentication) carries
+        ``reason_code`` and ``reason_string``, then the connection closes."""
         return cls("failure", None, reason_code, reason_string)
 
 
@@ -158,6 +168,8 @@ class SubscriptionInfo:
 
 @dataclass(slots=True)
 class RetainedInfo:
+    """A retained message as :meth:`HiveServices.retained` lists it."""
+
     topic: str
     payload: bytes
     qos: int
@@ -173,6 +185,8 @@ class ClusterNodeAddress:
 
 @dataclass(slots=True, frozen=True)
 class ClusterMember:
+    """A node of the cluster as :meth:`HiveServices.cluster_members` lists it."""
+
     node_id: str
     address: ClusterNodeAddress
     state: str  # "RUNNING", "JOINING", "UNREACHABLE", ...
