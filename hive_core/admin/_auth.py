@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING
 
 from hive_core.admin._passwords import verify_password
 from hive_core.config import PasswordHash
+from hive_core.plugins import WarningGate
 
 if TYPE_CHECKING:
     from hive_core.config import RestApiAuth
 
-__all__ = ["Access", "AuthStats", "Gatekeeper", "LoginGuard", "RefusalLog"]
+__all__ = ["Access", "AuthStats", "Gatekeeper", "LoginGuard", "refusal_log"]
 
 log = logging.getLogger("hive.admin")
 
@@ -61,30 +62,10 @@ class AuthStats:
     """Requests without credentials to a path that needs them."""
 
 
-class RefusalLog:
-    """Logs a refusal of one kind at most once per ``period`` seconds, counting the rest."""
-
-    def __init__(self, period: float = LOG_PERIOD,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.period = period
-        self.clock = clock
-        self._last: dict[str, float] = {}
-        self._held: dict[str, int] = {}
-
-    def warn(self, kind: str, message: str, *args: object) -> bool:
-        """Log ``message`` unless one of ``kind`` was logged within the period; whether it was."""
-        now = self.clock()
-        last = self._last.get(kind)
-        if last is not None and now - last < self.period:
-            self._held[kind] = self._held.get(kind, 0) + 1
-            return False
-        self._last[kind] = now
-        held = self._held.pop(kind, 0)
-        if held:
-            message += " (%d more since the last such warning)"
-            args = (*args, held)
-        log.warning(message, *args)
-        return True
+def refusal_log(period: float = LOG_PERIOD,
+                clock: Callable[[], float] = time.monotonic) -> WarningGate:
+    """Refusals of one kind logged at most once per ``period`` seconds, the rest counted."""
+    return WarningGate(log, period, clock=clock)
 
 
 class LoginGuard:
@@ -159,11 +140,11 @@ def _sha256(data: bytes) -> bytes:
 class Gatekeeper:
     """The REST API's authentication, from ``<rest-api><auth>`` (enabled)."""
 
-    def __init__(self, auth: RestApiAuth, refusals: RefusalLog | None = None) -> None:
+    def __init__(self, auth: RestApiAuth, refusals: WarningGate | None = None) -> None:
         self.stats = AuthStats(authentication_enabled=True)
         self._users = {user.name: PasswordHash.parse(user.password_hash) for user in auth.users}
         self._tokens = [_sha256(token.encode("ascii")) for token in auth.tokens]
-        self._refusals = refusals or RefusalLog()
+        self._refusals = refusals or refusal_log()
         self._memory_key = os.urandom(32)
         self._remembered: dict[str, bytes] = {}
         self.guard = LoginGuard()

@@ -35,7 +35,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core import __version__
-from hive_core.admin._auth import LoginGuard, RefusalLog
+from hive_core.admin._auth import LoginGuard, refusal_log
 from hive_core.admin._http import Action, Raw, Reply, Request, Routes, Upload, serve_http
 from hive_core.admin._rest import https_context
 from hive_core.config import HttpsListener, PasswordHash
@@ -148,7 +148,7 @@ class ControlCenter:
                        for user in config.users}
         self._logins: dict[str, _Login] = {}
         self._login_guard = LoginGuard()
-        self._refusals = RefusalLog()
+        self._refusals = refusal_log()
         self._series: dict[str, _Series] = {}
         self._servers: list[asyncio.Server] = []
         self._sampler: asyncio.Task[None] | None = None

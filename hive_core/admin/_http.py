@@ -26,7 +26,7 @@ from typing import IO, Any
 
 import h11
 
-from hive_core.admin._auth import Access, Gatekeeper, RefusalLog
+from hive_core.admin._auth import Access, Gatekeeper, refusal_log
 
 log = logging.getLogger("hive.admin")
 
@@ -81,7 +81,7 @@ HEAD_TIMEOUT = 10.0  # from a request head's first byte to its end
 MAX_CONNECTIONS_PER_ADDRESS = 32
 MAX_REQUEST_BODY = 64 * 1024
 _SERVER = b"Hive"
-_crowded = RefusalLog()  # one line per 10 s for addresses past the connection cap
+_crowded = refusal_log()  # one line per 10 s for addresses past the connection cap
 
 
 @dataclass(frozen=True)
