@@ -33,6 +33,7 @@ from hive_ext_api import (
     PublishMessage,
     SessionStore,
     SubscriptionInfo,
+    hookspecs,
 )
 
 log = logging.getLogger("hive.extensions")
@@ -44,17 +45,9 @@ _FAIL_CLOSED = {"hive_authorize_publish": False, "hive_authorize_subscribe": Fal
 fail open: an authorizer that fails refuses (an authenticator that fails already leaves the
 client without an answer, which refuses it)."""
 
-_HOT_HOOKS = (
-    "hive_authenticate", "hive_enhanced_authenticate", "hive_authorize_publish",
-    "hive_authorize_subscribe", "hive_intercept_connect", "hive_intercept_publish_inbound",
-    "hive_intercept_publish_outbound", "hive_intercept_subscribe", "hive_intercept_unsubscribe",
-    "hive_intercept_disconnect", "hive_client_connected", "hive_client_disconnected",
-)
-_OTHER_HOOKS = (
-    "hive_extension_start", "hive_extension_stop", "hive_discovery_init",
-    "hive_discovery_reload", "hive_discovery_reload_interval", "hive_discovery_destroy",
-    "hive_session_store",
-)
+HOOK_NAMES = tuple(sorted(name for name, spec in vars(hookspecs).items()
+                         if name.startswith("hive_") and callable(spec)))
+"""Every hook of the extension API: its hookspecs are the one list of them."""
 
 
 class Extensions:
@@ -74,7 +67,7 @@ class Extensions:
         """Re-read which hooks have implementations (after an extension was taken out)."""
         hook = self.manager.pm.hook
         self._impls = {name: list(reversed(getattr(hook, name).get_hookimpls()))
-                       for name in (*_HOT_HOOKS, *_OTHER_HOOKS)}
+                       for name in HOOK_NAMES}
         impls = self._impls
         self._clock_of = {impl: self._clock(name, impl)
                           for name, found in impls.items() for impl in found}
