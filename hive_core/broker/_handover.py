@@ -44,6 +44,24 @@ def takes(session: Session, mid: MessageId | None) -> bool:
     return True
 
 
+def took_older(session: Session, older: list[MessageId]) -> list[MessageId]:
+    """Identities another copy of ``session`` took (oldest first), taken here as older than
+    any this copy took: of the newest ``SEEN_MAX`` together, they are the first to go. (One by
+    one through :func:`takes`, a list as long as the limit would push every identity this copy
+    took out: each added one evicts the oldest, which is the next one of the same list.)
+    Returns those new here."""
+    seen = session.seen or {}
+    fresh = [mid for mid in dict.fromkeys(older) if mid not in seen]
+    if fresh:
+        merged = dict.fromkeys(fresh)
+        merged.update(seen)
+        if len(merged) > SEEN_MAX:
+            merged = dict.fromkeys(list(merged)[-SEEN_MAX:])
+            fresh = [mid for mid in fresh if mid in merged]
+        session.seen = merged
+    return fresh
+
+
 def had(session: Session) -> list[MessageId]:
     """What the session's client has surely had: identities taken, less those still queued
     or sent without an acknowledgement (PUBREC counts: the client has it)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from hive_core.broker._handover import MessageId, takes
+from hive_core.broker._handover import MessageId, takes, took_older
 from hive_core.broker._message import Message
 from hive_core.broker._records import pending_from
 from hive_core.broker._session import Outbound, Pending
@@ -75,8 +75,8 @@ def merge_had(records: Records, metrics: BrokerMetrics, session: Session,
                 if session.persistent:
                     records.received_qos2(session, pid)
     if taken:
-        for mid in taken:  # new here: kept on disk too (no row of this copy names it)
-            if takes(session, mid) and session.persistent:
+        for mid in took_older(session, taken):  # new here: kept on disk too
+            if session.persistent:
                 records.took(session, mid)
         had = set(taken)
         _finish_what_was_had(records, session, had)
