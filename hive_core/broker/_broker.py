@@ -31,6 +31,7 @@ from hive_core.broker._ports import (
     Queued,
     QueuedRecord,
     Route,
+    SessionUnavailable,
 )
 from hive_core.broker._records import (
     Records,
@@ -655,10 +656,8 @@ class Broker:
 
     async def fetch_session_elsewhere(self, client_id: str) -> None:
         """Before a CONNACK in a cluster: bring the client's session here from its node.
-
-        Raises :class:`SessionUnavailable` when that node does not hand it over in time: the
-        client is refused rather than given an empty session.
-        """
+        :class:`SessionUnavailable` (the client is refused, not given an empty session) when
+        that node does not hand it over in time, or a merge meanwhile kept another copy."""
         cluster = self.cluster
         if cluster is None or not cluster.has_peers:
             return
@@ -672,6 +671,8 @@ class Broker:
             handover.decline()
             raise
         handover.confirm()
+        if client_id not in self.sessions:  # given up for a newer copy while it was stored
+            raise SessionUnavailable("a merge kept another node's copy of the session")
 
     def import_session(self, records: SessionRecords, keep_positions: bool = False) -> None:
         """Take over a session another node handed over (before this node's CONNACK)."""
