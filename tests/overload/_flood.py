@@ -129,10 +129,22 @@ async def _flood_qos0(writer: asyncio.StreamWriter, topic_raw: bytes, number: in
             serial += 1
             batch.append(_publish_qos0(topic_raw, f"{number}:{serial}:".encode().ljust(size, b"x")))
         writer.write(b"".join(batch))
-        await writer.drain()
+        if not await _drained(writer, until):
+            writer.transport.abort()  # the node reads it too slowly to end on time
+            return serial
     writer.write(b"\xe0\x00")
     writer.close()
     return serial
+
+
+async def _drained(writer: asyncio.StreamWriter, until: float) -> bool:
+    """Whether what was written left before ``until``: a node that holds a flooder back may
+    not read it for longer than the flood lasts, and the flood ends on time all the same."""
+    try:
+        await asyncio.wait_for(writer.drain(), max(0.05, until - time.monotonic()))
+    except TimeoutError:
+        return False
+    return True
 
 
 async def main() -> None:
