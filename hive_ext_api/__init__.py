@@ -6,8 +6,6 @@ group ``hive.extensions``, and a ``HIVE_API`` string naming the API versions it 
 (a PEP 440 specifier such as ``">=1.0,<2"``).
 """
 
-import pluggy
-
 from hive_ext_api import hookspecs
 from hive_ext_api._persistence import (
     NEVER_EXPIRES,
@@ -20,7 +18,15 @@ from hive_ext_api._persistence import (
     StoredSession,
     StoredSubscription,
 )
-from hive_ext_api._properties import Setting, SettingError, parse_properties, read_properties
+from hive_ext_api._polling import PollingDiscovery, Survey
+from hive_ext_api._properties import (
+    Properties,
+    Setting,
+    SettingError,
+    parse_properties,
+    read_properties,
+    settings_file,
+)
 from hive_ext_api._service_calls import CallFailed, OutageLog, ServiceCalls
 from hive_ext_api._services import Counter, ExtensionContext, HiveServices, MetricsRegistry
 from hive_ext_api._types import (
@@ -38,9 +44,7 @@ from hive_ext_api._types import (
     SubscriptionInfo,
 )
 from hive_ext_api._version import API_VERSION, ENTRY_POINT_GROUP, PROJECT_NAME
-
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
-"""Marks a function of an extension module as the implementation of the hook of its name."""
+from hive_ext_api.hookspecs import hookimpl
 
 __all__ = [
     "API_VERSION",
@@ -63,6 +67,8 @@ __all__ = [
     "MetricsRegistry",
     "OutageLog",
     "PersistenceError",
+    "PollingDiscovery",
+    "Properties",
     "PublishMessage",
     "ReasonCode",
     "RetainedInfo",
@@ -76,8 +82,10 @@ __all__ = [
     "StoredSession",
     "StoredSubscription",
     "SubscriptionInfo",
+    "Survey",
     "hookimpl",
     "hookspecs",
     "parse_properties",
     "read_properties",
+    "settings_file",
 ]

@@ -15,9 +15,10 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from hive_ext_api._types import ExtensionRefused
 
@@ -90,3 +91,80 @@ def read_properties(path: Path | str, known: Collection[str] | None = None) -> d
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise SettingError(f"cannot read {path}: {why}") from None
     return parse_properties(text, str(path), known)
+
+
+def settings_file(variable: str, file_name: str, data_dir: Path) -> Path:
+    """Where an extension's settings file is: the path in the environment variable ``variable``
+    when it is set, else ``file_name`` in the extension's data folder."""
+    configured = os.environ.get(variable, "").strip()
+    return Path(configured) if configured else data_dir / file_name
+
+
+class Properties:
+    """The settings of one file, read as the types an extension needs.
+
+    A key that is absent or empty is not set: each reader answers its default. A value of the
+    wrong form is a :class:`SettingError` that names the key and the file (``source``).
+    """
+
+    def __init__(self, settings: Mapping[str, Setting], source: str) -> None:
+        self.settings = settings
+        self.source = source
+
+    def error(self, message: str) -> SettingError:
+        """A :class:`SettingError` saying ``message`` about this file."""
+        return SettingError(f"{self.source}: {message}")
+
+    def text(self, key: str, default: str | None = None) -> str | None:
+        """The value of ``key``, or ``default`` when it is not set."""
+        setting = self.settings.get(key)
+        return setting.value if setting is not None and setting.value else default
+
+    def seconds(self, key: str, default: float) -> float:
+        """A number of seconds, 0 or more and finite."""
+        text = self.text(key)
+        if text is None:
+            return default
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not value >= 0 or value == float("inf"):  # also refuses nan
+            raise self.error(f"{key} must be a number of seconds >= 0, not {text!r}")
+        return value
+
+    def boolean(self, key: str, default: bool | None = None) -> bool | None:
+        """``true`` or ``false``, in any case."""
+        text = self.text(key)
+        if text is None:
+            return default
+        if text.lower() not in ("true", "false"):
+            raise self.error(f"{key} must be true or false, not {text!r}")
+        return text.lower() == "true"
+
+    def readable_file(self, key: str) -> Path | None:
+        """The path of a file this process can read (``~`` expanded)."""
+        text = self.text(key)
+        if text is None:
+            return None
+        path = Path(text).expanduser()
+        if not path.is_file() or not os.access(path, os.R_OK):
+            raise self.error(f"{key} {text!r} is not a readable file")
+        return path
+
+    def http_url(self, text: str, key: str, *, default_scheme: str = "https",
+                 path_allowed: bool = True, expected: str = "a host or an http(s) URL") -> str:
+        """``text`` (the value of ``key``, or of an environment variable standing in for it) as
+        an http(s) URL without a trailing slash; a bare ``host[:port]`` gets ``default_scheme``.
+        Refused, as not ``expected``, without a host, with another scheme or a port that is not
+        one, and with a path unless ``path_allowed``."""
+        url = text if "://" in text else f"{default_scheme}://{text}"
+        parts = urlsplit(url)
+        try:
+            port_ok = parts.port is None or 0 < parts.port < 65536
+        except ValueError:  # a port that is not a number
+            port_ok = False
+        if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok \
+                or (not path_allowed and parts.path.strip("/")):
+            raise self.error(f"{key} {text!r} is not {expected}")
+        return url.rstrip("/")

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+"""Marks a function of an extension module as the implementation of the hook of its name."""
+
 
 # ---------------------------------------------------------------------------- lifecycle
 

@@ -24,7 +24,7 @@ from hive_ext_consul._discovery import NAME, ConsulDiscovery
 
 __version__ = "1.0.0"
 
-HIVE_API = ">=1.4,<2"  # 1.2: the settings reader, OutageLog, ServiceCalls; 1.4: discovery_named
+HIVE_API = ">=1.7,<2"  # 1.4: discovery_named; 1.7: PollingDiscovery, Properties
 
 __all__ = [
     "CONFIG_ENV",

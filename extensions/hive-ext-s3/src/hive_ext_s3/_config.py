@@ -6,13 +6,11 @@ that names the key (and the file); the extension turns it into a refusal to star
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from hive_ext_api import Setting, SettingError, read_properties
+from hive_ext_api import Properties, Setting, SettingError, read_properties, settings_file
 
 ConfigError = SettingError  # this package's name for it: a setting missing or wrong
 
@@ -81,8 +79,7 @@ class S3Settings:
 
 def config_path(data_dir: Path) -> Path:
     """``$HIVE_S3_DISCOVERY_CONFIG``, else ``s3discovery.properties`` in the extension's folder."""
-    configured = os.environ.get(CONFIG_ENV, "").strip()
-    return Path(configured) if configured else data_dir / CONFIG_FILE_NAME
+    return settings_file(CONFIG_ENV, CONFIG_FILE_NAME, data_dir)
 
 
 def load_settings(path: Path) -> S3Settings:
@@ -92,100 +89,69 @@ def load_settings(path: Path) -> S3Settings:
     return settings_from(read_properties(path, KEYS), str(path))
 
 
-def _seconds(settings: dict[str, Setting], key: str, default: float, source: str) -> float:
-    if key not in settings:
-        return default
-    text = settings[key].value
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):  # also refuses nan
-        raise ConfigError(f"{source}: {key} must be a number of seconds >= 0, not {text!r}")
-    return value
-
-
-def _boolean(settings: dict[str, Setting], key: str, source: str) -> bool | None:
-    if key not in settings:
+def _endpoint_url(read: Properties) -> str | None:
+    text = read.text("s3-endpoint")
+    if text is None or text == AWS_DEFAULT_ENDPOINT:
         return None
-    text = settings[key].value.lower()
-    if text not in ("true", "false"):
-        raise ConfigError(f"{source}: {key} must be true or false, not {settings[key].value!r}")
-    return text == "true"
+    return read.http_url(text, "s3-endpoint")
 
 
-def _endpoint_url(text: str, source: str) -> str | None:
-    if not text or text == AWS_DEFAULT_ENDPOINT:
-        return None
-    url = text if "://" in text else f"https://{text}"
-    parts = urlsplit(url)
-    try:
-        port_ok = parts.port is None or 0 < parts.port < 65536
-    except ValueError:  # a port that is not a number
-        port_ok = False
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        raise ConfigError(f"{source}: s3-endpoint {text!r} is not a host or an http(s) URL")
-    return url.rstrip("/")
-
-
-def _credentials(settings: dict[str, Setting], source: str) -> Credentials:
-    kind = settings["credentials-type"].value if "credentials-type" in settings else "default"
+def _credentials(read: Properties) -> Credentials:
+    kind = read.text("credentials-type", "default")
+    assert kind is not None
     if kind in _NOT_HERE:
-        raise ConfigError(f"{source}: credentials-type {kind} is not supported: {_NOT_HERE[kind]}")
+        raise read.error(f"credentials-type {kind} is not supported: {_NOT_HERE[kind]}")
     if kind not in CREDENTIALS_TYPES:
-        raise ConfigError(f"{source}: credentials-type must be one of "
-                          f"{', '.join(CREDENTIALS_TYPES)}, not {kind!r}")
+        raise read.error(f"credentials-type must be one of {', '.join(CREDENTIALS_TYPES)}, not "
+                         f"{kind!r}")
     required, optional = _REQUIRED.get(kind, ()), _OPTIONAL.get(kind, ())
     for key in required:
-        if key not in settings or not settings[key].value:
-            raise ConfigError(f"{source}: credentials-type {kind} needs {key}")
+        if read.text(key) is None:
+            raise read.error(f"credentials-type {kind} needs {key}")
     for key in (*_SECRET_KEYS, "credentials-profile-name"):
-        if key in settings and key not in (*required, *optional):
-            raise ConfigError(f"{source}: {key} is set, but credentials-type {kind} does not use "
-                              "it (set the credentials-type that does, or remove it)")
+        if key in read.settings and key not in (*required, *optional):
+            raise read.error(f"{key} is set, but credentials-type {kind} does not use it (set "
+                             "the credentials-type that does, or remove it)")
+    return Credentials(kind, read.text("credentials-access-key-id"),
+                       read.text("credentials-secret-access-key"),
+                       read.text("credentials-session-token"),
+                       read.text("credentials-profile-name"))
 
-    def value(key: str) -> str | None:
-        return settings[key].value if key in settings and settings[key].value else None
 
-    return Credentials(kind, value("credentials-access-key-id"),
-                       value("credentials-secret-access-key"), value("credentials-session-token"),
-                       value("credentials-profile-name"))
+def _region(read: Properties, key: str, default: str | None) -> str | None:
+    region = read.text(key, default)
+    if region is not None and not _REGION.fullmatch(region):
+        raise read.error(f"{key} {region!r} is not a region name (like us-east-1)")
+    return region
 
 
 def settings_from(settings: dict[str, Setting], source: str) -> S3Settings:
     """Checked settings (of known keys: ``parse_properties(text, source, KEYS)``);
     :class:`ConfigError` names the first key that is missing or wrong."""
-    bucket = settings["s3-bucket-name"].value if "s3-bucket-name" in settings else ""
-    if not bucket:
-        raise ConfigError(f"{source}: s3-bucket-name is required (the bucket the nodes share)")
+    read = Properties(settings, source)
+    bucket = read.text("s3-bucket-name")
+    if bucket is None:
+        raise read.error("s3-bucket-name is required (the bucket the nodes share)")
     if not _BUCKET_NAME.fullmatch(bucket) or ".." in bucket:
-        raise ConfigError(f"{source}: s3-bucket-name {bucket!r} is not a bucket name (3 to 63 "
-                          "lower-case letters, digits, dots and hyphens)")
-    region = settings["s3-bucket-region"].value if "s3-bucket-region" in settings else "us-east-1"
-    if not _REGION.fullmatch(region):
-        raise ConfigError(f"{source}: s3-bucket-region {region!r} is not a region name "
-                          "(like us-east-1)")
-    endpoint_region = settings["s3-endpoint-region"].value if "s3-endpoint-region" in settings \
-        else ""
-    if endpoint_region and not _REGION.fullmatch(endpoint_region):
-        raise ConfigError(f"{source}: s3-endpoint-region {endpoint_region!r} is not a region "
-                          "name (like us-east-1)")
-    expiration = _seconds(settings, "file-expiration", 360.0, source)
-    update = _seconds(settings, "update-interval", 180.0, source)
+        raise read.error(f"s3-bucket-name {bucket!r} is not a bucket name (3 to 63 lower-case "
+                         "letters, digits, dots and hyphens)")
+    region = _region(read, "s3-bucket-region", "us-east-1")
+    assert region is not None
+    endpoint_region = _region(read, "s3-endpoint-region", None)
+    expiration = read.seconds("file-expiration", 360.0)
+    update = read.seconds("update-interval", 180.0)
     if expiration > 0 and not 0 < update < expiration:
-        raise ConfigError(
-            f"{source}: update-interval ({update:g} s) must be above 0 and shorter than "
-            f"file-expiration ({expiration:g} s), or a live node's record expires between two "
-            "updates (file-expiration 0 turns expiration off)")
-    endpoint = settings["s3-endpoint"].value if "s3-endpoint" in settings else ""
+        raise read.error(
+            f"update-interval ({update:g} s) must be above 0 and shorter than file-expiration "
+            f"({expiration:g} s), or a live node's record expires between two updates "
+            "(file-expiration 0 turns expiration off)")
     return S3Settings(
         bucket_name=bucket, bucket_region=region,
-        file_prefix=settings["file-prefix"].value if "file-prefix" in settings
-        else "hive/cluster/nodes/",
+        file_prefix=read.text("file-prefix", "hive/cluster/nodes/") or "",
         file_expiration_s=expiration, update_interval_s=update,
-        endpoint_url=_endpoint_url(endpoint, source), endpoint_region=endpoint_region or None,
-        path_style_access=_boolean(settings, "s3-path-style-access", source),
-        credentials=_credentials(settings, source), source=source)
+        endpoint_url=_endpoint_url(read), endpoint_region=endpoint_region,
+        path_style_access=read.boolean("s3-path-style-access"),
+        credentials=_credentials(read), source=source)
 
 
 __all__ = ["CONFIG_ENV", "CONFIG_FILE_NAME", "KEYS", "ConfigError", "Credentials", "S3Settings",
