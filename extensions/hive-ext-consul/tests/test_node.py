@@ -103,7 +103,7 @@ def test_installed_under_the_extensions_entry_point() -> None:
 
     (entry_point,) = entry_points(group="hive.extensions", name="consul-discovery")
     assert entry_point.load() is hive_ext_consul
-    assert hive_ext_consul.HIVE_API == ">=1.4,<2"
+    assert hive_ext_consul.HIVE_API == ">=1.7,<2"
 
 
 def test_with_no_settings_of_its_own_it_stays_idle_with_one_info_line(

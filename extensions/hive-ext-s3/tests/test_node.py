@@ -109,7 +109,7 @@ def test_installed_under_the_extensions_entry_point() -> None:
 
     (entry_point,) = entry_points(group="hive.extensions", name="s3-discovery")
     assert entry_point.load() is hive_ext_s3
-    assert hive_ext_s3.HIVE_API == ">=1.4,<2"
+    assert hive_ext_s3.HIVE_API == ">=1.7,<2"
 
 
 def _lines_of(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:
