@@ -1,6 +1,6 @@
-"""docs/architecture.md lists every member of the broker's two ports (``broker/_ports.py``):
-the page is where a reader learns what crosses the seam between broker and cluster, so it may
-not name fewer than the code has."""
+"""docs/architecture.md lists every member of the broker's ports and roles
+(``broker/_ports.py``): the page is where a reader learns what crosses the seam between broker
+and cluster, so it may not name fewer than the code has."""
 
 from __future__ import annotations
 
@@ -13,8 +13,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+PORTS = ROOT / "hive_core" / "broker" / "_ports.py"
+
+
+def protocols() -> list[str]:
+    """Every class of the ports module that is a Protocol."""
+    tree = ast.parse(PORTS.read_text(encoding="utf-8"))
+    return [n.name for n in tree.body if isinstance(n, ast.ClassDef)
+            and any(isinstance(b, ast.Name) and b.id == "Protocol" for b in n.bases)]
+
+
 def members(protocol: str) -> set[str]:
-    tree = ast.parse((ROOT / "hive_core" / "broker" / "_ports.py").read_text(encoding="utf-8"))
+    tree = ast.parse(PORTS.read_text(encoding="utf-8"))
     [node] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == protocol]
     names = {n.name for n in node.body
              if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
@@ -31,6 +41,10 @@ def listed(protocol: str) -> set[str]:
     return set(re.findall(r"`(\w+)", match[0])) - {protocol}
 
 
-@pytest.mark.parametrize("protocol", ["ClusterPort", "BrokerPort"])
+def test_the_ports_are_all_found() -> None:
+    assert {"ClusterPort", "BrokerPort", "SessionHolder", "ReplicaSource"} <= set(protocols())
+
+
+@pytest.mark.parametrize("protocol", protocols())
 def test_the_architecture_page_names_every_member_of_the_port(protocol: str) -> None:
     assert members(protocol) - listed(protocol) == set()

@@ -404,7 +404,7 @@ class Backups:
                 continue
             session = state.session
             client_id = session.client_id
-            if broker.has_session(client_id) or (
+            if broker.custody.has_session(client_id) or (
                     cluster is not None and cluster.owner_of(client_id) is not None):
                 counts.sessions_existing += 1
             elif _expired(session.expiry_interval, session.disconnected_at, now):
@@ -417,7 +417,7 @@ class Backups:
         if not sessions:
             return
         adopted = set(cluster.adopt_imported(sessions) if cluster is not None
-                      else broker.adopt_sessions(sessions))
+                      else broker.custody.adopt_sessions(sessions))
         for records in sessions:
             if records.session.client_id in adopted:
                 counts.sessions_imported += 1
@@ -506,7 +506,8 @@ def _live_states(broker: Broker) -> list[ClientState | RetainedState]:
     """The node's persistent state from memory (a node without an embedded store)."""
     version = time.time_ns()
     states: list[ClientState | RetainedState] = [
-        ClientState(r.session, version, r.queue, r.inflight) for r in broker.replica_records()]
+        ClientState(r.session, version, r.queue, r.inflight)
+        for r in broker.custody.replica_records()]
     states += [RetainedState(stored_retained(m), version) for m in broker.retained_messages()]
     return states
 

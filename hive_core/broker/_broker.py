@@ -16,9 +16,9 @@ from collections.abc import Collection, Coroutine, Iterable
 from dataclasses import replace
 from typing import Any
 
+from hive_core.broker._custody import SessionCustody
 from hive_core.broker._expiry import SessionClock
-from hive_core.broker._handover import MessageId, had, takes
-from hive_core.broker._merge import merge_had, merge_window
+from hive_core.broker._handover import takes
 from hive_core.broker._message import Message
 from hive_core.broker._metrics import BrokerMetrics, BrokerStats
 from hive_core.broker._outbox import Outbox
@@ -28,22 +28,13 @@ from hive_core.broker._ports import (
     NO_NODES,
     ClusterPort,
     InputFence,
-    Queued,
-    QueuedRecord,
     Route,
-    SessionUnavailable,
 )
 from hive_core.broker._records import (
     Records,
-    SessionRecords,
-    outbound_record,
-    pending_from,
     retained_from,
     session_from,
     snapshot_records,
-    stored_message,
-    will_fields,
-    will_from,
 )
 from hive_core.broker._retained import RetainedMessages
 from hive_core.broker._session import Link, Pending, Session, Subscription
@@ -58,7 +49,7 @@ from hive_core.mqtt import (
     parse_shared_subscription,
     validate_topic_filter,
 )
-from hive_core.persistence import SessionStore, Snapshot, StoredInflight, StoredMessage
+from hive_core.persistence import SessionStore, Snapshot, StoredMessage
 from hive_core.plugins import Extensions
 
 log = logging.getLogger("hive.broker")
@@ -84,9 +75,7 @@ class Broker:
         self.cluster: ClusterPort | None = None  # set while this node is part of a cluster
         self.input_fence = InputFence()  # the cluster's: clients' input waits after a pause
         self.sessions: dict[str, Session] = {}
-        # Sessions another node is taking over: (session, its queue when exported) until the
-        # other node confirms or declines (release_session).
-        self._held: dict[str, tuple[Session, set[int]]] = {}
+        self.custody = SessionCustody(self)  # the sessions as the cluster moves them
         self.subscriptions = TopicTree()
         self.connections: set[Link] = set()
         self.connected_count = 0
@@ -103,7 +92,7 @@ class Broker:
         now = time.time()
         self.retained.restore(snapshot.retained)
         for records in snapshot_records(snapshot):
-            self._adopt(session_from(records, now), now)
+            self.adopt(session_from(records, now), now)
         if snapshot.sessions or snapshot.retained:
             log.info("restored %d sessions and %d retained messages",
                      len(snapshot.sessions), len(snapshot.retained))
@@ -211,7 +200,7 @@ class Broker:
                                      "another connection took the session over")
             session = self.sessions.get(client_id)  # closing ends a session with expiry 0
         if session is not None and clean_start:
-            self._end_session(session)
+            self.end_session(session)
             session = None
         present = session is not None
         if session is None:
@@ -261,7 +250,7 @@ class Broker:
         if session.will is not None and not will_discarded:
             delay = self.clock.will_delay(session)
             if delay <= 0:
-                self._publish_will(session)
+                self.publish_will(session)
             else:
                 self.clock.will_after(session, delay)
                 self.records.will(session, delay)  # pending: from now on, a delay to run
@@ -269,7 +258,7 @@ class Broker:
             session.will = None
             self.records.will(session)
         if session.expiry_interval == 0:
-            self._end_session(session)
+            self.end_session(session)
         else:
             self.records.save_session(session)
             if not session.never_expires:
@@ -278,19 +267,19 @@ class Broker:
     def _expired(self, session: Session) -> None:
         if session.connection is None and self.sessions.get(session.client_id) is session:
             log.info("session of %r expired", session.client_id)
-            self._end_session(session)
+            self.end_session(session)
 
-    def _end_session(self, session: Session, deleted: bool = True) -> None:
+    def end_session(self, session: Session, deleted: bool = True) -> None:
         """Discard the session: subscriptions, queue, in-flight; a pending will goes out now.
 
         ``deleted``: the session is over (expired, replaced by a clean start), not moved to
         another node: a copy elsewhere must not bring it back.
         """
         if self.clock.cancel_will(session.client_id):
-            self._publish_will(session)
+            self.publish_will(session)
         self.clock.cancel_expiry(session.client_id)
         for subscription in session.subscriptions.values():
-            self._remove_from_tree(subscription)
+            self.remove_from_tree(subscription)
         session.clear()
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
@@ -298,7 +287,7 @@ class Broker:
                 self.cluster.session_ended(session.client_id, deleted)
         self.records.ended(session)
 
-    def _adopt(self, session: Session, now: float) -> None:
+    def adopt(self, session: Session, now: float) -> None:
         """Take a restored or imported session in: its subscriptions, queue and expiry."""
         for subscription in session.subscriptions.values():
             self._add_to_tree(subscription)
@@ -313,9 +302,9 @@ class Broker:
     # ------------------------------------------------------------------ wills
 
     def _will_due(self, session: Session) -> None:
-        self._publish_will(session)
+        self.publish_will(session)
 
-    def _publish_will(self, session: Session) -> None:
+    def publish_will(self, session: Session) -> None:
         """Publish the session's will now (at most once)."""
         will, session.will = session.will, None
         if will is None:
@@ -516,7 +505,7 @@ class Broker:
             if subscription is None:
                 codes.append(RC.NO_SUBSCRIPTION_EXISTED)
             else:
-                self._remove_from_tree(subscription)
+                self.remove_from_tree(subscription)
                 if session.persistent:
                     self.records.delete_subscription(session, topic_filter)
                 codes.append(RC.SUCCESS)
@@ -548,7 +537,7 @@ class Broker:
         if self.subscriptions.add(plain, subscription) and self.cluster is not None:
             self.cluster.filter_added(subscription.topic_filter)
 
-    def _remove_from_tree(self, subscription: Subscription) -> None:
+    def remove_from_tree(self, subscription: Subscription) -> None:
         shared = parse_shared_subscription(subscription.topic_filter)
         plain = shared[1] if shared else subscription.topic_filter
         self._routes.clear()
@@ -594,153 +583,8 @@ class Broker:
     def retained_messages(self) -> list[Message]:
         return self.retained.live()
 
-    def taken_over_elsewhere(self, client_id: str) -> None:
-        """The client connected on another node, which owns its session now: end it here."""
-        session = self.sessions.get(client_id)
-        if session is None or client_id in self._held:
-            return  # a session being handed over ends when the new node confirms it
-        if session.connection is not None:
-            log.info("client %r connected on another node: closing it here", client_id)
-            session.connection.close(RC.SESSION_TAKEN_OVER,
-                                     "another connection took the session over")
-            session = self.sessions.get(client_id)  # closing ends a session with expiry 0
-        if session is not None:
-            self._end_session(session, deleted=False)
-
     def local_filters(self) -> list[str]:
         return [f for session in self.sessions.values() for f in session.subscriptions]
-
-    def owned_sessions(self) -> list[str]:
-        return list(self.sessions)
-
-    def export_session(self, client_id: str) -> SessionRecords | None:
-        """The state of a session another node takes over; None when this node has none.
-
-        The client's connection here closes, but the session stays, held, until the other
-        node confirms it has stored the copy (:meth:`release_session`): a handover that fails
-        half way loses nothing.
-        """
-        session = self.sessions.get(client_id)
-        if session is None:
-            return None
-        if session.connection is not None:
-            log.info("client %r connected on another node: its session moves there", client_id)
-            session.connection.close(RC.SESSION_TAKEN_OVER,
-                                     "another connection took the session over")
-            session = self.sessions.get(client_id)  # closing ends a session with expiry 0
-            if session is None:
-                return None
-        self.clock.cancel_will(client_id)  # the client is back (elsewhere): no will
-        if session.will is not None:
-            session.will = None
-            self.records.will(session)
-        self._held[client_id] = (session, {id(p) for p in session.queue})
-        return self.records.export(session)
-
-    def release_session(self, client_id: str, taken: bool) -> list[Queued]:
-        """End a handover: forget the session if the other node ``taken`` it, else keep it.
-
-        Returns what was queued for it here since it was exported, for the new node.
-        """
-        held = self._held.pop(client_id, None)
-        if held is None:
-            return []
-        session, exported = held
-        if not taken or self.sessions.get(client_id) is not session \
-                or session.connection is not None:
-            return []  # not taken, or the client came back here meanwhile: it stays
-        tail = [(stored_message(p), p.message.mid) for p in session.queue
-                if id(p) not in exported]
-        self._end_session(session, deleted=False)
-        return tail
-
-    async def fetch_session_elsewhere(self, client_id: str) -> None:
-        """Before a CONNACK in a cluster: bring the client's session here from its node.
-        :class:`SessionUnavailable` (the client is refused, not given an empty session) when
-        that node does not hand it over in time, or a merge meanwhile kept another copy."""
-        cluster = self.cluster
-        if cluster is None or not cluster.has_peers:
-            return
-        handover = await cluster.fetch_session(client_id)
-        if handover is None:
-            return
-        try:
-            self.import_session(handover.records)
-            await self.records.commit()
-        except BaseException:
-            handover.decline()
-            raise
-        handover.confirm()
-        if client_id not in self.sessions:  # given up for a newer copy while it was stored
-            raise SessionUnavailable("a merge kept another node's copy of the session")
-
-    def import_session(self, records: SessionRecords, keep_positions: bool = False) -> None:
-        """Take over a session another node handed over (before this node's CONNACK)."""
-        existing = self.sessions.get(records.session.client_id)
-        if existing is not None:
-            if existing.connection is not None:
-                return
-            self._end_session(existing, deleted=False)
-        now = time.time()
-        session = session_from(records, now)
-        self._adopt(session, now)
-        self.records.write_all(session, keep_positions)
-
-    def append_handed_over(self, client_id: str, messages: list[Queued]) -> None:
-        """What the old node queued for a session while handing it over: queue it here,
-        but not what the session took already (it reached this node directly as well)."""
-        session = self.sessions.get(client_id)
-        for stored, mid in messages:
-            pending = pending_from(stored)
-            pending.message.mid = mid
-            if session is None:
-                count = self.metrics.count_drop("session-gone")
-                self.outbox.drop_warning(pending, client_id, "session-gone", count)
-                continue
-            if not takes(session, mid):
-                self.metrics.handover_duplicates_skipped += 1
-                continue
-            self.outbox.deliver(session, pending)
-        self.flush()
-
-    def replica_records(self) -> list[SessionRecords]:
-        """Every session the store holds, as records (with their queue positions): what a
-        node's new backup starts from."""
-        return [self.records.stored(session) for session in self.sessions.values()
-                if session.expiry_interval > 0]
-
-    def adopt_sessions(self, records: list[SessionRecords]) -> list[str]:
-        """Sessions of a failed node, from its replica here: they are this node's now.
-
-        A client connected here under the same id keeps its session; a copy held here takes
-        the replica's messages in. Returns the client ids taken.
-        """
-        adopted = []
-        for record in records:
-            client_id = record.session.client_id
-            existing = self.sessions.get(client_id)
-            if existing is not None and existing.connection is not None:
-                continue
-            if existing is not None:
-                # A copy here already (a split, then the failed node kept it): both copies
-                # hold messages the other lacks. This one stays and takes the replica's queue
-                # and window, each message once (by identity).
-                # What the failed node's client completed (its store's identities) goes first.
-                self.merge_queue(client_id, [
-                    (message, (message.origin, message.serial) if message.serial else None)
-                    for _seq, message in record.queue], taken=record.seen)
-                self.merge_window(client_id, [i for i in record.inflight if i.direction == "out"])
-                existing.taken_over = True
-                adopted.append(client_id)
-                continue
-            self.import_session(record, keep_positions=True)
-            self.sessions[client_id].taken_over = True
-            adopted.append(client_id)
-        return adopted
-
-    def has_session(self, client_id: str) -> bool:
-        """Whether this node holds a session of ``client_id`` (connected or not)."""
-        return client_id in self.sessions
 
     def import_retained(self, stored: StoredMessage) -> bool:
         """A retained message from a backup: set unless its topic has one here (that one
@@ -753,103 +597,6 @@ class Broker:
             self.cluster.retained_changed(message)
         self.retained.apply(message)
         return True
-
-    def is_connected(self, client_id: str) -> bool:
-        session = self.sessions.get(client_id)
-        return session is not None and session.connection is not None
-
-    def queued_records(self, client_id: str, with_window: bool = True) -> list[QueuedRecord]:
-        """The queue of a session (``with_window``: after what was sent and not acknowledged):
-        position, record, identity and rescue of each message."""
-        session = self.sessions.get(client_id)
-        if session is None:
-            return []
-        # Sent and not acknowledged first (a PUBREC counts: the client has it): they are
-        # older than the queue, and the client may never have had them.
-        # One sent straight from the window has no queue position: -1, which no mark covers.
-        sent = [(o.pending.seq or -1, o.pending) for o in session.inflight.values()
-                if o.state != "pubrel"] if with_window else []
-        return [(seq, stored_message(p), p.message.mid, p.message.rescued)
-                for seq, p in (*sent, *((p.seq, p) for p in session.queue)) if seq]
-
-    def window_records(self, client_id: str) -> list[StoredInflight]:
-        """A session's window: what was sent its client and is not finished, by packet id."""
-        session = self.sessions.get(client_id)
-        if session is None:
-            return []
-        return [outbound_record(client_id, pid, o) for pid, o in session.inflight.items()]
-
-    def merge_window(self, client_id: str, window: list[StoredInflight]) -> None:
-        """The window of a dropped copy of this session (broker/_merge.py)."""
-        session = self.sessions.get(client_id)
-        if session is not None:
-            merge_window(self.outbox, self.records, session, window)
-            self.flush()
-
-    def taken_identities(self, client_id: str) -> list[MessageId]:
-        session = self.sessions.get(client_id)
-        return had(session) if session is not None else []
-
-    def inbound_qos2(self, client_id: str) -> list[int]:
-        session = self.sessions.get(client_id)
-        return sorted(session.inbound_qos2) if session is not None else []
-
-    def merge_queue(self, client_id: str, messages: list[Queued],
-                    taken: list[MessageId] | None = None,
-                    inbound: list[int] | None = None) -> None:
-        """A dropped copy's queue, and what its client had and sent (broker/_merge.py)."""
-        session = self.sessions.get(client_id)
-        if session is not None:
-            merge_had(self.records, self.metrics, session, taken, inbound)
-        self.append_handed_over(client_id, messages)
-
-    def forget_sessions(self) -> None:
-        """The node leaves and its sessions live on in the cluster: drop them here.
-
-        The other nodes keep routing their subscriptions here until the BYE: what they send
-        meanwhile goes to the node that takes the sessions over (TAKEN_OVER).
-        """
-        cluster, self.cluster = self.cluster, None  # no FILTER_REMOVE, no SESSION_GONE
-        for session in list(self.sessions.values()):
-            self.clock.cancel_expiry(session.client_id)
-            self.clock.cancel_will(session.client_id)
-            for subscription in session.subscriptions.values():
-                self._remove_from_tree(subscription)
-            session.clear()
-            del self.sessions[session.client_id]
-            self.records.delete_session(session.client_id)
-        self.cluster = cluster
-
-    def replica_wills(self) -> list[list[Any]]:
-        """[client id, will fields] of every will here that has not gone out yet."""
-        return [[s.client_id, fields] for s in self.sessions.values()
-                if (fields := will_fields(s, self.clock.will_delay(s) if s.will else 0))]
-
-    def adopt_wills(self, wills: list[list[Any]]) -> int:
-        """Wills of a failed node's clients: each goes out at its time (at once for a client
-        that was connected, unless it had a will delay), unless the client is back."""
-        now = time.time()
-        published = 0
-        for client_id, fields in wills:
-            will, delay, gone_at = will_from(fields)
-            remaining = delay - (now - gone_at) if gone_at is not None else delay
-            session = self.sessions.get(client_id)
-            if session is not None and session.connection is not None:
-                continue  # it reconnected here meanwhile
-            if session is None:  # a session that ended with its connection
-                session = Session(client_id, 5, 0)
-                session.will = will
-                self._publish_will(session)
-                published += 1
-                continue
-            session.will = will
-            if remaining <= 0:
-                self._publish_will(session)
-                published += 1
-            else:
-                self.clock.will_after(session, remaining)
-                self.records.will(session, remaining)
-        return published
 
     def publish_among(self, message: Message, client_ids: Collection[str],
                       among: bool) -> None:
@@ -876,6 +623,3 @@ class Broker:
             self.outbox.deliver(session, Pending(message, granted, delivery.subscription_ids,
                                                  retain))
 
-    def sessions_elsewhere(self) -> bool:
-        """Whether a CONNECT must first ask other nodes for its session."""
-        return self.cluster is not None and self.cluster.has_peers

@@ -436,14 +436,14 @@ class Channel:
         """Whether another node may hold a session this CONNECT resumes (clean start drops it:
         the node that holds it ends it when this one says the client connected here)."""
         return bool(connect.client_id) and not connect.clean_start \
-            and self.broker.sessions_elsewhere()
+            and self.broker.custody.sessions_elsewhere()
 
     async def _connect_in_cluster(self, connect: Connect, ack: dict[PropertyId, Any]) -> None:
         """Authenticated; the session lives on another node: bring it here, then connect."""
         self.version = connect.protocol_version  # a refusal answers in the client's version
         self.client_id = connect.client_id
         try:
-            await self.broker.fetch_session_elsewhere(connect.client_id)
+            await self.broker.custody.fetch_session_elsewhere(connect.client_id)
         except SessionUnavailable as exc:
             if not self.closed:
                 self.refuse_connect(RC.SERVER_UNAVAILABLE, str(exc))

@@ -3,7 +3,10 @@
 The broker never imports the cluster, and the cluster uses only these names of the broker:
 :class:`ClusterPort` is what the broker asks of the cluster (who else wants a topic, send a
 message there, fetch a session from wherever it lives), :class:`BrokerPort` what the cluster asks
-of the broker (publish what a peer sent, hand a session over, the retained messages).
+of the broker, as roles a part of the cluster takes one or two of: :class:`PeerDelivery` (publish
+what a peer sent), :class:`RetainedSync`, :class:`NodeView` (load, filters, the input fence),
+and the broker's custody of sessions, :class:`SessionHolder` (hand a session over, merge copies)
+and :class:`ReplicaSource` (what backups copy, what a taker adopts).
 """
 
 from __future__ import annotations
@@ -137,14 +140,8 @@ class SessionUnavailable(Exception):
     """The node holding a client's session did not hand it over: the CONNECT is refused."""
 
 
-class BrokerPort(Protocol):
-    """What the cluster asks of the node's broker."""
-
-    input_fence: InputFence
-
-    def attach_cluster(self, cluster: ClusterPort | None) -> None:
-        """The node joined a cluster (or left it, with None)."""
-        ...
+class PeerDelivery(Protocol):
+    """The broker as other nodes' messages reach it: what they route to its subscribers."""
 
     def publish_from_peer(self, message: Message) -> None:
         """A message another node routed here: for this node's plain subscribers only."""
@@ -154,6 +151,23 @@ class BrokerPort(Protocol):
         """Another node chose this one to serve shared group ``group_name`` for a message."""
         ...
 
+    def publish_among(self, message: Message, client_ids: Collection[str],
+                      among: bool) -> None:
+        """A message from another node for the local sessions in (or not in) ``client_ids``."""
+        ...
+
+    def flush(self) -> None:
+        """Write what is pending for local clients now."""
+        ...
+
+    async def commit(self) -> None:
+        """Until everything written to the store so far is durable."""
+        ...
+
+
+class RetainedSync(Protocol):
+    """The broker's retained messages, as nodes keep them the same."""
+
     def apply_retained(self, message: Message, only_if_absent: bool = False) -> bool:
         """Set or clear a retained message that another node sent."""
         ...
@@ -161,6 +175,28 @@ class BrokerPort(Protocol):
     def retained_messages(self) -> list[Message]:
         """This node's live retained messages (a joining node gets them)."""
         ...
+
+
+class NodeView(Protocol):
+    """What the broker tells the cluster about this node, and hears about the others."""
+
+    input_fence: InputFence
+
+    def load(self) -> list[int]:
+        """[connections, sessions, messages in, messages out], for the peers' heartbeats."""
+        ...
+
+    def local_filters(self) -> list[str]:
+        """Every topic filter a local session holds, once per session."""
+        ...
+
+    def remote_routes_changed(self) -> None:
+        """Other nodes' subscriptions changed: cached routes are stale."""
+        ...
+
+
+class SessionHolder(Protocol):
+    """The sessions held here as they move between nodes: handovers and merges of copies."""
 
     def export_session(self, client_id: str) -> SessionRecords | None:
         """Hand a session to another node: close its connection here and give its state; it
@@ -181,16 +217,16 @@ class BrokerPort(Protocol):
         """The client ids this node holds a session for."""
         ...
 
-    def replica_records(self) -> list[SessionRecords]:
-        """Every stored session with its queue and window: a new backup's starting point."""
-        ...
-
     def has_session(self, client_id: str) -> bool:
         """Whether this node holds a session of ``client_id`` (connected or not)."""
         ...
 
     def is_connected(self, client_id: str) -> bool:
         """A client with this id is connected here."""
+        ...
+
+    def taken_over_elsewhere(self, client_id: str) -> None:
+        """The client connected on another node, which owns its session now: end it here."""
         ...
 
     def queued_records(self, client_id: str, with_window: bool = True) -> list[QueuedRecord]:
@@ -202,22 +238,18 @@ class BrokerPort(Protocol):
         hands on with its queue, so that the kept copy sends none of them again."""
         ...
 
-    def load(self) -> list[int]:
-        """[connections, sessions, messages in, messages out], for the peers' heartbeats."""
-        ...
-
     def window_records(self, client_id: str) -> list[StoredInflight]:
         """A session's window: what its client was sent and has not finished, by packet id."""
-        ...
-
-    def merge_window(self, client_id: str, window: list[StoredInflight]) -> None:
-        """The window of a dropped copy of this session: finished from here, under the same
-        packet ids (the client may hold them)."""
         ...
 
     def inbound_qos2(self, client_id: str) -> list[int]:
         """The packet ids of the QoS 2 PUBLISHes the session's client sent and not yet
         released (PUBREL): routed already, so a copy of them sent again is not."""
+        ...
+
+    def merge_window(self, client_id: str, window: list[StoredInflight]) -> None:
+        """The window of a dropped copy of this session: finished from here, under the same
+        packet ids (the client may hold them)."""
         ...
 
     def merge_queue(self, client_id: str, messages: list[Queued],
@@ -228,43 +260,45 @@ class BrokerPort(Protocol):
         copy's QoS 2 PUBLISHes routed and not released (see :meth:`inbound_qos2`)."""
         ...
 
-    def forget_sessions(self) -> None:
-        """This node leaves; its backups have its sessions: drop them here, silently."""
+
+class ReplicaSource(Protocol):
+    """The sessions and wills as backups copy them, and as a failed node's are taken."""
+
+    def replica_records(self) -> list[SessionRecords]:
+        """Every stored session with its queue and window: a new backup's starting point."""
         ...
 
     def replica_wills(self) -> list[list[Any]]:
         """[client id, will fields] of every will not yet published (a new backup's start)."""
         ...
 
-    def adopt_wills(self, wills: list[list[Any]]) -> int:
-        """A failed node's pending wills: each published at its time (how many at once)."""
-        ...
-
     def adopt_sessions(self, records: list[SessionRecords]) -> list[str]:
         """A failed node's sessions, from the replica here: take them (the client ids taken)."""
         ...
 
-    def publish_among(self, message: Message, client_ids: Collection[str],
-                      among: bool) -> None:
-        """A message from another node for the local sessions in (or not in) ``client_ids``."""
+    def adopt_wills(self, wills: list[list[Any]]) -> int:
+        """A failed node's pending wills: each published at its time (how many at once)."""
         ...
 
-    def taken_over_elsewhere(self, client_id: str) -> None:
-        """The client connected on another node, which owns its session now: end it here."""
+    def forget_sessions(self) -> None:
+        """This node leaves; its backups have its sessions: drop them here, silently."""
         ...
 
-    def local_filters(self) -> list[str]:
-        """Every topic filter a local session holds, once per session."""
+
+class SessionCustodyPort(SessionHolder, ReplicaSource, Protocol):
+    """Both roles of the broker's custody of sessions (``broker/_custody.py``)."""
+
+
+class BrokerPort(PeerDelivery, RetainedSync, NodeView, Protocol):
+    """What the cluster asks of the node's broker: its roles, each part of the cluster taking
+    only its own (delivery, retained messages, the node's view; the custody of sessions)."""
+
+    def attach_cluster(self, cluster: ClusterPort | None) -> None:
+        """The node joined a cluster (or left it, with None)."""
         ...
 
-    def remote_routes_changed(self) -> None:
-        """Other nodes' subscriptions changed: cached routes are stale."""
-        ...
-
-    def flush(self) -> None:
-        """Write what is pending for local clients now."""
-        ...
-
-    async def commit(self) -> None:
-        """Until everything written to the store so far is durable."""
+    @property
+    def custody(self) -> SessionCustodyPort:
+        """The sessions as the cluster moves them: :class:`SessionHolder` and
+        :class:`ReplicaSource`."""
         ...

@@ -309,7 +309,7 @@ class Cluster:
                 # The next node takes them over at the BYE: a copy kept here would come back
                 # at the next start as if it were still this node's.
                 self.replicator.detach()  # what follows is not for the backups
-                self.broker.forget_sessions()
+                self.broker.custody.forget_sessions()
                 if self.kept is not None:
                     self.kept.forget()
             else:
@@ -459,7 +459,7 @@ class Cluster:
                          for topic, version in versions.items() if topic not in live]
         for part in in_parts(retained, lambda body: len(body[1])):
             link.send(FrameKind.RETAINED, part)
-        self.custody.send_owned(member, self.broker.owned_sessions())
+        self.custody.send_owned(member, self.broker.custody.owned_sessions())
         first, frames = self.forwarding.replay(member.node_id)
         link.send(FrameKind.REPLAY, [self.incarnation, first])
         for frame in frames:
@@ -678,7 +678,7 @@ class Cluster:
         it holds them (OWNED: a CONNECT elsewhere fetches them from here) and route their
         subscriptions here (FILTER_ADD, sent as each enters the topic tree). Returns the client
         ids taken (a client connected here meanwhile keeps its session)."""
-        adopted = self.broker.adopt_sessions(records)
+        adopted = self.broker.custody.adopt_sessions(records)
         self.custody.hold(adopted)
         if adopted:
             for member in self.members.values():

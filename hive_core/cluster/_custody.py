@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from hive_core.broker import SessionUnavailable
+from hive_core.broker import NodeView, PeerDelivery, SessionHolder, SessionUnavailable
 from hive_core.cluster._claims import ConnectedClaims
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._parts import FrameHandler, Member, NodeContext
@@ -61,9 +61,12 @@ class Custody:
 
     def __init__(self, node: NodeContext) -> None:
         self.node = node
-        # Which node holds the session of a client id (other nodes only), with its custody
-        # epoch: a CONNECT asks that node and no other; of two holders, the higher epoch wins.
-        # Learnt from OWNED on join, CLIENT_CONNECTED, SESSION_GONE.
+        self.holder: SessionHolder = node.broker.custody  # the broker's roles it takes
+        self.delivery: PeerDelivery = node.broker
+        self.view: NodeView = node.broker
+        # Which node holds the session of a client id (other nodes only) with its custody epoch
+        # (a CONNECT asks that node only; of two holders the higher epoch wins), learnt from
+        # OWNED on join, CLIENT_CONNECTED and SESSION_GONE.
         self.owners: dict[str, tuple[str, int]] = {}
         self.owned_since: dict[str, int] = {}  # the epochs of this node's own sessions
         self.ended_sessions: dict[str, int] = {}  # client id -> when its session ended (ns)
@@ -150,7 +153,7 @@ class Custody:
             self._stop_yielding_to(node_id)
 
     def connected(self, client_id: str) -> bool:
-        return client_id in self.arriving or self.node.broker.is_connected(client_id)
+        return client_id in self.arriving or self.holder.is_connected(client_id)
 
     def send_owned(self, member: Member, client_ids: list[str]) -> None:
         """OWNED: the sessions this node holds (with their epochs, for protocol 3), in parts."""
@@ -190,7 +193,7 @@ class Custody:
             log.info("node %s says client %r connected there, before this node took its "
                      "session over: ignored", node_id, client_id)
             return
-        if self.node.broker.has_session(client_id) and member.protocol >= 3:
+        if self.holder.has_session(client_id) and member.protocol >= 3:
             # A copy here, yet the client resumed a session there without fetching this one
             # (that node held its own copy: a freeze, a split): this copy's queue and window
             # go there, as in a merge, rather than ending with it.
@@ -201,7 +204,7 @@ class Custody:
             self.owners[client_id] = (node_id, since)
         self.claims.claimed(client_id, node_id, since, True)
         self.owned_since.pop(client_id, None)
-        self.node.broker.taken_over_elsewhere(client_id)
+        self.holder.taken_over_elsewhere(client_id)
 
     def session_ended(self, client_id: str, deleted: bool = True) -> None:
         self.owned_since.pop(client_id, None)
@@ -234,14 +237,13 @@ class Custody:
         if not isinstance(body, list):
             return
         version = tombstone(self.ended_sessions, client_id, int(body[1]))
-        broker = self.node.broker
-        if self.node.takeover.replicator is not None and not broker.is_connected(client_id) \
-                and client_id in broker.owned_sessions() \
+        holder, replicating = self.holder, self.node.takeover.replicator is not None
+        if replicating and holder.has_session(client_id) and not holder.is_connected(client_id) \
                 and self.owned_since.get(client_id, 0) < version:
             log.info("the session of %r ended on node %s after this node's copy was made: "
                      "dropping the copy", client_id, member.node_id)
             self.owned_since.pop(client_id, None)
-            broker.taken_over_elsewhere(client_id)
+            holder.taken_over_elsewhere(client_id)
 
     # ------------------------------------------------------------------ a session moving
 
@@ -283,8 +285,8 @@ class Custody:
             asyncio.get_running_loop().create_task(later())
             return
         keeper = self.yielding.get(client_id)
-        records = node.broker.export_session(client_id) if keeper is None else None
-        node.broker.flush()  # the client's connection here closes now, with its reason
+        records = self.holder.export_session(client_id) if keeper is None else None
+        self.delivery.flush()  # the client's connection here closes now, with its reason
         asking = node.members.get(link.peer_id) if link.peer_id else None
         if records is None:
             answer: list[Any] = [request, client_id, None, False]
@@ -339,7 +341,7 @@ class Custody:
                 taker = takeover.taker_of(owner)
                 if taker == node.node_id:
                     await takeover.taken(owner)
-                    if node.broker.has_session(client_id):
+                    if self.holder.has_session(client_id):
                         return None  # here now, taken over from the replica
                     current = self.owner_of(client_id)
                     if current is None:
@@ -414,7 +416,7 @@ class Custody:
         """SESSION_TAKEN: the asking node has the session; what arrived here since follows."""
         client_id = str(body[1])
         self.handing.get(member.link, set()).discard(client_id)
-        tail = self.node.broker.release_session(client_id, taken=True)
+        tail = self.holder.release_session(client_id, taken=True)
         self.node.moved.moved_away(client_id, member.node_id)
         identified = member.protocol >= 4
         entries = [[*message_fields(m), *(mid or ("", 0))] if identified
@@ -425,10 +427,10 @@ class Custody:
     def _on_declined(self, member: Member, body: Any) -> None:
         client_id = str(body[1])
         self.handing.get(member.link, set()).discard(client_id)
-        self.node.broker.release_session(client_id, taken=False)
+        self.holder.release_session(client_id, taken=False)
 
     def _on_tail(self, member: Member, body: Any) -> None:
-        self.node.broker.append_handed_over(str(body[0]), [
+        self.holder.append_handed_over(str(body[0]), [
             (StoredMessage(*fields[:7]),
              (str(fields[7]), int(fields[8])) if len(fields) > 8 and fields[8] else None)
             for fields in body[1]])
@@ -436,7 +438,7 @@ class Custody:
     def link_lost(self, link: PeerLink) -> None:
         """Sessions handed over on ``link`` and not confirmed stay here; its fetches fail."""
         for client_id in self.handing.pop(link, ()):
-            self.node.broker.release_session(client_id, taken=False)
+            self.holder.release_session(client_id, taken=False)
         for fetch in self.fetches.values():
             if fetch.link is link:
                 fetch.fail("the connection to the node holding it closed")
@@ -448,7 +450,7 @@ class Custody:
         one keeps it: the one with the client connected, else the higher epoch (then the
         smaller node id). The other hands its queue on (MERGE_QUEUE) and drops its copy."""
         node_id, node = member.node_id, self.node
-        local = set(node.broker.owned_sessions())
+        local = set(self.holder.owned_sessions())
         dropped: list[tuple[str, Claim]] = []
         kept: list[str] = []
         winners: list[str] = []
@@ -554,7 +556,7 @@ class Custody:
             log.warning("nodes %s did not confirm routing to node %s in %.0f s: dropping the "
                         "copies it keeps anyway", ", ".join(sorted(waiting)), keeper,
                         node.settings.connect_timeout)
-        local = set(node.broker.owned_sessions())
+        local = set(self.holder.owned_sessions())
         for client_id, theirs in dropped:
             if client_id not in local:
                 continue  # ended here meanwhile
@@ -575,7 +577,7 @@ class Custody:
             # (kept for it while it is away), not missing.
             for topic_filter in body[5]:
                 node.table.add(keeper, str(topic_filter))
-            node.broker.remote_routes_changed()
+            self.view.remote_routes_changed()
         if keeper != node.node_id and keeper not in node.members:
             address = ClusterNodeAddress(str(body[2]), int(body[3]))
             node.membership.expect(keeper, address, int(body[4]))
@@ -603,7 +605,7 @@ class Custody:
         mark = self.adopted_marks.pop(client_id, 0)
         # To a keeper that takes it, the window goes as a window (same packet ids); else
         # what was sent and not acknowledged goes with the queue, as new deliveries.
-        queue = node.broker.queued_records(client_id, with_window=not member.identities)
+        queue = self.holder.queued_records(client_id, with_window=not member.identities)
         if member.protocol >= 3:
             identified = member.protocol >= 4
             entries = [[seq, message_fields(m), *(mid or ("", 0)), *(rescued or ("", 0, 0))]
@@ -612,13 +614,13 @@ class Custody:
             parts = list(in_parts(entries, lambda item: len(item[1][1]))) or [[]]
             # The last part says what this copy's client had: the keeper's queue may hold
             # those too (both copies were routed to), and must not send them again.
-            taken = [list(mid) for mid in node.broker.taken_identities(client_id)] \
+            taken = [list(mid) for mid in self.holder.taken_identities(client_id)] \
                 if identified else []
             # And which QoS 2 PUBLISHes of its client were routed here and not released: the
             # client sends them again to the keeper, which must not route them twice.
-            inbound = node.broker.inbound_qos2(client_id) if member.identities else []
+            inbound = self.holder.inbound_qos2(client_id) if member.identities else []
             window = [inflight_fields(i, identified=True)
-                      for i in node.broker.window_records(client_id)] if member.identities else []
+                      for i in self.holder.window_records(client_id)] if member.identities else []
             for index, part in enumerate(parts):
                 body: list[Any] = [client_id, mark, part]
                 if index == len(parts) - 1 and (taken or inbound or window or member.forwards_on):
@@ -633,7 +635,7 @@ class Custody:
                  "handed to it, the copy here dropped", client_id, keeper, len(queue))
         self.owned_since.pop(client_id, None)
         self.owners[client_id] = (keeper, since)  # before the end: no SESSION_GONE for it
-        node.broker.taken_over_elsewhere(client_id)
+        self.holder.taken_over_elsewhere(client_id)
         self.merges += 1
 
     def _on_merge_queue(self, member: Member, body: Any) -> None:
@@ -653,7 +655,7 @@ class Custody:
                      body[3] if len(body) > 3 else None,
                      [int(pid) for pid in body[4]] if len(body) > 4 else None)
         if len(body) > 5 and body[5]:
-            self.node.broker.merge_window(client_id, [inflight_of(f) for f in body[5]])
+            self.holder.merge_window(client_id, [inflight_of(f) for f in body[5]])
 
 
 def _merge_queue(node: NodeContext, marks: dict[str, int], client_id: str, mark: int,
@@ -686,5 +688,5 @@ def _merge_queue(node: NodeContext, marks: dict[str, int], client_id: str, mark:
         log.info("the copy of %r held elsewhere had %d messages this node had handled "
                  "already: not added again", client_id, handled)
     if new or taken or inbound:
-        node.broker.merge_queue(client_id, new, [(str(o), int(n)) for o, n in taken or ()],
-                                inbound)
+        node.broker.custody.merge_queue(
+            client_id, new, [(str(o), int(n)) for o, n in taken or ()], inbound)

@@ -19,6 +19,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from hive_core import __version__
+from hive_core.broker import NodeView
 from hive_core.cluster import _progress as progress
 from hive_core.cluster._fence import Fence
 from hive_core.cluster._link import PeerLink
@@ -46,6 +47,8 @@ class Membership:
 
     def __init__(self, node: NodeContext) -> None:
         self.node = node
+        # The broker's roles this part takes (broker/_ports.py), and no more.
+        self.view: NodeView = node.broker
         self.members: dict[str, Member] = {}
         self.links: set[PeerLink] = set()
         self._dialing: set[ClusterNodeAddress] = set()
@@ -370,7 +373,7 @@ class Membership:
             # kept for it, and it takes what it wants of it when it is back (REPLAY) and has
             # said again what it wants (FILTERS), rather than what its clients want being lost.
             node.table.add(peer_id, "#")
-            node.broker.remote_routes_changed()
+            self.view.remote_routes_changed()
             log.info("node %s left %s: every message is kept for it until it is back",
                      peer_id, "before its topic filters arrived" if unknown
                      else "while this node was not reading its link")
@@ -389,7 +392,7 @@ class Membership:
         self.takes_kept.discard(peer_id)
         self.absent_at.pop(peer_id, None)  # discovery finds it again if it comes back
         node.table.drop(peer_id)
-        node.broker.remote_routes_changed()
+        self.view.remote_routes_changed()
         dropped = node.forwarding.abandon(peer_id)
         node.forwarding.dropped += dropped
         node.custody.forget_node(peer_id, for_good=True)  # new sessions now, not a refusal
@@ -417,11 +420,11 @@ class Membership:
         return fence.up
 
     def _fence_moved(self, up: bool) -> None:
-        self.node.broker.input_fence.up = up
+        self.view.input_fence.up = up
 
     def _ticked(self, now: float) -> None:
         self.ticked = now
-        self.node.broker.input_fence.ticked = now
+        self.view.input_fence.ticked = now
 
     def _send_heartbeats(self, load: list[int]) -> None:
         for member in list(self.members.values()):
@@ -436,7 +439,7 @@ class Membership:
         timeout = node.settings.heartbeat_timeout
         last = time.monotonic()
         self._ticked(last)
-        node.broker.input_fence.after = interval + timeout / 2
+        self.view.input_fence.after = interval + timeout / 2
         while not node.stopping:
             await anyio.sleep(interval)
             now = time.monotonic()
@@ -449,7 +452,7 @@ class Membership:
                 for member in self.members.values():
                     member.link.last_read = now
                 self._ticked(now)
-                self._send_heartbeats(node.broker.load())
+                self._send_heartbeats(self.view.load())
                 continue
             self._ticked(now)
             self.fence.check(now, self.members)
@@ -460,7 +463,7 @@ class Membership:
             # the next discovery round to find out.
             for address, _incarnation in list(self.absent_at.values()):
                 self.dial(address)
-            load = node.broker.load()  # every member sees every node's (the control center)
+            load = self.view.load()  # every member sees every node's (the control center)
             self._own_loads = (self._own_loads[1], (time.time(), load))
             for member in list(self.members.values()):
                 silent = now - member.link.last_read

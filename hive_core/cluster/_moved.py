@@ -29,7 +29,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from hive_core.broker import Message
+from hive_core.broker import Message, PeerDelivery, SessionHolder
 from hive_core.cluster._membership import ABSENT_KEEP
 from hive_core.cluster._parts import FrameHandler, Member, NodeContext
 from hive_core.cluster._routing import RoutingTable
@@ -58,6 +58,9 @@ class Moved:
 
     def __init__(self, node: NodeContext) -> None:
         self.node = node
+        # The broker's roles this part takes (broker/_ports.py), and no more.
+        self.holder: SessionHolder = node.broker.custody
+        self.delivery: PeerDelivery = node.broker
         self.sessions: dict[str, MovedSession] = {}  # by client id, oldest first
         self._by_token: dict[int, MovedSession] = {}
         self._table = RoutingTable()  # their filters, by client id (not node id)
@@ -89,7 +92,7 @@ class Moved:
         filters = self._exported.get(client_id)
         self.came_back(client_id)
         node = self.node
-        if not filters or node.broker.has_session(client_id):
+        if not filters or self.holder.has_session(client_id):
             return
         # Every node that may have kept frames for this node: members, absent nodes, and nodes
         # taken over (a node cut off is taken over, and replays what it kept when it is back).
@@ -247,11 +250,12 @@ class Moved:
         message = message_from(body[3:])
         if serial:
             message.mid = (origin, serial)
-        broker = self.node.broker
-        here = [c for c in client_ids if broker.has_session(c) and (among is None or c in among)]
+        here = [c for c in client_ids
+                if self.holder.has_session(c) and (among is None or c in among)]
         held = self.node.merge_wait.hold(message, here) if self.node.merge_wait.waiting else ()
         if len(held) < len(here):  # held: for a copy kept in a merge, after its hand-over
-            broker.publish_among(message, [c for c in here if c not in held], among=True)
+            self.delivery.publish_among(message, [c for c in here if c not in held],
+                                        among=True)
         if among is not None:
             return
         moved_on = []

@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from hive_core.broker import Message, SessionRecords
+from hive_core.broker import Message, NodeView, PeerDelivery, ReplicaSource, SessionRecords
 from hive_core.cluster._kept import Row, kept_frame, legacy_frame, message_of, peer_of
 from hive_core.cluster._parts import FrameHandler, Member, NodeContext
 from hive_core.cluster._replication import (
@@ -44,6 +44,10 @@ class Takeover:
     def __init__(self, node: NodeContext, store: ReplicatingStore | None,
                  replica_shelf: ReplicaShelf | None) -> None:
         self.node = node
+        # The broker's roles this part takes (broker/_ports.py), and no more.
+        self.sessions: ReplicaSource = node.broker.custody
+        self.delivery: PeerDelivery = node.broker
+        self.view: NodeView = node.broker
         settings = node.settings
         replicating = (store is not None and settings.replica_count > 1
                        and settings.protocol >= 3
@@ -158,10 +162,10 @@ class Takeover:
 
     def _replica_snapshot(self) -> tuple[list[SessionRecords], list[list[Any]]]:
         node = self.node
-        records = node.broker.replica_records()
+        records = self.sessions.replica_records()
         if node.kept is not None:  # messages kept on disk for silent nodes go along
             records += node.kept.replica_records()
-        return records, node.broker.replica_wills()
+        return records, self.sessions.replica_wills()
 
     def _send_snapshot(self, node_id: str, seq: int, records: list[SessionRecords],
                        wills: list[list[Any]]) -> None:
@@ -270,7 +274,7 @@ class Takeover:
                 if member.protocol >= 3:
                     member.link.send(FrameKind.TAKEN_OVER, [failed, taken.watermarks])
                     self.excluding.setdefault(member.node_id, set()).add(failed)
-            adopted = node.broker.adopt_sessions(taken.records)
+            adopted = self.sessions.adopt_sessions(taken.records)
             marks = {r.session.client_id: max((seq for seq, _m in r.queue), default=0)
                      for r in taken.records}
             custody = node.custody
@@ -283,7 +287,7 @@ class Takeover:
             self._drop_node(failed)
             self.deliver_rescued(failed, rescued, node.node_id, node.incarnation, first)
             self._publish_kept_by(failed, taken.kept)
-            wills = node.broker.adopt_wills(taken.wills)
+            wills = self.sessions.adopt_wills(taken.wills)
             for member in node.members.values():
                 member.link.send(FrameKind.FILTERS, node.local_filters())
                 custody.send_owned(member, adopted)
@@ -294,7 +298,7 @@ class Takeover:
                         "clients' wills published, %d pending)", len(adopted), failed,
                         (time.monotonic() - began) * 1000, len(rescued), wills,
                         len(taken.wills) - wills)
-            await node.broker.commit()
+            await self.delivery.commit()
         except Exception:
             log.exception("could not take over the sessions of node %s", failed)
         finally:
@@ -312,7 +316,7 @@ class Takeover:
             self.publish_kept(rows)
             adopted = self.adopted_from.get(failed, set())
             for stored in node.kept.take_waiting(failed):
-                node.broker.publish_among(message_of(stored), adopted, among=True)
+                self.delivery.publish_among(message_of(stored), adopted, among=True)
 
     def publish_kept(self, rows: list[Row]) -> None:
         """Messages an earlier run of this node, or a node whose sessions were taken over here,
@@ -331,11 +335,11 @@ class Takeover:
                 continue
             if peer == node.node_id:  # kept for this node by the one it took over
                 for stored in messages:
-                    node.broker.publish_from_peer(message_of(stored))
+                    self.delivery.publish_from_peer(message_of(stored))
                 continue
             for stored in messages:
                 message = message_of(stored)
-                node.broker.publish_from_peer(message)
+                self.delivery.publish_from_peer(message)
                 for node_id in node.table.match(message.topic)[0]:
                     if node_id in members or node_id in absent:
                         self.send_kept(node_id, [stored])
@@ -392,7 +396,7 @@ class Takeover:
         node.table.drop(node_id)
         node.forwarding.abandon(node_id)
         node.custody.forget_node(node_id)
-        node.broker.remote_routes_changed()
+        self.view.remote_routes_changed()
 
     def _rescue_for(self, taker: Member, failed: str, watermarks: Watermarks) -> None:
         """TAKEN_OVER: send the taker what was kept for ``failed``, route its share there."""
@@ -421,7 +425,7 @@ class Takeover:
                         incarnation: int, place: int) -> None:
         """Frames a failed node had not handled (the first at ``place`` in what ``origin``
         sent it): for the sessions taken over from it only."""
-        broker = self.node.broker
+        delivery = self.delivery
         adopted = self.adopted_from.get(failed, set())
         decoder = FrameDecoder()
         for at, frame in enumerate(frames, place):
@@ -436,9 +440,9 @@ class Takeover:
                         message.mid = (origin, serial)
                     if place:
                         message.rescued = (failed, incarnation, at)
-                    broker.publish_among(message, adopted, among=True)
+                    delivery.publish_among(message, adopted, among=True)
                 elif kind is FrameKind.SHARED_PUBLISH:
-                    broker.deliver_shared(body[0], body[1], message_from(body[2]))
+                    delivery.deliver_shared(body[0], body[1], message_from(body[2]))
                 elif kind is FrameKind.MERGE_QUEUE:  # a queue handed to the failed keeper
                     self.node.custody.merge_queue(body)
                 elif kind is FrameKind.SESSION_PUBLISH:  # for sessions that moved there
@@ -447,5 +451,5 @@ class Takeover:
                     message = message_from(body[2])
                     if body[1]:
                         message.mid = (str(body[0]), int(body[1]))
-                    broker.publish_among(message, adopted, among=True)
-        broker.flush()
+                    delivery.publish_among(message, adopted, among=True)
+        delivery.flush()

@@ -773,7 +773,7 @@ def test_a_message_that_arrived_directly_before_a_merge_is_skipped_in_the_merged
         await settle()
         tail = [(StoredMessage("merge/t", b"%d" % n, 2, publisher_id="elsewhere"), ("node-c", n))
                 for n in (1, 2)]
-        broker.append_handed_over("keeper", tail)
+        broker.custody.append_handed_over("keeper", tail)
         await settle()
         payloads = [p.payload for p in peer.publishes()]
         assert payloads == [b"1", b"2"]  # 1 once (directly), 2 from the tail

@@ -73,6 +73,6 @@ def test_a_node_whose_client_connected_and_left_again_keeps_its_copy_as_it_told_
         # n1's copy: its client connected there while the two were apart, at an older epoch
         custody._on_owned(n3.cluster.members["n1"], [["c", told - 1, True]])
         await asyncio.sleep(0.05)
-        assert n3.broker.has_session("c")
+        assert n3.broker.custody.has_session("c")
 
     run_cluster(scenario, count=2)

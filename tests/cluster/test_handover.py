@@ -251,7 +251,7 @@ def test_a_session_handed_over_carries_the_identities_it_took() -> None:
         assert set(moved.seen or {}) == set(seen)
         # the same message again, as a merge would bring it: not taken a second time
         (mid,) = seen
-        n2.broker.merge_queue("carrier", [(StoredMessage("id/a", b"once", 1), mid)])
+        n2.broker.custody.merge_queue("carrier", [(StoredMessage("id/a", b"once", 1), mid)])
         await settle()
         assert back.payloads == [b"once"]
 
@@ -281,7 +281,7 @@ def test_a_merge_finishes_with_pubrel_a_qos2_delivery_the_other_copys_client_had
         assert outbound.state == "publish"
         mid = outbound.pending.message.mid
         assert mid is not None
-        n2.broker.merge_queue("twice", [], taken=[mid])
+        n2.broker.custody.merge_queue("twice", [], taken=[mid])
         await settle()
         assert outbound.state == "pubrel"
         assert [p.packet_id for p in subscriber.wire.packets if isinstance(p, PubRel)] == [pid]

@@ -32,6 +32,7 @@ class Broker:
     def __init__(self, held: set[str]) -> None:
         self.held = held
         self.delivered: list[tuple[str, tuple[str, int] | None]] = []
+        self.custody = self  # the session holder's role too
 
     def has_session(self, client_id: str) -> bool:
         return client_id in self.held
