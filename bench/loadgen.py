@@ -929,6 +929,7 @@ def _conn_main(
     run_id: str,
     deadline_s: float,
     nprocs: int,
+    keepalive: int = 0,
 ) -> None:
     pin_to_core(core)
     limit = raise_nofile()
@@ -992,7 +993,7 @@ def _conn_main(
                     err(os.strerror(e))
                     sel.unregister(s)
                     continue
-                s.send(connect_packet(key.data))
+                s.send(connect_packet(key.data, keepalive))
                 sel.modify(s, _EVR, key.data)
             elif ev & _EVR:
                 try:
@@ -1056,8 +1057,10 @@ def run_connections(
     core: int = GEN_CORE,
     timeout: float = 120.0,
     on_connected: Any = None,
+    keepalive: int = 0,
 ) -> dict[str, Any]:
-    """Open ``total`` MQTT connections (CONNECT/CONNACK, keep-alive 0) and hold them idle.
+    """Open ``total`` MQTT connections (CONNECT/CONNACK with ``keepalive`` seconds) and hold
+    them idle.
 
     ``concurrency`` is the number of CONNECTs in progress per process.  When all are up,
     ``on_connected()`` is called (e.g. to sample broker memory) and its return value is
@@ -1087,6 +1090,7 @@ def run_connections(
                     run_id,
                     timeout,
                     min(procs, total),
+                    keepalive,
                 ),
             )
             p.daemon = True

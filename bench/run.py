@@ -537,6 +537,7 @@ def run_scenario(
             a.conn_procs,
             a.conn_concurrency,
             on_connected=measure,
+            keepalive=a.conn_keepalive,
         )
         after = int(r.pop("measure"))
         n = r["connections"]
@@ -849,6 +850,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--conn-procs", type=int, default=4)
     ap.add_argument(
         "--conn-concurrency", type=int, default=24, help="CONNECTs in progress per client process"
+    )
+    ap.add_argument(
+        "--conn-keepalive",
+        type=int,
+        default=60,
+        help="keep alive of the idle connections, seconds (60: paho-mqtt's default, as devices "
+        "connect; 0: none, the broker arms no timer)",
     )
     ap.add_argument(
         "--settle",

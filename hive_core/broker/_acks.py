@@ -47,6 +47,26 @@ class AckSender(Protocol):
 log = logging.getLogger("hive.broker")
 
 
+class NoAcks:
+    """A channel's acknowledgements before the first one waits: nothing (most connections
+    never publish at QoS 1 or 2, and an idle one saves the object and its list)."""
+
+    __slots__ = ()
+    waiting: tuple[bytes, ...] = ()
+
+    def pubacks_waiting(self) -> int:
+        return 0
+
+    async def sent(self) -> None:
+        return None
+
+    def send(self, data: bytes, durable: bool, forwards: bool) -> None:
+        raise AssertionError("the channel makes its CommittedAcks before the first send")
+
+
+NO_ACKS = NoAcks()
+
+
 class CommittedAcks:
     """The acknowledgements of one channel waiting for a commit, in order."""
 

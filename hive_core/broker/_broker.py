@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from hive_core.broker._custody import SessionCustody
+from hive_core.broker._deadlines import Deadlines
 from hive_core.broker._expiry import SessionClock
 from hive_core.broker._handover import takes
 from hive_core.broker._message import Message
@@ -72,6 +73,7 @@ class Broker:
         self.retained = RetainedMessages(self.records)
         self.outbox = Outbox(settings, self.records, self.metrics, self.extensions, self.spawn)
         self.clock = SessionClock(self._expired, self._will_due)
+        self.deadlines = Deadlines()  # the connections' CONNECT and keep-alive deadlines
         self.cluster: ClusterPort | None = None  # set while this node is part of a cluster
         self.input_fence = InputFence()  # the cluster's: clients' input waits after a pause
         self.sessions: dict[str, Session] = {}
@@ -107,6 +109,7 @@ class Broker:
         for task in list(self._tasks):
             task.cancel()
         self.clock.stop()
+        self.deadlines.close()
         await self.records.commit()
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -366,14 +369,11 @@ class Broker:
         qos = message.qos
         plain = not self.extensions.intercepts_outbound
         deliver = self.outbox.deliver
-        if from_cluster:
-            mid = message.mid
-        elif cluster is not None and qos:  # alone for now, it may route to absent nodes
+        mid = message.mid if from_cluster else None
+        if not from_cluster and cluster is not None and qos:  # alone, it may reach absent nodes
             # Its identity before any delivery: a copy of a session being handed over or
             # merged may get it from another node too, and must know it when it comes.
             mid = cluster.identify(message)
-        else:
-            mid = None
         sent = 0
         for delivery in deliveries:
             session = delivery.session
@@ -391,9 +391,11 @@ class Broker:
                 data = message.encoded(link.version, 0, retain, delivery.subscription_ids)[0]
                 if len(data) <= link.max_out_packet:
                     out = link.out
-                    if not out:
+                    if out:
+                        out.append(data)
+                    else:
+                        link.out = [data]
                         self.mark_dirty(link)
-                    out.append(data)
                     sent += 1
                 continue
             if mid is not None and qos and not takes(session, mid):
@@ -491,7 +493,7 @@ class Broker:
             subscription = Subscription(
                 session, topic_filter, granted, request.no_local, request.retain_as_published,
                 request.retain_handling, subscription_id, shared[0] if shared else None)
-            session.subscriptions[topic_filter] = subscription
+            session.subscribed()[topic_filter] = subscription
             self._add_to_tree(subscription)
             if session.persistent:
                 self.records.save_subscription(session, subscription)

@@ -22,12 +22,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core.broker import _extension_flow as flow
-from hive_core.broker._acks import CommittedAcks
+from hive_core.broker._acks import NO_ACKS, CommittedAcks, NoAcks
 from hive_core.broker._extension_flow import Refusal
 from hive_core.broker._message import Message
 from hive_core.broker._overload import READ_FREELY
 from hive_core.broker._ports import SessionUnavailable
-from hive_core.broker._session import Session
+from hive_core.broker._session import NO_OUTPUT, Session
 from hive_core.mqtt import (
     MAX_PACKET_SIZE,
     PINGRESP,
@@ -133,10 +133,10 @@ class Channel:
     __slots__ = (
         "_auth_waiter", "_deferred", "_fenced", "_inbound_aliases", "acks", "auth_method",
         "broker", "client_id", "closed", "congested", "decoder", "disconnect_received", "held",
-        "info", "io", "keep_alive", "last_read", "listener", "max_out_packet", "out",
-        "out_alias_max", "outbound_aliases", "outbound_chain", "peer_gone", "pre_connect_left",
-        "problem_info", "read_until", "received", "requested_expiry", "send_window", "session",
-        "throttled", "username", "version", "will_sent_ok",
+        "info", "io", "keep_alive", "last_read", "listener", "mark", "max_out_packet", "out",
+        "out_alias_max", "outbound_aliases", "outbound_chain", "peer_gone", "problem_info",
+        "read_until", "received", "requested_expiry", "send_window", "session", "throttled",
+        "username", "version", "will_sent_ok",
     )
 
     def __init__(self, broker: Broker, io: ChannelIo, listener: str = "tcp") -> None:
@@ -144,9 +144,6 @@ class Channel:
         self.io = io
         self.listener = listener
         settings = broker.settings
-        # Until CONNECT is accepted a client may send only a little (no megabytes held for a
-        # stranger): a bigger CONNECT is refused on its header, the rest counted down here.
-        self.pre_connect_left = settings.max_pre_connect_size
         self.decoder = PacketDecoder(max_packet_size=settings.max_packet_size,
                                      max_connect_size=settings.max_pre_connect_size)
         self.version = 4
@@ -154,7 +151,7 @@ class Channel:
         self.client_id = ""
         self.closed = False
         self.congested = False
-        self.out: list[bytes] = []
+        self.out: list[bytes] = NO_OUTPUT  # a list of its own while there is output
         self.keep_alive = 0
         self.last_read = time.monotonic()
         self.send_window = broker.settings.inflight_window
@@ -167,7 +164,7 @@ class Channel:
         self.requested_expiry = 0  # what CONNECT asked for, before the node's cap
         self.username: str | None = None
         self._inbound_aliases: dict[int, str] = _NO_ALIASES  # a dict once the client uses one
-        self.acks = CommittedAcks(self, broker)
+        self.acks: CommittedAcks | NoAcks = NO_ACKS  # made by the first send_after_commit
         # While an extension answers, later packets wait here (None: not waiting).
         self._deferred: list[Any] | None = None
         self._fenced = False  # what is deferred waits for the cluster's fence
@@ -178,7 +175,7 @@ class Channel:
         self.peer_gone = False  # the network side closed (see connection_lost)
         self.throttled = False  # reading paused: past the receive maximum (strategy throttle)
         self.held = False  # reading paused: overload protection took this client's credit
-        self.received = 0  # bytes read, for overload protection's shares
+        self.received = self.mark = 0  # bytes read; at overload protection's last count
         self.read_until = READ_FREELY  # overload protection: hold reading past this many bytes
         broker.accept(self)
         io.arm_deadline(broker.settings.connect_timeout)
@@ -196,12 +193,12 @@ class Channel:
         fence = self.broker.input_fence
         if (fence.up or now - fence.ticked > fence.after) and self._deferred is None:
             self._wait_for_the_fence(now)
-        if self.session is None:
-            self.pre_connect_left -= len(data)
-            if self.pre_connect_left < 0 and self._deferred is not None:
-                self.refuse(RC.PACKET_TOO_LARGE, "more than max-pre-connect-size bytes before"
-                             " the CONNECT was accepted")
-                return
+        # Before its CONNECT is accepted a client may send little: no megabytes for a stranger.
+        if self.session is None and self._deferred is not None \
+                and self.received > self.broker.settings.max_pre_connect_size:
+            self.refuse(RC.PACKET_TOO_LARGE, "more than max-pre-connect-size bytes before the "
+                        "CONNECT was accepted")
+            return
         try:
             packets = self.decoder.feed(data)
         except MQTTError as exc:
@@ -246,7 +243,7 @@ class Channel:
         its DISCONNECT) while an extension step held it back is handled once the step is done.
         """
         self.peer_gone = True
-        self.out = []
+        self.out = NO_OUTPUT
         self.decoder.release()
         if self._auth_waiter is not None:
             self._auth_waiter.set_result(None)
@@ -382,13 +379,14 @@ class Channel:
 
     def send(self, data: bytes) -> None:
         if not self.out:
-            self.broker.mark_dirty(self)
+            self.out = [data]
+            return self.broker.mark_dirty(self)
         self.out.append(data)
 
     def flush(self) -> None:
         out = self.out
         if out:
-            self.out = []
+            self.out = NO_OUTPUT
             if not self.closed and not self.peer_gone:
                 self.io.write(out[0] if len(out) == 1 else b"".join(out))
 
@@ -747,6 +745,8 @@ class Channel:
     def send_after_commit(self, data: bytes, durable: bool = True, forwards: bool = False) -> None:
         """Send ``data`` once what it confirms is committed (``durable``; ``forwards``: and
         forwarded), after every acknowledgement waiting before it (broker/_acks.py)."""
+        if self.acks is NO_ACKS:
+            self.acks = CommittedAcks(self, self.broker)
         self.acks.send(data, durable, forwards)
 
     def resume_after_throttle(self) -> None:

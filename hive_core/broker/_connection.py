@@ -2,7 +2,7 @@
 
 The event loop calls straight into the channel for every read (``data_received`` is the
 channel's own ``receive_data``: no extra call per read); this shell only carries the transport,
-the keep-alive timer and the loop's flow-control callbacks.
+its deadline (in the broker's :class:`Deadlines`) and the loop's flow-control callbacks.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from hive_core.broker._broker import Broker
 from hive_core.broker._channel import Channel
+from hive_core.broker._deadlines import Bucket, Deadlines
 
 LINGER = 2.0
 """Seconds a closed connection keeps reading (and dropping) input so the client reads our last
@@ -42,10 +43,11 @@ class Transport(Protocol):
 class ClientConnection(asyncio.Protocol):
     """An asyncio protocol for one MQTT client; the MQTT itself is in ``self.channel``."""
 
-    __slots__ = ("_deadline", "_linger", "channel", "data_received", "transport")
+    __slots__ = ("_deadline", "_deadlines", "_linger", "channel", "data_received", "transport")
 
     def __init__(self, broker: Broker, listener: str = "tcp") -> None:
-        self._deadline: asyncio.TimerHandle | None = None
+        self._deadlines = broker.deadlines
+        self._deadline: Bucket | None = None  # where its deadline waits (broker/_deadlines.py)
         self._linger: asyncio.TimerHandle | None = None
         self.transport: Transport | None = None
         self.channel = Channel(broker, self, listener)
@@ -106,7 +108,7 @@ class ClientConnection(asyncio.Protocol):
     def arm_deadline(self, seconds: float) -> None:
         self._cancel_deadline()
         if seconds > 0:
-            self._deadline = asyncio.get_running_loop().call_later(seconds, self._deadline_passed)
+            self._deadline = self._deadlines.arm(self, seconds)
 
     def pause_reading(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -116,11 +118,11 @@ class ClientConnection(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
 
-    def _deadline_passed(self) -> None:
+    def deadline_passed(self) -> None:
         self._deadline = None
         self.channel.check_deadline(time.monotonic())
 
     def _cancel_deadline(self) -> None:
         if self._deadline is not None:
-            self._deadline.cancel()
+            Deadlines.cancel(self, self._deadline)
             self._deadline = None

@@ -49,7 +49,7 @@ def merge_window(outbox: Outbox, records: Records, session: Session,
             # finished (PUBREL; a client without it answers PUBCOMP all the same).
             record = StoredInflight(session.client_id, pid, "out", "pubrel", record.message)
         takes(session, mid)
-        outbound = session.inflight[pid] = Outbound(pending, record.state)
+        outbound = session.window()[pid] = Outbound(pending, record.state)
         if session.persistent:
             records.sent(session, pid, outbound)
         if link is not None and not link.closed:

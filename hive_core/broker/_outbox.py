@@ -118,7 +118,7 @@ class Outbox:
             data = head
         else:
             pid = session.allocate_packet_id()
-            outbound = session.inflight[pid] = Outbound(pending)
+            outbound = session.window()[pid] = Outbound(pending)
             data = head + pid.to_bytes(2, "big") + tail
             if session.persistent:
                 self.records.sent(session, pid, outbound)

@@ -149,7 +149,7 @@ def session_from(records: SessionRecords, now: float) -> Session:
     session.disconnected_at = record.disconnected_at or now
     for topic_filter, sub in record.subscriptions.items():
         shared = parse_shared_subscription(topic_filter)
-        session.subscriptions[topic_filter] = Subscription(
+        session.subscribed()[topic_filter] = Subscription(
             session, topic_filter, sub.qos, sub.no_local, sub.retain_as_published,
             sub.retain_handling, sub.subscription_id, shared[0] if shared else None)
     for seq, stored in records.queue:
@@ -162,7 +162,7 @@ def session_from(records: SessionRecords, now: float) -> Session:
         elif inflight.message is not None or inflight.state == "pubrel":
             pending = (pending_from(inflight.message) if inflight.message
                        else Pending(Message("", b"", 2, False, None, ""), 2, None, False))
-            session.inflight[inflight.packet_id] = Outbound(pending, inflight.state)
+            session.window()[inflight.packet_id] = Outbound(pending, inflight.state)
     if records.seen:  # the newest SEEN_MAX (a store may hold a few more)
         session.seen = dict.fromkeys((str(o), int(n)) for o, n in records.seen[-SEEN_MAX:])
     # What it holds it took: a copy of one of those (a merge, a rescue) is not taken again.

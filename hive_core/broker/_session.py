@@ -91,6 +91,7 @@ class _Empty:
 
     append = appendleft = extend = extendleft = insert = add = update = _refuse
     __iadd__ = __ior__ = __ixor__ = symmetric_difference_update = _refuse
+    __setitem__ = setdefault = _refuse
 
     def __copy__(self) -> Any:  # a copy is the shared empty again, not a new one
         return self
@@ -99,7 +100,8 @@ class _Empty:
         return self
 
     def __reduce__(self) -> Any:
-        return "NO_QUEUE" if isinstance(self, deque) else "NO_IDS"
+        return "NO_QUEUE" if isinstance(self, deque) else "NO_IDS" if isinstance(self, set) \
+            else "NO_OUTPUT" if isinstance(self, list) else "NO_ENTRIES"
 
 
 class _NoQueue(_Empty, deque):  # type: ignore[misc]
@@ -110,8 +112,18 @@ class _NoIds(_Empty, set):  # type: ignore[misc]
     __slots__ = ()
 
 
+class _NoEntries(_Empty, dict):  # type: ignore[misc]
+    __slots__ = ()
+
+
+class _NoOutput(_Empty, list):  # type: ignore[misc]
+    __slots__ = ()
+
+
 NO_QUEUE: deque[Any] = _NoQueue()
 NO_IDS: set[int] = _NoIds()
+NO_ENTRIES: dict[Any, Any] = _NoEntries()
+NO_OUTPUT: list[bytes] = _NoOutput()  # a link with nothing to write (see Link.out)
 
 
 class Session:
@@ -129,11 +141,12 @@ class Session:
         self.protocol_version = protocol_version
         self.expiry_interval = expiry_interval
         self.connection: Link | None = None
-        self.subscriptions: dict[str, Subscription] = {}
-        # Shared read-only empties until first used (queued(), received_qos2()): a deque's
-        # first block is 600 bytes and an empty set 200, and most connections never use them.
+        # Shared read-only empties until first used (subscribed(), queued(), window(),
+        # received_qos2()): a deque's first block is 600 bytes, an empty set 200 and a dict
+        # 64, and most connections never use some of them.
+        self.subscriptions: dict[str, Subscription] = NO_ENTRIES
         self.queue: deque[Pending] = NO_QUEUE
-        self.inflight: dict[int, Outbound] = {}
+        self.inflight: dict[int, Outbound] = NO_ENTRIES
         self.inbound_qos2: set[int] = NO_IDS
         self.next_packet_id = 1
         self.disconnected_at: float | None = None
@@ -147,6 +160,20 @@ class Session:
         # The store may hold a record of it (False: a clean session that never had one, whose
         # end needs no delete written).
         self.stored = stored
+
+    def subscribed(self) -> dict[str, Subscription]:
+        """The subscriptions, to add to: made on the first one."""
+        subscriptions = self.subscriptions
+        if subscriptions is NO_ENTRIES:
+            subscriptions = self.subscriptions = {}
+        return subscriptions
+
+    def window(self) -> dict[int, Outbound]:
+        """What was sent and not finished, to add to: made on the first QoS 1/2 delivery."""
+        inflight = self.inflight
+        if inflight is NO_ENTRIES:
+            inflight = self.inflight = {}
+        return inflight
 
     def queued(self) -> deque[Pending]:
         """The queue, to add to: made on the first message queued."""

@@ -43,15 +43,17 @@ class PacketDecoder:
         self.max_connect_size = max_connect_size
         self.server = server
         self._connected = protocol_version is not None
-        self._buffer = bytearray()
+        # The partial tail of the last read; b"" when there is none, so an idle connection keeps
+        # no buffer and a read of whole packets is parsed where it lies, without a copy.
+        self._buffer: bytearray | bytes = b""
 
     def feed(self, data: Buffer) -> list[Packet]:
         """Append `data` and return every packet now complete, in order; keep the partial tail."""
-        buffer = self._buffer
-        buffer += data
+        buffer = self._with_tail(data)
         end = len(buffer)
         packets: list[Packet] = []
         if end < 2:
+            self._keep(buffer, 0)
             return packets
         append = packets.append
         version = self.protocol_version
@@ -152,16 +154,35 @@ class PacketDecoder:
                 pos = stop
         except BaseException:
             # A traceback may still hold slices of `view`; the connection is over anyway.
-            self._buffer = bytearray()
+            self._buffer = b""
             raise
         view.release()
-        if pos:
-            del buffer[:pos]
+        self._keep(buffer, pos)
         return packets
+
+    def _with_tail(self, data: Buffer) -> bytearray | bytes:
+        """What to parse: ``data`` after the tail of the last read (``data`` itself if none)."""
+        tail = self._buffer
+        if tail:
+            assert isinstance(tail, bytearray)
+            tail += data
+            return tail
+        return data if isinstance(data, bytes) else bytes(data)
+
+    def _keep(self, buffer: bytearray | bytes, pos: int) -> None:
+        """Keep what follows ``pos`` in ``buffer`` (an incomplete packet) for the next read."""
+        if pos == len(buffer):
+            self._buffer = b""
+        elif buffer is self._buffer:
+            assert isinstance(buffer, bytearray)
+            if pos:
+                del buffer[:pos]
+        else:
+            self._buffer = bytearray(buffer[pos:])
 
     def release(self) -> None:
         """Drop the partial tail: the connection is over and its bytes are not wanted."""
-        self._buffer = bytearray()
+        self._buffer = b""
 
     def _decode_other(self, first: int, view: memoryview, start: int, stop: int) -> Packet:
         kind = first >> 4

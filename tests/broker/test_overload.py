@@ -40,6 +40,7 @@ class FakeSender:
         self.rate = rate
         self.chunk = chunk or rate
         self.received = 0
+        self.mark = 0
         self.held = False
         self.read_until = READ_FREELY
         self.delivering = delivering
