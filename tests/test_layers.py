@@ -189,6 +189,19 @@ def test_the_codec_does_no_io(graph: dict[str, set[str]]) -> None:
         imported = {name.split(".")[0] for name in _imports(module, path)}
         assert not imported & IO_MODULES, f"{module} imports {imported & IO_MODULES}"
 
+# The client connection's protocol, sans-IO in h11's sense: the time comes from the broker's
+# clocks, and what must wait runs as broker/_steps.py's coroutines, started by the broker.
+SANS_IO = ("hive_core.broker._channel", "hive_core.broker._connect")
+
+
+def test_the_channel_does_no_io_and_reads_no_clock() -> None:
+    modules = dict(_modules(CORE))
+    for module in SANS_IO:
+        imported = {name.split(".")[0] for name in _imports(module, modules[module])}
+        assert not imported & (IO_MODULES | {"time"}), \
+            f"{module} imports {imported & (IO_MODULES | {'time'})}"
+
+
 # Extension packages (examples/, extensions/, spark_ext/) importing hive_ext_api only: see
 # tests/extensions/test_packages.py.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection, Coroutine, Iterable
+from collections.abc import Callable, Collection, Coroutine, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -73,6 +73,9 @@ class Broker:
         self.retained = RetainedMessages(self.records)
         self.outbox = Outbox(settings, self.records, self.metrics, self.extensions, self.spawn)
         self.clock = SessionClock(self._expired, self._will_due)
+        # The clocks the connections read (a simulation or a test may give its own).
+        self.monotonic: Callable[[], float] = time.monotonic
+        self.wall_time: Callable[[], float] = time.time
         self.deadlines = Deadlines()  # the connections' CONNECT and keep-alive deadlines
         self.cluster: ClusterPort | None = None  # set while this node is part of a cluster
         self.input_fence = InputFence()  # the cluster's: clients' input waits after a pause

@@ -7,26 +7,27 @@ It never reads a socket, writes one or starts a timer: whoever carries it (an as
 ``_connection.py``, a WebSocket adapter, a unit test) gives it a :class:`ChannelIo` through which
 the batched output is written, the connection closed and the keep-alive deadline armed.
 
-Extension steps that must be awaited (an ``async`` authenticator, say) run as tasks of the broker;
-while one runs, later packets wait in order (``_deferred``).
+It reads no clock and knows no event loop: the time comes from the broker's clocks
+(``broker.monotonic``, ``broker.wall_time``), the rules of a CONNECT are decided in
+``_connect.py``, and what must be awaited (an ``async`` authenticator, the cluster's fence, a
+session fetched from another node) runs as a coroutine of ``_steps.py``, started by the broker,
+which calls the channel back; while one runs, later packets wait in order (``_deferred``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core.broker import _extension_flow as flow
+from hive_core.broker import _steps as steps
 from hive_core.broker._acks import NO_ACKS, CommittedAcks, NoAcks
+from hive_core.broker._connect import connect_terms, limits_into
 from hive_core.broker._extension_flow import Refusal
 from hive_core.broker._message import Message
 from hive_core.broker._overload import READ_FREELY
-from hive_core.broker._ports import SessionUnavailable
 from hive_core.broker._session import NO_OUTPUT, Session
 from hive_core.mqtt import (
     MAX_PACKET_SIZE,
@@ -131,7 +132,7 @@ class Channel:
     """One client connection's MQTT state machine (see the module docstring)."""
 
     __slots__ = (
-        "_auth_waiter", "_deferred", "_fenced", "_inbound_aliases", "acks", "auth_method",
+        "_deferred", "_fenced", "_inbound_aliases", "acks", "auth_method", "auth_waiter",
         "broker", "client_id", "closed", "congested", "decoder", "disconnect_received", "held",
         "info", "io", "keep_alive", "last_read", "listener", "mark", "max_out_packet", "out",
         "out_alias_max", "outbound_aliases", "outbound_chain", "peer_gone", "problem_info",
@@ -153,7 +154,7 @@ class Channel:
         self.congested = False
         self.out: list[bytes] = NO_OUTPUT  # a list of its own while there is output
         self.keep_alive = 0
-        self.last_read = time.monotonic()
+        self.last_read = broker.monotonic()
         self.send_window = broker.settings.inflight_window
         self.max_out_packet = MAX_PACKET_SIZE
         self.out_alias_max = 0
@@ -168,10 +169,10 @@ class Channel:
         # While an extension answers, later packets wait here (None: not waiting).
         self._deferred: list[Any] | None = None
         self._fenced = False  # what is deferred waits for the cluster's fence
-        self._auth_waiter: asyncio.Future[Auth | None] | None = None
+        self.auth_waiter: Any = None  # a future the next AUTH answers (broker/_steps.py)
         self.info: ClientInfo | None = None  # made at CONNECT when extensions need it
         self.auth_method: str | None = None
-        self.outbound_chain: asyncio.Task[None] | None = None  # async outbound interceptors
+        self.outbound_chain: Any = None  # the step of async outbound interceptors (_outbox.py)
         self.peer_gone = False  # the network side closed (see connection_lost)
         self.throttled = False  # reading paused: past the receive maximum (strategy throttle)
         self.held = False  # reading paused: overload protection took this client's credit
@@ -186,7 +187,7 @@ class Channel:
         """Bytes from the client: every whole packet in them is handled, in order."""
         if self.closed:
             return
-        self.last_read = now = time.monotonic()
+        self.last_read = now = self.broker.monotonic()
         self.received += len(data)
         if self.received > self.read_until:  # its share of this tenth of a second is spent
             self.hold_reading()
@@ -217,8 +218,8 @@ class Channel:
                 return
             kind = type(packet)
             if self._deferred is not None:
-                if kind is Auth and self._auth_waiter is not None:
-                    waiter, self._auth_waiter = self._auth_waiter, None
+                if kind is Auth and self.auth_waiter is not None:
+                    waiter, self.auth_waiter = self.auth_waiter, None
                     waiter.set_result(packet)
                     continue
                 self._deferred.extend(packets[index:])
@@ -245,9 +246,9 @@ class Channel:
         self.peer_gone = True
         self.out = NO_OUTPUT
         self.decoder.release()
-        if self._auth_waiter is not None:
-            self._auth_waiter.set_result(None)
-            self._auth_waiter = None
+        if self.auth_waiter is not None:
+            self.auth_waiter.set_result(None)
+            self.auth_waiter = None
         if self._deferred is None:
             self._lost()
 
@@ -320,14 +321,10 @@ class Channel:
     def _defer(self, step: Awaitable[Any]) -> None:
         """Hold later packets back until an extension's answer is in, then go on in order."""
         self._deferred = []
-        self.broker.spawn(self._resume_after(step))
+        self.broker.spawn(steps.run(self, step))
 
-    async def _resume_after(self, step: Awaitable[Any]) -> None:
-        try:
-            await step
-        except Exception:
-            log.exception("internal error in an extension step for %r", self.client_id or "?")
-            self.refuse(RC.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+    def step_done(self) -> None:
+        """The step :meth:`_defer` waited for is over: what the client sent meanwhile now."""
         backlog, self._deferred = self._deferred, None
         if self._fenced:
             self._fenced = False
@@ -355,15 +352,8 @@ class Channel:
         self.send_packet(Auth(RC.CONTINUE_AUTHENTICATION, properties))
         self.flush()
 
-    async def next_auth(self) -> Auth | None:
-        if self.closed or self.peer_gone:
-            return None
-        waiter = self._auth_waiter = asyncio.get_running_loop().create_future()
-        try:
-            return await asyncio.wait_for(waiter, self.broker.settings.connect_timeout)
-        except TimeoutError:
-            self.refuse(RC.NOT_AUTHORIZED, "no AUTH reply in time")
-            return None
+    def next_auth(self) -> Coroutine[Any, Any, Auth | None]:
+        return steps.next_auth(self)
 
     def client_info(self) -> ClientInfo:
         """This client as extensions see it."""
@@ -424,50 +414,23 @@ class Channel:
 
     def _on_connect(self, connect: Connect) -> None:
         if self._extensions_decide(connect):
-            self._defer(self._connect_with_extensions(connect))
-        elif self._session_elsewhere(connect):
-            self._defer(self._connect_in_cluster(connect, {}))
+            self._defer(steps.connect_with_extensions(self, connect))
+        elif self.session_elsewhere(connect):
+            self._defer(steps.connect_in_cluster(self, connect, {}))
         else:
             self.accept_connect(connect, {})
 
-    def _session_elsewhere(self, connect: Connect) -> bool:
+    def session_elsewhere(self, connect: Connect) -> bool:
         """Whether another node may hold a session this CONNECT resumes (clean start drops it:
         the node that holds it ends it when this one says the client connected here)."""
         return bool(connect.client_id) and not connect.clean_start \
             and self.broker.custody.sessions_elsewhere()
-
-    async def _connect_in_cluster(self, connect: Connect, ack: dict[PropertyId, Any]) -> None:
-        """Authenticated; the session lives on another node: bring it here, then connect."""
-        self.version = connect.protocol_version  # a refusal answers in the client's version
-        self.client_id = connect.client_id
-        try:
-            await self.broker.custody.fetch_session_elsewhere(connect.client_id)
-        except SessionUnavailable as exc:
-            if not self.closed:
-                self.refuse_connect(RC.SERVER_UNAVAILABLE, str(exc))
-            return
-        if not self.closed:
-            self.accept_connect(connect, ack)
 
     def _extensions_decide(self, connect: Connect) -> bool:
         extensions = self.broker.extensions
         return bool(extensions.authenticates or extensions.intercepts_connect
                     or P.AUTHENTICATION_METHOD in connect.properties
                     or (connect.will is not None and extensions.authorizes_publish))
-
-    async def _connect_with_extensions(self, connect: Connect) -> None:
-        self.version = connect.protocol_version
-        self.username = connect.username
-        self.client_id = connect.client_id
-        decision = await flow.connect(self.broker.extensions, self.client_info(), connect, self)
-        if decision is None or self.closed:
-            return
-        if isinstance(decision, Refusal):
-            self.refuse_connect(decision.reason_code, decision.reason_string)
-        elif self._session_elsewhere(connect):
-            await self._connect_in_cluster(connect, decision)
-        else:
-            self.accept_connect(connect, decision)
 
     def refuse_connect(self, reason: int, reason_string: str | None = None) -> None:
         """CONNACK with a refusal (an MQTT 3 return code for 3.x clients), then close."""
@@ -485,73 +448,27 @@ class Channel:
         broker = self.broker
         settings = broker.settings
         version = self.version = connect.protocol_version
-        v5 = version == 5
-        props = connect.properties
-        client_id = self.client_id = connect.client_id  # a refusal below names it
-        if not client_id:
-            if v5 or (version == 4 and connect.clean_start):
-                client_id = f"hive-{uuid.uuid4().hex}"
-                if v5:
-                    ack[P.ASSIGNED_CLIENT_IDENTIFIER] = client_id
-            else:
-                self.refuse_connect(RC.CLIENT_IDENTIFIER_NOT_VALID)
-                return
-        if len(client_id) > settings.max_client_id_length:
-            self.refuse_connect(RC.CLIENT_IDENTIFIER_NOT_VALID)
-            return
+        self.client_id = connect.client_id  # a refusal names it
         self.auth_method = ack.get(P.AUTHENTICATION_METHOD)
-        if not broker.has_room_for(client_id):
-            self.refuse_connect(RC.QUOTA_EXCEEDED)
+        terms = connect_terms(connect, ack, settings, broker.has_room_for)
+        if isinstance(terms, Refusal):
+            self.refuse_connect(terms.reason_code, terms.reason_string)
             return
-        will = connect.will
-        if will is not None:
-            if will.topic.startswith("$SYS/") or will.topic == "$SYS":
-                self.refuse_connect(RC.NOT_AUTHORIZED, "a will may not be published under $SYS/")
-                return
-            if will.qos > settings.maximum_qos:
-                self.refuse_connect(RC.QOS_NOT_SUPPORTED)
-                return
-            if will.retain and not settings.retain_available:
-                self.refuse_connect(RC.RETAIN_NOT_SUPPORTED)
-                return
-            too_big = settings.topic_too_big(will.topic)
-            if too_big:
-                self.refuse_connect(RC.TOPIC_NAME_INVALID, f"will: {too_big}")
-                return
-
-        keep_alive = connect.keep_alive
-        if keep_alive > settings.max_keep_alive or (
-                keep_alive == 0 and not settings.allow_unlimited_keep_alive):
-            keep_alive = settings.max_keep_alive
-            if v5:
-                ack[P.SERVER_KEEP_ALIVE] = keep_alive
-        self.keep_alive = keep_alive
-
-        if v5:
-            expiry = self.requested_expiry = props.get(P.SESSION_EXPIRY_INTERVAL, 0)
-            if expiry > settings.max_session_expiry:
-                expiry = settings.max_session_expiry
-                ack[P.SESSION_EXPIRY_INTERVAL] = expiry
-            self.send_window = min(props.get(P.RECEIVE_MAXIMUM, 65535), settings.inflight_window)
-            self.max_out_packet = props.get(P.MAXIMUM_PACKET_SIZE, MAX_PACKET_SIZE)
-            self.out_alias_max = min(props.get(P.TOPIC_ALIAS_MAXIMUM, 0),
-                                     settings.topic_alias_maximum if settings.topic_alias_enabled
-                                     else 0)
-            self.outbound_aliases = {} if self.out_alias_max else _NO_ALIASES
-            self.problem_info = props.get(P.REQUEST_PROBLEM_INFORMATION, 1) == 1
-        else:
-            expiry = 0 if connect.clean_start else min(0xFFFFFFFF, settings.max_session_expiry)
-
-        self.client_id = client_id
-        self.username = connect.username
+        client_id, keep_alive, expiry = terms.client_id, terms.keep_alive, terms.expiry
+        self.keep_alive, self.requested_expiry = keep_alive, terms.requested_expiry
+        self.send_window, self.max_out_packet = terms.send_window, terms.max_out_packet
+        self.out_alias_max, self.problem_info = terms.out_alias_max, terms.problem_info
+        if terms.out_alias_max:
+            self.outbound_aliases = {}
+        self.client_id, self.username = client_id, connect.username
         session, present = broker.attach(self, client_id, version, connect.clean_start, expiry,
-                                         will)
+                                         connect.will)
         self.session = session
         self.io.arm_deadline(keep_alive * 1.5)
         self.decoder.max_packet_size = settings.max_packet_size
 
-        if v5:
-            _limits_into(ack, settings, props, client_id)
+        if version == 5:
+            limits_into(ack, settings, connect.properties, client_id)
         # MQTT 3.1 has no session present flag: that CONNACK byte is reserved, always 0.
         self.send_packet(ConnAck(present and version >= 4, 0, ack))
         peer = self.io.get_extra_info("peername")
@@ -602,7 +519,7 @@ class Channel:
                 return
             interval = props.get(P.MESSAGE_EXPIRY_INTERVAL)
             if interval is not None:
-                expiry_at = time.time() + min(interval, settings.max_message_expiry)
+                expiry_at = broker.wall_time() + min(interval, settings.max_message_expiry)
             if alias is not None or interval is not None:
                 props = {k: v for k, v in props.items() if k not in _PASS_THROUGH_DROP}
         elif not topic:
@@ -639,7 +556,7 @@ class Channel:
         message = Message(topic, packet.payload, qos, packet.retain, props, session.client_id,
                           expiry_at)
         if qos and broker.refused(message):  # a node it is for has not taken enough of ours
-            return self._publish_refused(packet, RC.QUOTA_EXCEEDED, cluster=True)
+            return self.publish_refused(packet, RC.QUOTA_EXCEEDED, cluster=True)
         extensions = broker.extensions
         if not qos and not extensions.on_publish:
             broker.publish(message)  # QoS 0: nothing to acknowledge
@@ -649,11 +566,11 @@ class Channel:
             verdict = flow.check_publish(extensions, self.info, message)
             if verdict is not None:
                 if isinstance(verdict, int):
-                    self._publish_refused(packet, verdict)
+                    self.publish_refused(packet, verdict)
                 else:
-                    self._defer(self._publish_when_checked(packet, message, verdict))
+                    self._defer(steps.publish_when_checked(self, packet, message, verdict))
                 return
-        self._route(packet, message)
+        self.route(packet, message)
 
     def _past_receive_maximum(self, session: Session) -> bool:
         """A QoS 1/2 PUBLISH beyond the receive maximum: True when the connection was closed.
@@ -688,24 +605,9 @@ class Channel:
         follows in the stream is not handled: the client sends it again."""
         self._deferred = []
         self.io.pause_reading()
-        self.broker.spawn(self._close_when_acknowledged(reason, message))
+        self.broker.spawn(steps.close_when_acknowledged(self, reason, message))
 
-    async def _close_when_acknowledged(self, reason: int, message: str) -> None:
-        await self.acks.sent()
-        if not self.closed:
-            self.refuse(reason, message)
-
-    async def _publish_when_checked(self, packet: Publish, message: Message,
-                                    verdict: Awaitable[int | None]) -> None:
-        code = await verdict
-        if self.closed:
-            return
-        if code is None:
-            self._route(packet, message)
-        else:
-            self._publish_refused(packet, code)
-
-    def _publish_refused(self, packet: Publish, code: int, cluster: bool = False) -> None:
+    def publish_refused(self, packet: Publish, code: int, cluster: bool = False) -> None:
         # DEBUG: a refused client may retry at its own pace, and every refusal would be a line.
         why = _CLUSTER_FULL if cluster else _REFUSED.get(code, "stopped by an extension")
         log.debug("publish of %r to %r refused: %s (0x%02X)", self.client_id, packet.topic, why,
@@ -715,7 +617,7 @@ class Channel:
         elif packet.qos:  # (an MQTT 3 client gets a plain PUBACK: it has no reason code)
             self._ack_publish(packet, code, False)
 
-    def _route(self, packet: Publish, message: Message) -> None:
+    def route(self, packet: Publish, message: Message) -> None:
         session = self.session
         assert session is not None
         broker = self.broker
@@ -808,12 +710,7 @@ class Channel:
             assert self.info is not None
             self.finish_subscribe(packet, flow.subscribe_inline(extensions, self.info, packet))
         else:
-            self._defer(self._subscribe_checked(packet))
-
-    async def _subscribe_checked(self, packet: Subscribe) -> None:
-        assert self.info is not None
-        refused = await flow.subscribe(self.broker.extensions, self.info, packet)
-        self.finish_subscribe(packet, refused)
+            self._defer(steps.subscribe_checked(self, packet))
 
     def finish_subscribe(self, packet: Subscribe, refused: dict[int, int]) -> None:
         """Subscribe what extensions let through; ``refused`` holds their reason codes by index."""
@@ -848,18 +745,11 @@ class Channel:
 
     def _on_unsubscribe(self, packet: Unsubscribe) -> None:
         if self.broker.extensions.intercepts_unsubscribe:
-            self._defer(self._unsubscribe_intercepted(packet))
+            self._defer(steps.unsubscribe_intercepted(self, packet))
         else:
-            self._finish_unsubscribe(packet.packet_id, packet.topic_filters)
+            self.finish_unsubscribe(packet.packet_id, packet.topic_filters)
 
-    async def _unsubscribe_intercepted(self, packet: Unsubscribe) -> None:
-        assert self.info is not None
-        filters = await flow.unsubscribe(self.broker.extensions, self.info,
-                                         list(packet.topic_filters))
-        if not self.closed:
-            self._finish_unsubscribe(packet.packet_id, filters[:len(packet.topic_filters)])
-
-    def _finish_unsubscribe(self, packet_id: int, filters: list[str]) -> None:
+    def finish_unsubscribe(self, packet_id: int, filters: list[str]) -> None:
         assert self.session is not None
         codes = self.broker.unsubscribe(self.session, filters)
         self.send_packet(UnsubAck(packet_id, codes))
@@ -898,41 +788,7 @@ class Channel:
         if self.auth_method is None or not self.broker.extensions.enhanced_auth:
             self.refuse(RC.PROTOCOL_ERROR, "AUTH without an authentication method")
         else:
-            self._defer(self._reauthenticate(packet))
-
-    async def _reauthenticate(self, packet: Auth) -> None:
-        outcome = await flow.reauthenticate(self.broker.extensions, self.client_info(), packet,
-                                            self.auth_method, self)
-        if outcome is None or self.closed:
-            return
-        if isinstance(outcome, Refusal):
-            self.refuse(outcome.reason_code, outcome.reason_string or "re-authentication failed")
-        else:
-            self.send_packet(Auth(RC.SUCCESS, outcome))
-
-
-def _limits_into(ack: dict[PropertyId, Any], settings: Any, props: dict[PropertyId, Any],
-                 client_id: str) -> None:
-    """The node's limits a MQTT 5 CONNACK announces (only those that differ from the default)."""
-    if settings.server_receive_maximum != 65535:
-        ack[P.RECEIVE_MAXIMUM] = settings.server_receive_maximum
-    if settings.maximum_qos < 2:
-        ack[P.MAXIMUM_QOS] = settings.maximum_qos
-    if not settings.retain_available:
-        ack[P.RETAIN_AVAILABLE] = 0
-    if settings.max_packet_size < MAX_PACKET_SIZE:
-        ack[P.MAXIMUM_PACKET_SIZE] = settings.max_packet_size
-    if settings.topic_alias_enabled and settings.topic_alias_maximum:
-        ack[P.TOPIC_ALIAS_MAXIMUM] = settings.topic_alias_maximum
-    if not settings.wildcard_subscriptions:
-        ack[P.WILDCARD_SUBSCRIPTION_AVAILABLE] = 0
-    if not settings.subscription_identifiers:
-        ack[P.SUBSCRIPTION_IDENTIFIER_AVAILABLE] = 0
-    if not settings.shared_subscriptions:
-        ack[P.SHARED_SUBSCRIPTION_AVAILABLE] = 0
-    if props.get(P.REQUEST_RESPONSE_INFORMATION) == 1:
-        ack[P.RESPONSE_INFORMATION] = settings.response_information + client_id
-
+            self._defer(steps.reauthenticate(self, packet))
 
 _HANDLERS: dict[type, Any] = {
     PubAck: Channel._on_puback,
