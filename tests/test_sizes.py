@@ -21,14 +21,13 @@ CLASS_LINES = 600
 # "module:Class" -> its lines when the limit came (issue 24 splits them), lowered as parts
 # move out (broker/_acks.py, broker/_merge.py).
 GROWN: dict[str, int] = {
-    "hive_core/broker/_channel.py:Channel": 661,
+    "hive_core/broker/_channel.py:Channel": 630,
 }
 
 
 FUNCTION_LINES = 80
 # "module:Class.function" -> its lines when the limit came (issue 24)
 LONG: dict[str, int] = {
-    "hive_core/broker/_channel.py:Channel._on_publish": 85,
     "hive_core/cluster/_cluster.py:Cluster.__init__": 90,
     "hive_core/cluster/_custody.py:Custody._fetch": 82,
     "hive_core/mqtt/_stream.py:PacketDecoder.feed": 113,
@@ -41,7 +40,7 @@ COMPLEXITY = 15
 # (one function on purpose: a call per packet or frame costs) and a few to split (issue 24)
 COMPLEX: dict[str, int] = {
     "hive_core/broker/_broker.py:publish": 19,
-    "hive_core/broker/_channel.py:_on_publish": 24,
+    "hive_core/broker/_channel.py:_on_publish": 17,
     "hive_core/cluster/_custody.py:_fetch": 19,
     "hive_core/cluster/_membership.py:establish": 16,
     "hive_core/cluster/_wire.py:_unpack": 17,

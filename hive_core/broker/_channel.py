@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Coroutine
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core.broker import _extension_flow as flow
@@ -26,6 +25,7 @@ from hive_core.broker import _steps as steps
 from hive_core.broker._acks import NO_ACKS, CommittedAcks, NoAcks
 from hive_core.broker._connect import connect_terms, limits_into
 from hive_core.broker._extension_flow import Refusal
+from hive_core.broker._inbound import NO_ALIASES, publish_properties
 from hive_core.broker._message import Message
 from hive_core.broker._overload import READ_FREELY
 from hive_core.broker._session import NO_OUTPUT, Session
@@ -69,9 +69,6 @@ access_log = logging.getLogger("hive.access")  # connects, disconnects, refusals
 P = PropertyId
 RC = ReasonCode
 _PROTOCOL_NAMES = {3: "3.1", 4: "3.1.1", 5: "5"}
-_PASS_THROUGH_DROP = (P.TOPIC_ALIAS, P.MESSAGE_EXPIRY_INTERVAL)
-# What no connection adds to until it uses topic aliases (an empty dict is 64 bytes).
-_NO_ALIASES: Any = MappingProxyType({})
 _CLUSTER_FULL = "a node it is for has not acknowledged the most kept for it"
 _REFUSED: dict[int, str] = {RC.NOT_AUTHORIZED: "not authorized by an extension"}
 
@@ -158,13 +155,13 @@ class Channel:
         self.send_window = broker.settings.inflight_window
         self.max_out_packet = MAX_PACKET_SIZE
         self.out_alias_max = 0
-        self.outbound_aliases: dict[str, int] = _NO_ALIASES  # a dict if the client allows
+        self.outbound_aliases: dict[str, int] = NO_ALIASES  # a dict if the client allows
         self.problem_info = True
         self.will_sent_ok = False  # DISCONNECT 0x00 received: the will is discarded
         self.disconnect_received = False  # the client said goodbye (any reason code)
         self.requested_expiry = 0  # what CONNECT asked for, before the node's cap
         self.username: str | None = None
-        self._inbound_aliases: dict[int, str] = _NO_ALIASES  # a dict once the client uses one
+        self._inbound_aliases: dict[int, str] = NO_ALIASES  # a dict once the client uses one
         self.acks: CommittedAcks | NoAcks = NO_ACKS  # made by the first send_after_commit
         # While an extension answers, later packets wait here (None: not waiting).
         self._deferred: list[Any] | None = None
@@ -497,31 +494,13 @@ class Channel:
         topic = packet.topic
         props = packet.properties
         expiry_at = None
-        if props:
-            alias = props.get(P.TOPIC_ALIAS)
-            if alias is not None:
-                if not 0 < alias <= (settings.topic_alias_maximum
-                                     if settings.topic_alias_enabled else 0):
-                    self.refuse(RC.TOPIC_ALIAS_INVALID, f"topic alias {alias} out of range")
-                    return
-                if topic:
-                    if self._inbound_aliases is _NO_ALIASES:
-                        self._inbound_aliases = {}
-                    self._inbound_aliases[alias] = topic
-                else:
-                    known = self._inbound_aliases.get(alias)
-                    if known is None:
-                        self.refuse(RC.PROTOCOL_ERROR, f"unknown topic alias {alias}")
-                        return
-                    topic = known
-            if P.SUBSCRIPTION_IDENTIFIER in props:
-                self.refuse(RC.PROTOCOL_ERROR, "PUBLISH from a client with a subscription id")
+        if props:  # MQTT 5 (broker/_inbound.py)
+            answer = publish_properties(topic, props, self._inbound_aliases, settings,
+                                        broker.wall_time)
+            if isinstance(answer, Refusal):
+                self.refuse(answer.reason_code, answer.reason_string or "")
                 return
-            interval = props.get(P.MESSAGE_EXPIRY_INTERVAL)
-            if interval is not None:
-                expiry_at = broker.wall_time() + min(interval, settings.max_message_expiry)
-            if alias is not None or interval is not None:
-                props = {k: v for k, v in props.items() if k not in _PASS_THROUGH_DROP}
+            topic, props, expiry_at, self._inbound_aliases = answer
         elif not topic:
             self.refuse(RC.PROTOCOL_ERROR, "empty topic without a topic alias")
             return
@@ -725,20 +704,7 @@ class Channel:
         if answer is None:
             self.refuse(RC.PROTOCOL_ERROR, "no local on a shared subscription")
             return
-        codes, existed = answer
-        if refused:
-            merged_codes: list[int] = []
-            merged_existed: list[bool] = []
-            answers = iter(zip(codes, existed, strict=False))
-            for index in range(len(requests)):
-                if index in refused:
-                    merged_codes.append(refused[index])
-                    merged_existed.append(False)
-                else:
-                    code, was = next(answers, (RC.UNSPECIFIED_ERROR, False))
-                    merged_codes.append(code)
-                    merged_existed.append(was)
-            codes, existed = merged_codes, merged_existed
+        codes, existed = flow.with_refused(answer, refused, len(requests))
         wire = codes if self.version == 5 else [c if c < 0x80 else 0x80 for c in codes]
         self.send_packet(SubAck(packet.packet_id, wire))
         self.broker.send_retained_for(session, packet.subscriptions, codes, existed)

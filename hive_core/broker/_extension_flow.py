@@ -387,3 +387,24 @@ async def subscribe(extensions: Extensions, info: ClientInfo,
 async def unsubscribe(extensions: Extensions, info: ClientInfo, filters: list[str]) -> list[str]:
     await extensions.intercept_unsubscribe(info, filters)
     return filters
+
+
+def with_refused(answer: tuple[list[int], list[bool]], refused: dict[int, int],
+                 count: int) -> tuple[list[int], list[bool]]:
+    """A SUBACK's codes (and whether each subscription existed) for all ``count`` requests:
+    the broker's ``answer`` for those allowed, in order, and extensions' codes (by index) for
+    those ``refused``."""
+    if not refused:
+        return answer
+    codes: list[int] = []
+    existed: list[bool] = []
+    answers = iter(zip(*answer, strict=False))
+    for index in range(count):
+        if index in refused:
+            codes.append(refused[index])
+            existed.append(False)
+        else:
+            code, was = next(answers, (RC.UNSPECIFIED_ERROR, False))
+            codes.append(code)
+            existed.append(was)
+    return codes, existed
