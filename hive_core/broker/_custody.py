@@ -159,16 +159,32 @@ class SessionCustody:
         return tail
 
     def import_session(self, records: SessionRecords, keep_positions: bool = False) -> None:
-        """Take over a session another node handed over (before this node's CONNACK)."""
-        existing = self.broker.sessions.get(records.session.client_id)
+        """Take over a session another node handed over (before this node's CONNACK).
+
+        A copy here that no client uses (one that lost a merge to the node handing the session
+        over, and waited to be dropped) is folded in, as its MERGE_QUEUE would have been: its
+        queue but for what the imported session took, what its client had, its window."""
+        client_id = records.session.client_id
+        existing = self.broker.sessions.get(client_id)
+        stale = None
         if existing is not None:
             if existing.connection is not None:
                 return
+            stale = ([(m, mid) for _seq, m, mid, _rescued in
+                      self.queued_records(client_id, with_window=False)],
+                     self.taken_identities(client_id), self.inbound_qos2(client_id),
+                     self.window_records(client_id))
             self.broker.end_session(existing, deleted=False)
         now = time.time()
         session = session_from(records, now)
         self.broker.adopt(session, now)
         self.broker.records.write_all(session, keep_positions)
+        if stale is not None:
+            queue, taken, inbound, window = stale
+            if queue or taken or inbound:
+                self.merge_queue(client_id, queue, taken, inbound)
+            if window:
+                self.merge_window(client_id, window)
 
     def append_handed_over(self, client_id: str, messages: list[Queued]) -> None:
         """What the old node queued for a session while handing it over: queue it here,

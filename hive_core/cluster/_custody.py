@@ -133,8 +133,7 @@ class Custody:
             self.claims.forget(client_id)
 
     def member_joined(self, node_id: str) -> None:
-        """``node_id`` is linked again: a merge with it decides anew which copies stay, so the
-        copies here that yielded to it wait for that, not for it any more."""
+        """``node_id`` is linked again: a merge with it decides anew which copies stay."""
         self._stop_yielding_to(node_id)
 
     def _stop_yielding_to(self, node_id: str) -> None:
@@ -168,6 +167,7 @@ class Custody:
             member.link.send(FrameKind.OWNED, body[at:at + 10_000])
 
     def client_connected(self, client_id: str) -> None:
+        self.yielding.pop(client_id, None)  # its copy here serves again
         since = self.owned_since[client_id] = self.epoch(client_id)
         self.node.moved.came_back(client_id)
         self.owners.pop(client_id, None)
@@ -182,9 +182,8 @@ class Custody:
             self._told.setdefault(member.node_id, {})[client_id] = (True, since)
 
     def _on_client_connected(self, member: Member, body: Any) -> None:
-        """CLIENT_CONNECTED: the client is on the member now, with this custody epoch; a
-        claim older than the copy here (late, from before a split or a takeover) changes
-        nothing."""
+        """CLIENT_CONNECTED: the client is on the member now, with this custody epoch; an older
+        claim than the copy here (late, from before a split or a takeover) changes nothing."""
         node_id = member.node_id
         client_id, since = (str(body[0]), int(body[1])) if isinstance(body, list) \
             else (str(body), time.time_ns())
@@ -512,6 +511,7 @@ class Custody:
         member = node.members.get(keeper)
         if member is None:
             return
+        self.yielding.update((c, keeper) for c, _claim in dropped)  # a CONNECT fetches there
         self._barrier_serial += 1
         token = self._barrier_serial
         body = [token, keeper, member.address.host, member.address.port, member.incarnation,

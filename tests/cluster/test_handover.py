@@ -356,3 +356,48 @@ def test_a_replica_snapshot_carries_what_the_client_had_only_to_a_backup_that_re
     again = records_of(records_fields(records, identified=True, taken=True))
     assert again.seen == [("n1", 4), ("n2", 9)]
     assert records_of(records_fields(records)).seen is None
+
+
+def test_a_stale_copy_here_is_folded_into_the_session_fetched_for_its_client() -> None:
+    """A copy that lost a merge and waits to be dropped no longer serves its client: the
+    CONNECT fetches the keeper's session, and the copy here is folded into it. Its queue is
+    added but for what the keeper's session took, so nothing is lost and nothing taken twice
+    (simulation seed 9963: the stale copy served its client, which got QoS 2 messages again
+    that it had completed on the keeper)."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, n3 = nodes
+        offline_subscriber(n1, "carrier", "id/#")
+        await until(lambda: n3.cluster.table.filters_of("n1") == {"id/#"})
+        publish_qos1(n3.client("pub"), "id/a", b"both")
+        await until(lambda: len(n1.broker.sessions["carrier"].queue) == 1)
+        (both,) = n1.broker.sessions["carrier"].seen or {}
+        # The stale copy on n2: the same message (as a split routed it to both), and one
+        # only it had.
+        stale = n1.broker.records.export(n1.broker.sessions["carrier"])
+        n2.broker.custody.import_session(stale)
+        n2.broker.custody.merge_queue("carrier", [
+            (StoredMessage("id/b", b"only-here", 1), ("n2", 77))])
+        assert [p.message.payload for p in n2.broker.sessions["carrier"].queue] == [
+            b"both", b"only-here"]
+        # The keeper's session arrives for a CONNECT on n2: one copy of each message.
+        n2.broker.custody.import_session(n1.broker.records.export(n1.broker.sessions["carrier"]))
+        session = n2.broker.sessions["carrier"]
+        assert sorted(p.message.payload for p in session.queue) == [b"both", b"only-here"]
+        assert both in (session.seen or {})
+
+    run_cluster(scenario)
+
+
+def test_copies_waiting_to_be_dropped_yield_to_their_keeper() -> None:
+    """While a merge's copies wait for every member's ROUTED, a CONNECT here asks the keeper
+    (yielding), and a client that connects here after all takes its copy back."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        _n1, n2, _n3 = nodes
+        offline_subscriber(n2, "lost", "y/#")
+        custody = n2.cluster.custody
+        custody._route_to_keeper("n1", [("lost", (True, 1, True))])
+        assert custody.yielding.get("lost") == "n1"
+        custody.client_connected("lost")
+        assert "lost" not in custody.yielding
+
+    run_cluster(scenario)
