@@ -8,7 +8,6 @@ its deadline (in the broker's :class:`Deadlines`) and the loop's flow-control ca
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, Protocol
 
 from hive_core.broker._broker import Broker
@@ -120,7 +119,7 @@ class ClientConnection(asyncio.Protocol):
 
     def deadline_passed(self) -> None:
         self._deadline = None
-        self.channel.check_deadline(time.monotonic())
+        self.channel.check_deadline(self.channel.broker.monotonic())
 
     def _cancel_deadline(self) -> None:
         if self._deadline is not None:

@@ -138,6 +138,9 @@ async def next_auth(channel: Channel) -> Auth | None:
     except TimeoutError:
         channel.refuse(RC.NOT_AUTHORIZED, "no AUTH reply in time")
         return None
+    finally:
+        if channel.auth_waiter is waiter:  # cancelled by the timeout: nothing answers it now
+            channel.auth_waiter = None
 
 
 async def reauthenticate(channel: Channel, packet: Auth) -> None:

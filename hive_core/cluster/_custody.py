@@ -70,11 +70,9 @@ class Custody:
         self.owners: dict[str, tuple[str, int]] = {}
         self.owned_since: dict[str, int] = {}  # the epochs of this node's own sessions
         self.ended_sessions: dict[str, int] = {}  # client id -> when its session ended (ns)
-        # Sessions this node exported and holds until the asking node confirms: by link.
-        self.handing: dict[PeerLink, set[str]] = {}
+        self.handing: dict[PeerLink, set[str]] = {}  # exported, held till the asker confirms
         self.fetches: dict[int, SessionFetch] = {}
-        # Fetched for a CONNECT, being written here: in a merge its client counts as connected.
-        self.arriving: set[str] = set()
+        self.arriving: set[str] = set()  # fetched for a CONNECT: connected, in a merge
         self._fetch_seq = 0
         # ROUTE_TO sent, copies to drop once every member answered: token -> (keeper, the
         # sessions with the keeper's claim, the members not answered yet).
@@ -83,14 +81,12 @@ class Custody:
         # client id -> the last queue position its replica held when taken over here: a copy
         # of the session elsewhere (a split) had everything up to it too.
         self.adopted_marks: dict[str, int] = {}
-        # Copies here that lost a merge to a node not linked here (it left before they were
-        # handed to it): client id -> that keeper. Not served until it is back or forgotten:
-        # its copy is newer, and this one would send its client again what it had there.
+        # Copies here that lost a merge (waiting for the members' ROUTED, or for the keeper to
+        # be linked again): client id -> keeper. Not served: a CONNECT gets the keeper's copy.
         self.yielding: dict[str, str] = {}
         self.merges = 0  # copies of a session dropped here for another node's
-        # What this node last told each member it holds (OWNED): (client connected, epoch) by
-        # client id. A member's claim is weighed against what was told it, as the member weighs
-        # the same two claims: the two decide alike even if a client dropped in between.
+        # What this node last told each member it holds (OWNED), (connected, epoch) by client
+        # id: a member's claim is weighed against it, as the member weighs the same two.
         self._told: dict[str, dict[str, tuple[bool, int]]] = {}
         self.claims = ConnectedClaims()  # the newest claim made with the client connected
 
@@ -207,6 +203,7 @@ class Custody:
 
     def session_ended(self, client_id: str, deleted: bool = True) -> None:
         self.owned_since.pop(client_id, None)
+        self.yielding.pop(client_id, None)
         for told in self._told.values():
             told.pop(client_id, None)
         members = self.node.members.values()
@@ -284,6 +281,8 @@ class Custody:
             asyncio.get_running_loop().create_task(later())
             return
         keeper = self.yielding.get(client_id)
+        if link.peer_id and keeper is None:  # its copy comes folded in, not as MERGE_QUEUE:
+            node.merge_wait.handed_over(link.peer_id, [client_id])  # what waited goes first
         records = self.holder.export_session(client_id) if keeper is None else None
         self.delivery.flush()  # the client's connection here closes now, with its reason
         asking = node.members.get(link.peer_id) if link.peer_id else None
@@ -558,6 +557,8 @@ class Custody:
                         node.settings.connect_timeout)
         local = set(self.holder.owned_sessions())
         for client_id, theirs in dropped:
+            if self.yielding.get(client_id) == keeper:
+                del self.yielding[client_id]  # what follows decides anew
             if client_id not in local:
                 continue  # ended here meanwhile
             mine = (self.connected(client_id), self.owned_since.get(client_id, 0),
@@ -572,9 +573,8 @@ class Custody:
         node = self.node
         token, keeper = int(body[0]), str(body[1])
         if keeper != node.node_id:
-            # Linked to the keeper or not, its filters are routed to it from now on: a link
-            # that closes before the keeper's own FILTERS arrived leaves them in the table
-            # (kept for it while it is away), not missing.
+            # Linked to the keeper or not, its filters are routed to it from now on (a link that
+            # closes before the keeper's FILTERS arrived leaves them in the table, kept for it).
             for topic_filter in body[5]:
                 node.table.add(keeper, str(topic_filter))
             self.view.remote_routes_changed()

@@ -22,7 +22,7 @@ from cluster.test_membership import (
     settle,
     until,
 )
-from hive_core.broker import ClientConnection, snapshot_records
+from hive_core.broker import ClientConnection, Message, snapshot_records
 from hive_core.broker._records import session_from
 from hive_core.cluster import MemoryNetwork, _session_frames
 from hive_core.mqtt import (
@@ -394,10 +394,35 @@ def test_copies_waiting_to_be_dropped_yield_to_their_keeper() -> None:
     async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
         _n1, n2, _n3 = nodes
         offline_subscriber(n2, "lost", "y/#")
+        await until(lambda: "lost" in n2.broker.sessions)
         custody = n2.cluster.custody
         custody._route_to_keeper("n1", [("lost", (True, 1, True))])
         assert custody.yielding.get("lost") == "n1"
         custody.client_connected("lost")
         assert "lost" not in custody.yielding
+        # A barrier that ends with the copy staying (a weaker claim by then) ends its yielding.
+        custody._route_to_keeper("n1", [("lost", (False, 0, False))])
+        assert custody.yielding.get("lost") == "n1"
+        custody._drop_copies(custody._barrier_serial)
+        assert "lost" in n2.broker.sessions, "the copy stays"
+        assert "lost" not in custody.yielding, custody.yielding
+
+    run_cluster(scenario)
+
+
+def test_what_waits_for_a_copys_hand_over_goes_with_the_session_that_node_fetches() -> None:
+    """A keeper holds messages for a session until the node of the dropped copy hands it over
+    (merge_wait). When that node fetches the session instead (its client connected there
+    while its copy yielded), they go into the session before it is exported: not lost."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, _n3 = nodes
+        offline_subscriber(n1, "waited", "w/#")
+        await until(lambda: n2.cluster.custody.owner_of("waited") == "n1")
+        n1.cluster.merge_wait.expect("n2", ["waited"])
+        message = Message("w/x", b"held", 1, False, None, "pub", None)
+        message.mid = ("n3", 5)
+        assert n1.cluster.merge_wait.hold(message, ["waited"]) == {"waited"}
+        back = n2.client("waited", clean=False)
+        await until(lambda: back.payloads == [b"held"], what="the held message on n2")
 
     run_cluster(scenario)
