@@ -191,7 +191,8 @@ def test_the_codec_does_no_io(graph: dict[str, set[str]]) -> None:
 
 # The client connection's protocol, sans-IO in h11's sense: the time comes from the broker's
 # clocks, and what must wait runs as broker/_steps.py's coroutines, started by the broker.
-SANS_IO = ("hive_core.broker._channel", "hive_core.broker._connect", "hive_core.broker._inbound")
+SANS_IO = ("hive_core.broker._channel", "hive_core.broker._connect", "hive_core.broker._handlers",
+           "hive_core.broker._host", "hive_core.broker._inbound")
 
 
 def test_the_channel_does_no_io_and_reads_no_clock() -> None:

@@ -18,11 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CLASS_LINES = 600
 
-# "module:Class" -> its lines when the limit came (issue 24 splits them), lowered as parts
-# move out (broker/_acks.py, broker/_merge.py).
-GROWN: dict[str, int] = {
-    "hive_core/broker/_channel.py:Channel": 630,
-}
+# "module:Class" -> its lines when the limit came, lowered as parts moved out; empty since
+# the channel's acknowledgement and subscription handlers went to broker/_handlers.py. A class
+# that grows past the limit splits: this list may not grow.
+GROWN: dict[str, int] = {}
 
 
 FUNCTION_LINES = 80

@@ -23,7 +23,8 @@ from hive_ext_api import PersistenceError
 class Committer(Protocol):
     """What the acknowledgements wait on: the node's broker."""
 
-    settings: BrokerSettings
+    @property
+    def settings(self) -> BrokerSettings: ...
 
     def spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -566,6 +566,10 @@ class Broker:
         await self.records.commit()
         if self.cluster is not None:
             await self.cluster.forwards_acknowledged()
+
+    def input_waits(self, now: float) -> Awaitable[None] | None:
+        """What a client's input waits for after this node did not run (cluster/_fence.py)."""
+        return self.cluster.input_waits(now) if self.cluster is not None else None
 
     def refused(self, message: Message) -> bool:
         """Whether a local QoS 1/2 message is refused: a node it is for keeps too much already."""

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core.broker import _extension_flow as flow
+from hive_core.broker import _handlers as handlers
 from hive_core.broker import _steps as steps
 from hive_core.broker._acks import NO_ACKS, CommittedAcks, NoAcks
 from hive_core.broker._connect import connect_terms, limits_into
@@ -33,9 +34,7 @@ from hive_core.mqtt import (
     MAX_PACKET_SIZE,
     PINGRESP,
     PUBACK,
-    PUBCOMP,
     PUBREC,
-    PUBREL,
     Auth,
     ConnAck,
     Connect,
@@ -61,7 +60,7 @@ from hive_core.mqtt import (
 from hive_ext_api import ClientInfo
 
 if TYPE_CHECKING:
-    from hive_core.broker._broker import Broker
+    from hive_core.broker._host import ChannelHost
 
 log = logging.getLogger("hive.connection")
 access_log = logging.getLogger("hive.access")  # connects, disconnects, refusals: one line each
@@ -137,7 +136,7 @@ class Channel:
         "username", "version", "will_sent_ok",
     )
 
-    def __init__(self, broker: Broker, io: ChannelIo, listener: str = "tcp") -> None:
+    def __init__(self, broker: ChannelHost, io: ChannelIo, listener: str = "tcp") -> None:
         self.broker = broker
         self.io = io
         self.listener = listener
@@ -309,19 +308,18 @@ class Channel:
         """This node did not run for a while (cluster/_fence.py): what the client sent waits,
         in order, until the members have said what they did meanwhile (a session of this
         node taken over, its client moved and its PUBLISHes sent again elsewhere)."""
-        cluster = self.broker.cluster
-        waiter = cluster.input_waits(now) if cluster is not None else None
+        waiter = self.broker.input_waits(now)
         if waiter is not None:
             self._fenced = True
-            self._defer(waiter)
+            self.defer(waiter)
 
-    def _defer(self, step: Awaitable[Any]) -> None:
+    def defer(self, step: Awaitable[Any]) -> None:
         """Hold later packets back until an extension's answer is in, then go on in order."""
         self._deferred = []
         self.broker.spawn(steps.run(self, step))
 
     def step_done(self) -> None:
-        """The step :meth:`_defer` waited for is over: what the client sent meanwhile now."""
+        """The step :meth:`defer` waited for is over: what the client sent meanwhile now."""
         backlog, self._deferred = self._deferred, None
         if self._fenced:
             self._fenced = False
@@ -411,9 +409,9 @@ class Channel:
 
     def _on_connect(self, connect: Connect) -> None:
         if self._extensions_decide(connect):
-            self._defer(steps.connect_with_extensions(self, connect))
+            self.defer(steps.connect_with_extensions(self, connect))
         elif self.session_elsewhere(connect):
-            self._defer(steps.connect_in_cluster(self, connect, {}))
+            self.defer(steps.connect_in_cluster(self, connect, {}))
         else:
             self.accept_connect(connect, {})
 
@@ -547,7 +545,7 @@ class Channel:
                 if isinstance(verdict, int):
                     self.publish_refused(packet, verdict)
                 else:
-                    self._defer(steps.publish_when_checked(self, packet, message, verdict))
+                    self.defer(steps.publish_when_checked(self, packet, message, verdict))
                 return
         self.route(packet, message)
 
@@ -635,61 +633,7 @@ class Channel:
         if not self.held:
             self.io.resume_reading()
 
-    # ------------------------------------------------------------------ QoS flows
-
-    def _on_pubrel(self, packet: PubRel) -> None:
-        session = self.session
-        assert session is not None
-        pid = packet.packet_id
-        known = pid in session.inbound_qos2
-        durable = known and session.persistent
-        if known:
-            session.inbound_qos2.discard(pid)
-            if durable:
-                self.broker.records.released_qos2(session, pid)
-        reason = RC.SUCCESS if known or self.version != 5 else RC.PACKET_IDENTIFIER_NOT_FOUND
-        # PUBCOMP only once the release is on disk: after a crash the client may reuse the id.
-        self.send_after_commit(encode_ack(PUBCOMP, pid, reason, self.version), durable)
-
-    def _on_puback(self, packet: PubAck) -> None:
-        assert self.session is not None
-        self.broker.outbox.acknowledged(self.session, packet.packet_id)
-
-    def _on_pubrec(self, packet: PubRec) -> None:
-        session = self.session
-        assert session is not None
-        outbound = session.inflight.get(packet.packet_id)
-        if outbound is None:  # (MQTT 3 has no reason code: it is not encoded)
-            self.send_packet(PubRel(packet.packet_id, RC.PACKET_IDENTIFIER_NOT_FOUND))
-            return
-        if packet.reason_code >= 0x80:
-            self.broker.outbox.acknowledged(session, packet.packet_id)
-            return
-        self.broker.outbox.released(session, packet.packet_id, outbound)
-        # PUBREL only once "released" is on disk: a crash must not send the PUBLISH again.
-        self.send_after_commit(encode_ack(PUBREL, packet.packet_id), session.persistent)
-
-    def _on_pubcomp(self, packet: PubComp) -> None:
-        assert self.session is not None
-        self.broker.outbox.acknowledged(self.session, packet.packet_id)
-
     # ------------------------------------------------------------------ subscriptions
-
-    def _on_subscribe(self, packet: Subscribe) -> None:
-        settings = self.broker.settings
-        sub_ids = packet.properties.get(P.SUBSCRIPTION_IDENTIFIER)
-        if sub_ids and not settings.subscription_identifiers:
-            self.refuse(RC.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED,
-                         "subscription identifiers are disabled")
-            return
-        extensions = self.broker.extensions
-        if not (extensions.intercepts_subscribe or extensions.authorizes_subscribe):
-            self.finish_subscribe(packet, {})
-        elif flow.subscribe_hooks_inline(extensions):
-            assert self.info is not None
-            self.finish_subscribe(packet, flow.subscribe_inline(extensions, self.info, packet))
-        else:
-            self._defer(steps.subscribe_checked(self, packet))
 
     def finish_subscribe(self, packet: Subscribe, refused: dict[int, int]) -> None:
         """Subscribe what extensions let through; ``refused`` holds their reason codes by index."""
@@ -708,12 +652,6 @@ class Channel:
         wire = codes if self.version == 5 else [c if c < 0x80 else 0x80 for c in codes]
         self.send_packet(SubAck(packet.packet_id, wire))
         self.broker.send_retained_for(session, packet.subscriptions, codes, existed)
-
-    def _on_unsubscribe(self, packet: Unsubscribe) -> None:
-        if self.broker.extensions.intercepts_unsubscribe:
-            self._defer(steps.unsubscribe_intercepted(self, packet))
-        else:
-            self.finish_unsubscribe(packet.packet_id, packet.topic_filters)
 
     def finish_unsubscribe(self, packet_id: int, filters: list[str]) -> None:
         assert self.session is not None
@@ -754,15 +692,15 @@ class Channel:
         if self.auth_method is None or not self.broker.extensions.enhanced_auth:
             self.refuse(RC.PROTOCOL_ERROR, "AUTH without an authentication method")
         else:
-            self._defer(steps.reauthenticate(self, packet))
+            self.defer(steps.reauthenticate(self, packet))
 
 _HANDLERS: dict[type, Any] = {
-    PubAck: Channel._on_puback,
-    PubRec: Channel._on_pubrec,
-    PubRel: Channel._on_pubrel,
-    PubComp: Channel._on_pubcomp,
-    Subscribe: Channel._on_subscribe,
-    Unsubscribe: Channel._on_unsubscribe,
+    PubAck: handlers.on_puback,
+    PubRec: handlers.on_pubrec,
+    PubRel: handlers.on_pubrel,
+    PubComp: handlers.on_pubcomp,
+    Subscribe: handlers.on_subscribe,
+    Unsubscribe: handlers.on_unsubscribe,
     PingReq: Channel._on_pingreq,
     Disconnect: Channel._on_disconnect,
     Connect: Channel._on_connect_again,

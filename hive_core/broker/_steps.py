@@ -2,7 +2,7 @@
 
 The channel (``broker/_channel.py``) is synchronous and knows no event loop. Where its protocol
 must wait, it hands one of these coroutines to the broker, which runs it as a task
-(:meth:`Channel.defer <hive_core.broker._channel.Channel.defer>`): the coroutine awaits, then
+(``Channel.defer``): the coroutine awaits, then
 calls the channel back (``accept_connect``, ``finish_subscribe``, ...), and meanwhile later
 packets wait in the channel, in order, until :meth:`Channel.step_done` hands them on.
 """
@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 from hive_core.broker import _extension_flow as flow
 from hive_core.broker._acks import CommittedAcks, NoAcks
-from hive_core.broker._custody import SessionCustody
 from hive_core.broker._extension_flow import Refusal
 from hive_core.broker._message import Message
 from hive_core.broker._ports import SessionUnavailable
@@ -29,6 +28,14 @@ log = logging.getLogger("hive.connection")
 RC = ReasonCode
 
 
+class SessionFetch(Protocol):
+    """Where a CONNECT's session is (``_custody.py``): here, or on another node to fetch."""
+
+    def sessions_elsewhere(self) -> bool: ...
+
+    async def fetch_session_elsewhere(self, client_id: str) -> None: ...
+
+
 class StepBroker(Protocol):
     """What the steps ask of the broker."""
 
@@ -39,7 +46,7 @@ class StepBroker(Protocol):
     def extensions(self) -> Extensions: ...
 
     @property
-    def custody(self) -> SessionCustody: ...
+    def custody(self) -> SessionFetch: ...
 
 
 class Channel(Protocol):

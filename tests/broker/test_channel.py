@@ -20,7 +20,6 @@ from hive_core.mqtt import (
     ConnAck,
     Connect,
     Disconnect,
-    PacketDecoder,
     PingReq,
     PingResp,
     PropertyId,
@@ -40,37 +39,10 @@ from hive_core.mqtt import (
 )
 from hive_core.persistence import MemorySessionStore, Snapshot, StoredMessage
 
+from ._memory_io import Io
+
 P = PropertyId
 RC = ReasonCode
-
-
-class Io:
-    """The network side of a channel: what it writes, whether it closed, its deadline."""
-
-    def __init__(self, version: int) -> None:
-        self.decoder = PacketDecoder(protocol_version=version, server=False)
-        self.packets: list[Any] = []
-        self.closed = False
-        self.deadline = 0.0
-        self.reading = True
-
-    def write(self, data: bytes) -> None:
-        self.packets += self.decoder.feed(data)
-
-    def close(self) -> None:
-        self.closed = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 50000) if name == "peername" else default
-
-    def arm_deadline(self, seconds: float) -> None:
-        self.deadline = seconds
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
 
 
 class Peer:
