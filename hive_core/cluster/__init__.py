@@ -8,13 +8,7 @@ from hive_core.cluster._parts import Member
 from hive_core.cluster._progress import progress_interval
 from hive_core.cluster._replication import ReplicaFolder, ReplicaShelf, ReplicatingStore
 from hive_core.cluster._routing import RoutingTable
-from hive_core.cluster._transport import (
-    MemoryNetwork,
-    MemoryTransport,
-    NodeTransport,
-    NodeUnreachable,
-    TcpTransport,
-)
+from hive_core.cluster._transport import NodeTransport, NodeUnreachable, TcpTransport
 from hive_core.cluster._udp import UdpTiming, UdpTransport
 from hive_core.cluster._wire import (
     MIN_PROTOCOL_VERSION,
@@ -27,8 +21,7 @@ from hive_core.cluster._wire import (
 __all__ = [
     "MIN_PROTOCOL_VERSION", "PROTOCOL_VERSION", "Cluster", "ClusterClients", "ClusterMetrics",
     "ClusterSettings", "ClusterStats", "FrameDecoder", "FrameKind", "HealthCheck",
-    "HealthCheckSettings", "LatencySnapshot", "Member", "MemoryNetwork", "MemoryTransport",
-    "NodeTransport", "NodeUnreachable", "ReplicaFolder", "ReplicaShelf", "ReplicatingStore",
-    "RoutingTable", "TcpTransport", "UdpTiming", "UdpTransport", "encode_frame",
-    "progress_interval",
+    "HealthCheckSettings", "LatencySnapshot", "Member", "NodeTransport", "NodeUnreachable",
+    "ReplicaFolder", "ReplicaShelf", "ReplicatingStore", "RoutingTable", "TcpTransport",
+    "UdpTiming", "UdpTransport", "encode_frame", "progress_interval",
 ]

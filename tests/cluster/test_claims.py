@@ -7,9 +7,10 @@ from __future__ import annotations
 import asyncio
 
 from cluster.test_membership import Node, run_cluster, settle
-from hive_core.cluster import MemoryNetwork
 from hive_core.cluster._claims import ConnectedClaims
 from hive_core.mqtt import Disconnect
+
+from ._memory_network import MemoryNetwork
 
 MEMBERS = {"n1", "n2", "n3"}
 

@@ -21,7 +21,7 @@ import pytest
 
 from cluster.test_membership import Node, address, full_mesh, until
 from cluster.test_udp import UdpNode, routed
-from hive_core.cluster import Cluster, FrameDecoder, FrameKind, MemoryNetwork, encode_frame
+from hive_core.cluster import Cluster, FrameDecoder, FrameKind, encode_frame
 from hive_core.cluster._auth import (
     HANDSHAKE_FRAME_MAX,
     RECORD_MAX,
@@ -31,6 +31,8 @@ from hive_core.cluster._auth import (
     cluster_key,
 )
 from hive_ext_api import ClusterNodeAddress
+
+from ._memory_network import MemoryNetwork
 
 pytestmark = pytest.mark.timeout(30)
 

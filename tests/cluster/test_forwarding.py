@@ -11,8 +11,9 @@ import itertools
 from collections import Counter
 
 from cluster.test_membership import Client, Node, full_mesh, run_cluster, settle, until
-from hive_core.cluster import MemoryNetwork
 from hive_core.mqtt import PubAck, Publish, PubRec
+
+from ._memory_network import MemoryNetwork
 
 _pids = itertools.count(1)
 

@@ -24,7 +24,7 @@ from cluster.test_membership import (
 )
 from hive_core.broker import ClientConnection, Message, snapshot_records
 from hive_core.broker._records import session_from
-from hive_core.cluster import MemoryNetwork, _session_frames
+from hive_core.cluster import _session_frames
 from hive_core.mqtt import (
     ConnAck,
     Connect,
@@ -40,6 +40,8 @@ from hive_core.mqtt import (
 from hive_core.persistence import MemorySessionStore, StoredMessage
 from hive_core.plugins import ExtensionManager, Extensions
 from hive_ext_api import AuthDecision, ConnectInfo, hookimpl
+
+from ._memory_network import MemoryNetwork
 
 _pids = itertools.count(1)
 SERVER_UNAVAILABLE_V3 = 3

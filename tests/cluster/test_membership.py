@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from hive_core.broker import Broker, BrokerSettings, ClientConnection
-from hive_core.cluster import Cluster, ClusterSettings, MemoryNetwork, NodeTransport
+from hive_core.cluster import Cluster, ClusterSettings, NodeTransport
 from hive_core.mqtt import (
     Connect,
     PacketDecoder,
@@ -28,6 +28,8 @@ from hive_core.mqtt import (
 from hive_core.persistence import MemorySessionStore, Snapshot
 from hive_core.plugins import ExtensionManager, Extensions
 from hive_ext_api import ClusterNodeAddress, hookimpl
+
+from ._memory_network import MemoryNetwork
 
 PORT = 7800
 HEARTBEAT = 0.05

@@ -9,7 +9,8 @@ import logging
 import pytest
 
 from cluster.test_membership import PORT, Node, address, full_mesh, until
-from hive_core.cluster import MemoryNetwork
+
+from ._memory_network import MemoryNetwork
 
 RELOADS = 0.05  # seconds between two reloads of the test's seed discovery
 
