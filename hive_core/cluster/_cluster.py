@@ -49,7 +49,7 @@ from hive_core.cluster._membership import Membership
 from hive_core.cluster._merge_wait import MergeWait
 from hive_core.cluster._moved import Moved
 from hive_core.cluster._overload import PeerPressure
-from hive_core.cluster._parts import ClusterSettings, FrameHandler, Member
+from hive_core.cluster._parts import Beside, ClusterSettings, FrameHandler, Member
 from hive_core.cluster._replication import ReplicaShelf, ReplicatingStore
 from hive_core.cluster._routing import RoutingTable
 from hive_core.cluster._session_frames import Handover, in_parts, message_body, message_from
@@ -183,10 +183,10 @@ class Cluster:
             if settings.transport_kind == "udp" else TcpTransport(
                 settings.bind_host, settings.bind_port, settings.server_ssl, settings.client_ssl))
         self.authentication = PeerAuthentication(settings.shared_secret, settings.connect_timeout)
-        # The cluster's background work (discovery, heartbeat, dialling peers) runs in a task
-        # group of its own, inside the node's task group (or a task of its own when started
-        # without one); stop() cancels it and waits until it is over.
+        # Background work (discovery, heartbeat, dials, and the parts' work: beside) runs in a
+        # task group inside the node's (or in a task of its own); stop() cancels it and waits.
         self.tasks: TaskGroup | None = None
+        self.beside = Beside()
         self._background: anyio.CancelScope | None = None
         self._background_over: anyio.Event | None = None
         self._own_task: asyncio.Task[None] | None = None
@@ -274,6 +274,7 @@ class Cluster:
         try:
             with anyio.CancelScope() as self._background:
                 async with anyio.create_task_group() as self.tasks:
+                    self.tasks.start_soon(self.beside.run, self.tasks)
                     self.tasks.start_soon(self.membership.discover)
                     self.tasks.start_soon(self.membership.heartbeat)
                     self.tasks.start_soon(self.membership.dialer, self.tasks)

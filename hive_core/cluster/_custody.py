@@ -265,7 +265,7 @@ class Custody:
                         await anyio.sleep(0.02)
                 if failed not in node.members and not link.closed:
                     self.hand_over(link, request, client_id)
-            asyncio.get_running_loop().create_task(when_taken())
+            node.beside.start(when_taken, f"handing {client_id!r} over once taken")
             return
         if takeover.taking or takeover.rescuing(client_id):
             # Among the sessions being taken over: it moves on once it is here whole (what
@@ -278,7 +278,7 @@ class Custody:
                         await anyio.sleep(0.01)
                 if not link.closed:
                     self.hand_over(link, request, client_id)
-            asyncio.get_running_loop().create_task(later())
+            node.beside.start(later, f"handing {client_id!r} over after the rescue")
             return
         keeper = self.yielding.get(client_id)
         if link.peer_id and keeper is None:  # its copy comes folded in, not as MERGE_QUEUE:

@@ -7,9 +7,11 @@ never by importing one another, so each can be read, and replaced in a test, on 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import ssl
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,6 +34,8 @@ from hive_ext_api import ClusterNodeAddress
 if TYPE_CHECKING:
     from hive_core.broker import BrokerPort
     from hive_core.plugins import Extensions
+
+log = logging.getLogger("hive.cluster")
 
 
 @dataclass(slots=True)
@@ -165,6 +169,32 @@ class MovedPort(Protocol):
                 among: Collection[str] | None = None) -> None: ...
 
 
+class Beside:
+    """Work a part of the cluster starts from a frame or a callback (a takeover, a session
+    handed over once it is whole here), run in the cluster's task group: it ends when the
+    cluster stops, nothing holds a bare task, and a failure is logged and ends only itself.
+    Started from plain callbacks, so it goes through a queue to a task of that group."""
+
+    def __init__(self) -> None:
+        self._waiting: asyncio.Queue[tuple[Callable[[], Awaitable[None]], str]] = asyncio.Queue()
+
+    def start(self, work: Callable[[], Awaitable[None]], what: str) -> None:
+        self._waiting.put_nowait((work, what))
+
+    async def run(self, tasks: TaskGroup) -> None:
+        """In the cluster's task group, while it runs: start what waits, as it comes."""
+        while True:
+            work, what = await self._waiting.get()
+            tasks.start_soon(self._guarded, work, what, name=what)
+
+    @staticmethod
+    async def _guarded(work: Callable[[], Awaitable[None]], what: str) -> None:
+        try:
+            await work()
+        except Exception:
+            log.exception("cluster: %s failed", what)
+
+
 class NodeContext(Protocol):
     """The node the parts belong to (:class:`~hive_core.cluster.Cluster`): what they share."""
 
@@ -184,6 +214,7 @@ class NodeContext(Protocol):
     members: dict[str, Member]
     stopping: bool
     tasks: TaskGroup | None
+    beside: Beside
     leaving_since: float | None
 
     @property

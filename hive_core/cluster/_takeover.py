@@ -10,7 +10,6 @@ member sends it what it had kept for the failed node and the replica does not ac
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
@@ -135,8 +134,8 @@ class Takeover:
                 and self.holds_replica(peer_id) and peer_id not in self.taking:
             self.taking[peer_id] = anyio.Event()
             probe = member.address if why == "its connection closed" else None
-            asyncio.get_running_loop().create_task(
-                self.take_over(peer_id, probe, member.address))
+            node.beside.start(lambda: self.take_over(peer_id, probe, member.address),
+                              f"taking over {peer_id}")
 
     def _check_disaster(self, node_id: str) -> None:
         settings = self.node.settings
