@@ -336,7 +336,7 @@ class HiveNode:
             if self.config.control_center.enabled:
                 self.control_center = ControlCenter(self.config.control_center, views, self,
                                                     self.backups)
-                await self.control_center.start()
+                await self.control_center.start(tasks)
             if self.config.cluster.enabled:
                 self._not_ready = "joining the cluster"
                 settings = cluster_settings(self.config)

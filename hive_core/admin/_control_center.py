@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol
 
+import anyio
+
 from hive_core import __version__
 from hive_core.admin._auth import LoginGuard, refusal_log
 from hive_core.admin._http import Action, Raw, Reply, Request, Routes, Upload, serve_http
@@ -43,6 +45,8 @@ from hive_core.net import bound_address, listen_error
 from hive_ext_api.backup import BackupError
 
 if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
     from hive_core.admin._backups import Backups
     from hive_core.admin._status import NodeStatus
     from hive_core.cluster import ClusterStats
@@ -151,13 +155,15 @@ class ControlCenter:
         self._refusals = refusal_log()
         self._series: dict[str, _Series] = {}
         self._servers: list[asyncio.Server] = []
-        self._sampler: asyncio.Task[None] | None = None
+        self._sampling = anyio.CancelScope()  # the sampler's, in the node's task group
         self._files = {path: resources.files("hive_core.admin").joinpath(
             "control_center", name).read_bytes() for path, (name, _type) in _PAGES.items()}
 
     # ------------------------------------------------------------------ serving
 
-    async def start(self) -> None:
+    async def start(self, tasks: TaskGroup) -> None:
+        """Open the listeners; the load sampler runs in ``tasks`` (the node's) until
+        :meth:`close`."""
         routes = self.routes()
         for listener in self.config.effective_listeners():
             context, handshake, kind = None, None, "http"
@@ -177,7 +183,7 @@ class ControlCenter:
             log.info("Started control center%s on address %s and on port %d",
                      " over HTTPS" if context else "", host, port)
             self._warn_plain(listener, host, port, context is not None)
-        self._sampler = asyncio.get_running_loop().create_task(self._sample())
+        tasks.start_soon(self._sample)
 
     @staticmethod
     def _warn_plain(listener: HttpListener, host: str, port: int, tls: bool) -> None:
@@ -190,8 +196,7 @@ class ControlCenter:
         for server in self._servers:
             server.close()
         self._login_guard.close()
-        if self._sampler is not None:
-            self._sampler.cancel()
+        self._sampling.cancel()
 
     def routes(self) -> Routes:
         guarded: dict[str, dict[str, Action]] = {
@@ -469,17 +474,22 @@ class ControlCenter:
     # ------------------------------------------------------------------ charts
 
     async def _sample(self) -> None:
-        while True:
-            try:
-                for node_id, (at, load) in self.node.node_loads().items():
-                    self._series.setdefault(node_id, _Series()).add(at, load)
-                known = {m.node_id for m in self.status.cluster_members() or []}
-                known.add(self.node.node_id)
-                for gone in set(self._series) - known:
-                    del self._series[gone]
-            except Exception:
-                log.exception("control center: sampling the nodes' load failed")
-            await asyncio.sleep(SAMPLE_INTERVAL)
+        """Sample the nodes' load for the charts until :meth:`close`."""
+        with self._sampling:
+            while True:
+                self._sample_once()
+                await anyio.sleep(SAMPLE_INTERVAL)
+
+    def _sample_once(self) -> None:
+        try:
+            for node_id, (at, load) in self.node.node_loads().items():
+                self._series.setdefault(node_id, _Series()).add(at, load)
+            known = {m.node_id for m in self.status.cluster_members() or []}
+            known.add(self.node.node_id)
+            for gone in set(self._series) - known:
+                del self._series[gone]
+        except Exception:
+            log.exception("control center: sampling the nodes' load failed")
 
 
 _USER = "/user"  # the logged-in user, beside the path's parameters (no pattern names it)

@@ -8,8 +8,9 @@ resident memory and the pressure other nodes announced. Each source gives a leve
 
 While the level is above 0 the node is *engaged*: what it reads from its clients per sample (its
 *budget*) starts at the rate that made it engaged, shrinks at every sample under pressure (by a
-tenth per level, by half at most) and grows again by a twentieth of that rate at every sample
-without. The budget is shared equally among the clients that want to send. A client's credit
+tenth per level, by half at most) and grows again at every sample without, by a twentieth of
+that rate and a twelfth of itself, up to twice what the clients sent lately. The budget is
+shared equally among the clients that want to send. A client's credit
 grows by its share and shrinks by what it sent; a client in debt is not read from (its socket
 fills and TCP slows it down) until the shares have paid the debt back. While a subscriber's
 queue is filling (the sources that end in dropped messages), a client that is read may take its
@@ -61,6 +62,10 @@ messages always get through."""
 GROWTH = 0.05
 """The budget's growth per sample without pressure, as a share of the rate that made the node
 engaged (the whole of it again in two seconds); it shrinks faster than it grows."""
+REGROWTH = 0.08
+"""And as a share of the budget itself: a node engaged by a flood that began just before (the
+rate counted at rest was small) reaches what its clients send within a second or two of calm,
+rather than holding them with nothing to protect."""
 MAX_DEBT = 100
 """A client's debt is at most this many shares (ten seconds' worth): what a held client sends
 in one burst when it is read again (its socket's buffer) is paid back in full, so a heavier
@@ -160,6 +165,7 @@ class OverloadProtection:
         # count over 20,000 idle connections makes no objects (it was 26 ms per 5,000).
         self._marked_at = now
         self._rate = 0.0  # bytes per sample the senders sent when the engagement began
+        self._read = 0  # bytes per sample read from the senders it weighs: the recent peak
         self.budget = 0.0  # bytes per sample the node reads from all its clients together
         self._calm_since: float | None = None
         self._peak = 0  # the highest level of this engagement
@@ -187,8 +193,9 @@ class OverloadProtection:
         if measured:  # a tenth less per level, half at most
             self.budget *= max(0.5, (MAX_LEVEL - measured) / MAX_LEVEL)
         else:
-            self.budget = min(self.budget + GROWTH * self._rate + MIN_SHARE,
-                              2 * self._rate + MIN_SHARE)
+            # At most twice what the clients sent: a budget they leave unused does not pile up.
+            self.budget = min(self.budget * (1 + REGROWTH) + GROWTH * self._rate + MIN_SHARE,
+                              2 * max(self._rate, self._read) + MIN_SHARE)
         self._peak = max(self._peak, self.level)
         self._share_credit(senders, now)
         if self.level:
@@ -223,7 +230,7 @@ class OverloadProtection:
         accounts = self._accounts
         current: dict[Sender, _Account] = {}  # the connections that are gone are forgotten
         counted: list[tuple[Sender, _Account, int]] = []
-        wanting = 0
+        wanting = read = 0
         for sender in senders:
             account = accounts.get(sender)
             if account is None:  # connected since the last count: everything it sent is new
@@ -240,7 +247,9 @@ class OverloadProtection:
             if used or sender.held:
                 wanting += 1
             counted.append((sender, account, used))
+            read += used
         self._accounts = current
+        self._read = max(read, int(self._read * 0.8))  # the recent peak, fading
         self._marked_at = now
         # What was read since the last sample is charged at the share in force meanwhile.
         before = self.share or max(float(MIN_SHARE), self.budget / max(1, wanting))

@@ -173,7 +173,7 @@ class Cluster:
         self._local_filters: Counter[str] = Counter()
         self._shared_turn: dict[SharedKey, int] = {}
         self._ack_due: set[str] = set()  # peers whose data frames were handled, not acknowledged
-        self._ack_task: asyncio.Task[None] | None = None
+        self._ack_wanted = asyncio.Event()  # wakes _acknowledger, a task of the group below
         # Retained messages: the version of each topic's last set or clear (clears kept as
         # tombstones, so that a node that missed one cannot bring the message back).
         self.retained_versions: dict[str, int] = {}
@@ -278,6 +278,7 @@ class Cluster:
                     self.tasks.start_soon(self.membership.discover)
                     self.tasks.start_soon(self.membership.heartbeat)
                     self.tasks.start_soon(self.membership.dialer, self.tasks)
+                    self.tasks.start_soon(self._acknowledger)
                     task_status.started()
                     if started is not None:
                         started.set()
@@ -317,8 +318,6 @@ class Cluster:
                 log.warning("Cluster replication did not finish within %.0f s: this node keeps "
                             "its sessions", self.settings.connect_timeout)
         self.stopping = True
-        if self._ack_task is not None:
-            self._ack_task.cancel()
         if self._background is not None and self._background_over is not None:
             self._background.cancel()
             await self._background_over.wait()
@@ -587,29 +586,29 @@ class Cluster:
 
     def _acknowledge_soon(self, peer_id: str) -> None:
         self._ack_due.add(peer_id)
-        if self._ack_task is None:
-            self._ack_task = asyncio.get_running_loop().create_task(self._acknowledge())
+        self._ack_wanted.set()
 
-    async def _acknowledge(self) -> None:
+    async def _acknowledger(self) -> None:
         """FORWARD_ACK to the peers whose frames were handled, once their deliveries are
         durable here (one commit and one small frame per peer for a whole read)."""
-        try:
-            while self._ack_due:
-                await asyncio.sleep(0)  # the rest of this read first
-                peers, self._ack_due = self._ack_due, set()
-                handled = {peer: self.forwarding.handled(peer) for peer in peers}
-                await self.broker.commit()
-                if self._handed_over:
-                    return
-                for peer, count in handled.items():
-                    member = self.members.get(peer)
-                    if member is not None:
-                        member.link.send(FrameKind.FORWARD_ACK, count)
-        except Exception:
-            log.exception("could not acknowledge messages from other nodes; they will be sent "
-                          "again after a reconnect")
-        finally:
-            self._ack_task = None
+        while True:
+            await self._ack_wanted.wait()
+            self._ack_wanted.clear()
+            try:
+                while self._ack_due:
+                    await asyncio.sleep(0)  # the rest of this read first
+                    peers, self._ack_due = self._ack_due, set()
+                    handled = {peer: self.forwarding.handled(peer) for peer in peers}
+                    await self.broker.commit()
+                    if self._handed_over:
+                        break
+                    for peer, count in handled.items():
+                        member = self.members.get(peer)
+                        if member is not None:
+                            member.link.send(FrameKind.FORWARD_ACK, count)
+            except Exception:
+                log.exception("could not acknowledge messages from other nodes; they will be "
+                              "sent again after a reconnect")
 
     # ------------------------------------------------------------------ retained messages
 

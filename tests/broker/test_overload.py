@@ -368,3 +368,22 @@ def test_a_subscriber_that_pauses_counts_until_it_looks_hung() -> None:
     quiet = Connection(300, last_read=100.0 - HUNG)
     assert _queues([paused, quiet], 1000, now=103.0) == (0.6, 900)  # paused 3 s: counted
     assert _queues([paused, quiet], 1000, now=100.0 + HUNG) == (0.0, 900)  # both hung
+
+
+def test_a_sender_held_for_a_burst_is_read_again_soon_once_the_pressure_is_gone() -> None:
+    """A publisher that starts a flood just after connecting (the rate counted at rest is
+    small, and so is the first share) runs the loop late once: its debt is paid back with the
+    budget as it grows again, not one small share per sample, so the node does not sit idle
+    for seconds holding its only publisher."""
+    clock = Clock()
+    protection = OverloadProtection(clock.now)
+    publisher = FakeSender(20_000)
+    drive(protection, [publisher], clock, lambda i: Pressure(), 10)
+    publisher.rate = publisher.chunk = 2_000_000
+    drive(protection, [publisher], clock, lambda i: Pressure(loop_lag=0.05), 1)
+    drive(protection, [publisher], clock, lambda i: Pressure(), 1)
+    assert publisher.held
+    drive(protection, [publisher], clock, lambda i: Pressure(), 10)
+    assert sum(publisher.sent[-10:]) > 0, publisher.sent[-12:]  # read again within a second
+    drive(protection, [publisher], clock, lambda i: Pressure(), 30)
+    assert publisher.sent[-10:] == [publisher.rate] * 10  # and at its full rate
