@@ -6,18 +6,8 @@ group ``hive.extensions``, and a ``HIVE_API`` string naming the API versions it 
 (a PEP 440 specifier such as ``">=1.0,<2"``).
 """
 
-from hive_ext_api import hookspecs
-from hive_ext_api._persistence import (
-    NEVER_EXPIRES,
-    Direction,
-    PersistenceError,
-    SessionStore,
-    Snapshot,
-    StoredInflight,
-    StoredMessage,
-    StoredSession,
-    StoredSubscription,
-)
+from hive_ext_api import _persistence, hookspecs
+from hive_ext_api._persistence import *  # noqa: F403 - the records and the store: its __all__
 from hive_ext_api._polling import PollingDiscovery, Survey
 from hive_ext_api._properties import (
     Properties,
@@ -47,9 +37,9 @@ from hive_ext_api._version import API_VERSION, ENTRY_POINT_GROUP, PROJECT_NAME
 from hive_ext_api.hookspecs import hookimpl
 
 __all__ = [
+    *_persistence.__all__,
     "API_VERSION",
     "ENTRY_POINT_GROUP",
-    "NEVER_EXPIRES",
     "PROJECT_NAME",
     "AuthDecision",
     "AuthExchange",
@@ -60,27 +50,19 @@ __all__ = [
     "ClusterNodeAddress",
     "ConnectInfo",
     "Counter",
-    "Direction",
     "ExtensionContext",
     "ExtensionRefused",
     "HiveServices",
     "MetricsRegistry",
     "OutageLog",
-    "PersistenceError",
     "PollingDiscovery",
     "Properties",
     "PublishMessage",
     "ReasonCode",
     "RetainedInfo",
     "ServiceCalls",
-    "SessionStore",
     "Setting",
     "SettingError",
-    "Snapshot",
-    "StoredInflight",
-    "StoredMessage",
-    "StoredSession",
-    "StoredSubscription",
     "SubscriptionInfo",
     "Survey",
     "hookimpl",

@@ -10,6 +10,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+__all__ = ["NEVER_EXPIRES", "Direction", "PersistenceError", "SessionStore", "Snapshot",
+           "StoredInflight", "StoredMessage", "StoredSession", "StoredSubscription"]
+
 NEVER_EXPIRES = 0xFFFFFFFF
 
 

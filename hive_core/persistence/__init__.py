@@ -1,12 +1,13 @@
-"""Persistence: the records the broker keeps across restarts, and the stores that keep them."""
+"""Persistence: the records the broker keeps across restarts, and the stores that keep them.
 
-from ._data_lock import DataFolderInUse, DataFolderLock
-from ._errors import PersistenceError
-from ._file_store import FileSessionStore, StoreStats
-from ._memory_store import MemorySessionStore
-from ._model import (
+The records, the store protocol and :class:`PersistenceError` live in the extension API, so that
+third-party stores use the same ones; the core takes them from there.
+"""
+
+from hive_ext_api import (
     NEVER_EXPIRES,
     Direction,
+    PersistenceError,
     SessionStore,
     Snapshot,
     StoredInflight,
@@ -14,6 +15,10 @@ from ._model import (
     StoredSession,
     StoredSubscription,
 )
+
+from ._data_lock import DataFolderInUse, DataFolderLock
+from ._file_store import FileSessionStore, StoreStats
+from ._memory_store import MemorySessionStore
 from ._previous import PREVIOUS, keep_previous_data
 
 __all__ = [

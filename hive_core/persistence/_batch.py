@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ._model import Direction, StoredInflight, StoredMessage, StoredSession, StoredSubscription
+from hive_ext_api import Direction, StoredInflight, StoredMessage, StoredSession, StoredSubscription
 
 InflightKey = tuple[int, Direction]  # (packet_id, direction)
 

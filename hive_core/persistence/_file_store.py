@@ -20,17 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _sqlite_schema as schema
-from ._batch import PendingBatch
-from ._errors import PersistenceError
-from ._model import (
+from hive_ext_api import (
     Direction,
+    PersistenceError,
     Snapshot,
     StoredInflight,
     StoredMessage,
     StoredSession,
     StoredSubscription,
 )
+
+from . import _sqlite_schema as schema
+from ._batch import PendingBatch
 
 log = logging.getLogger(__name__)
 

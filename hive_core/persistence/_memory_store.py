@@ -10,9 +10,7 @@ import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 
-from ._batch import InflightKey, copy_session
-from ._file_store import TAKEN_KEEP
-from ._model import (
+from hive_ext_api import (
     Direction,
     Snapshot,
     StoredInflight,
@@ -20,6 +18,9 @@ from ._model import (
     StoredSession,
     StoredSubscription,
 )
+
+from ._batch import InflightKey, copy_session
+from ._file_store import TAKEN_KEEP
 
 
 class MemorySessionStore:

@@ -7,16 +7,17 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
-from ._batch import PendingBatch
-from ._errors import PersistenceError
-from ._model import (
+from hive_ext_api import (
     Direction,
+    PersistenceError,
     Snapshot,
     StoredInflight,
     StoredMessage,
     StoredSession,
     StoredSubscription,
 )
+
+from ._batch import PendingBatch
 
 SCHEMA_VERSION = 5
 
