@@ -25,6 +25,7 @@ from ._cluster import (
     Transport,
     TransportKind,
     UdpTransport,
+    is_loopback_host,
 )
 from ._control_center import ControlCenter, ControlCenterUser
 from ._errors import ConfigError
@@ -127,6 +128,7 @@ __all__ = [
     "WebsocketListener",
     "default_config",
     "is_loopback",
+    "is_loopback_host",
     "load_config",
     "parse_config",
     "reference_markdown",

@@ -51,6 +51,7 @@ __all__ = [
     "Transport",
     "TransportKind",
     "UdpTransport",
+    "is_loopback_host",
 ]
 
 TransportKind = Literal["tcp", "udp"]
@@ -91,7 +92,8 @@ def _shared_secret(value: str) -> str:
 SharedSecret = Annotated[str, AfterValidator(_shared_secret)]
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` names this machine only: ``localhost`` or a loopback IP address."""
     if host == "localhost":
         return True
     try:
@@ -534,14 +536,14 @@ class Cluster(ConfigModel, tag="cluster"):
         """
         transport = self.effective_transport()
         external = self.external_address
-        if external and not _is_loopback(external):
+        if external and not is_loopback_host(external):
             return f"it tells other nodes to reach it on {external}"
         bind = transport.bind_address
         if bind is None:
             if self._discovery_stays_on_this_host():
                 return None
             return "without a <bind-address> it listens on every interface"
-        if _is_loopback(bind):
+        if is_loopback_host(bind):
             return None
         if bind in ("0.0.0.0", "::"):
             return f"<bind-address> {bind} is every interface"
@@ -552,7 +554,7 @@ class Cluster(ConfigModel, tag="cluster"):
         if isinstance(discovery, MulticastDiscovery | BroadcastDiscovery):
             return True  # without a bind address LAN discovery stays on loopback
         if isinstance(discovery, StaticDiscovery):
-            return bool(discovery.nodes) and all(_is_loopback(n.host) for n in discovery.nodes)
+            return bool(discovery.nodes) and all(is_loopback_host(n.host) for n in discovery.nodes)
         return False
 
     @property
@@ -662,7 +664,7 @@ class Cluster(ConfigModel, tag="cluster"):
                 f"{transport.tls.client_authentication_mode} lets in a node without a "
                 f"certificate, and this cluster is reachable from other hosts ({reach}): set "
                 f"it to REQUIRED, or {remedy}")
-        if self.external_address and not _is_loopback(self.external_address):
+        if self.external_address and not is_loopback_host(self.external_address):
             at = f"{tag}/external-address" if transport.external_address else \
                 "host-discovery-address"
         else:

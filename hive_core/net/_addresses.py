@@ -9,9 +9,10 @@ network most likely reaches this one on; a cluster confined to loopback gets 127
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from typing import Any
+
+from hive_core.config import is_loopback_host
 
 __all__ = ["AdvertisedAddress", "advertised_address", "default_route_address"]
 
@@ -36,15 +37,6 @@ def default_route_address() -> str | None:
     return None if address == "0.0.0.0" else address
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _wildcard(host: str | None) -> bool:
     return not host or host in ("0.0.0.0", "::")
 
@@ -61,7 +53,7 @@ def loopback_only(cluster: Any) -> bool:
         return _wildcard(cluster.effective_transport().bind_address)
     if kind == "static":
         nodes = cluster.effective_discovery().nodes
-        return bool(nodes) and all(_is_loopback(node.host) for node in nodes)
+        return bool(nodes) and all(is_loopback_host(node.host) for node in nodes)
     return False
 
 
