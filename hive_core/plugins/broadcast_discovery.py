@@ -10,34 +10,21 @@ through that interface only; without a bind address discovery stays on loopback.
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
 from typing import Any
 
-from hive_core.plugins._lan import (
-    AnnouncerSettings,
-    LanDiscovery,
-    broadcast_channel,
-    check_bind_address,
-    interface_for,
-    note_default_interface,
-)
-
-_SETTING = "<transport><tcp><bind-address>"
+from hive_core.plugins._lan import Channel, LanDiscovery, broadcast_channel, interface_for
 
 
 class BroadcastDiscovery(LanDiscovery):
     kind = "broadcast"
+    bind_setting = "<transport><tcp><bind-address>"
 
-    def settings_for(self, cluster: Any, log: logging.Logger) -> AnnouncerSettings:
-        bind_address = cluster.effective_transport().bind_address
+    def channel_opener(self, cluster: Any, bind_address: str | None) -> Callable[[], Channel]:
         discovery = cluster.effective_discovery()
-        check_bind_address(bind_address, _SETTING)
-        note_default_interface(self.kind, bind_address, _SETTING, log)
         address, port, port_range = (discovery.broadcast_address, discovery.port,
                                      discovery.port_range)
-        return AnnouncerSettings(
-            self.kind, discovery.cluster_name, discovery.announce_interval / 1000,
-            lambda: broadcast_channel(address, port, port_range, interface_for(bind_address)))
+        return lambda: broadcast_channel(address, port, port_range, interface_for(bind_address))
 
 
 def create_plugin() -> BroadcastDiscovery:

@@ -9,35 +9,21 @@ bind address discovery stays on loopback. ``<discovery><multicast>`` may set
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
 from typing import Any
 
-from hive_core.plugins._lan import (
-    AnnouncerSettings,
-    LanDiscovery,
-    check_bind_address,
-    interface_for,
-    multicast_channel,
-    note_default_interface,
-)
-
-_SETTING = "<transport><udp><bind-address>"
+from hive_core.plugins._lan import Channel, LanDiscovery, interface_for, multicast_channel
 
 
 class MulticastDiscovery(LanDiscovery):
     kind = "multicast"
+    bind_setting = "<transport><udp><bind-address>"
 
-    def settings_for(self, cluster: Any, log: logging.Logger) -> AnnouncerSettings:
+    def channel_opener(self, cluster: Any, bind_address: str | None) -> Callable[[], Channel]:
         transport = cluster.effective_transport()
-        discovery = cluster.effective_discovery()
-        bind_address = transport.bind_address
-        check_bind_address(bind_address, _SETTING)
-        note_default_interface(self.kind, bind_address, _SETTING, log)
         group, port, ttl = (transport.multicast_address, transport.multicast_port,
                             transport.multicast_ttl)
-        return AnnouncerSettings(
-            self.kind, discovery.cluster_name, discovery.announce_interval / 1000,
-            lambda: multicast_channel(group, port, interface_for(bind_address), ttl))
+        return lambda: multicast_channel(group, port, interface_for(bind_address), ttl)
 
 
 def create_plugin() -> MulticastDiscovery:

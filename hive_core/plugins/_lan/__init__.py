@@ -16,15 +16,11 @@ from hive_core.plugins._lan._announcement import (
 from hive_core.plugins._lan._announcer import EXPIRY_INTERVALS, Announcer, AnnouncerSettings
 from hive_core.plugins._lan._channel import Channel, broadcast_channel, multicast_channel
 from hive_core.plugins._lan._interface import Interface, NoSuchInterface, interface_for
-from hive_core.plugins._lan._plugin import (
-    LanDiscovery,
-    check_bind_address,
-    note_default_interface,
-)
+from hive_core.plugins._lan._plugin import LanDiscovery
 from hive_core.plugins._lan._roster import Roster
 from hive_core.plugins._lan._warnings import WarningGate
 
 __all__ = ["EXPIRY_INTERVALS", "FORMAT_VERSION", "Announcement", "AnnouncementKind", "Announcer",
            "AnnouncerSettings", "Channel", "Interface", "LanDiscovery", "MalformedAnnouncement",
-           "NoSuchInterface", "Roster", "WarningGate", "broadcast_channel", "check_bind_address",
-           "decode", "encode", "interface_for", "multicast_channel", "note_default_interface"]
+           "NoSuchInterface", "Roster", "WarningGate", "broadcast_channel", "decode", "encode",
+           "interface_for", "multicast_channel"]

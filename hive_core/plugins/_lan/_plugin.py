@@ -5,13 +5,15 @@ from __future__ import annotations
 import abc
 import ipaddress
 import logging
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from hive_core.plugins._lan._announcer import Announcer, AnnouncerSettings
+from hive_core.plugins._lan._channel import Channel
 from hive_core.plugins._lan._interface import is_wildcard
 from hive_ext_api import ClusterNodeAddress, ExtensionContext, ExtensionRefused, hookimpl
 
-__all__ = ["LanDiscovery", "check_bind_address", "note_default_interface"]
+__all__ = ["LanDiscovery"]
 
 
 def check_bind_address(bind_address: str | None, setting: str) -> None:
@@ -44,13 +46,24 @@ class LanDiscovery(abc.ABC):
     """
 
     kind: ClassVar[str]  # the <discovery> element this serves: "multicast" or "broadcast"
+    bind_setting: ClassVar[str]  # the transport's <bind-address>, whose interface it uses
 
     def __init__(self) -> None:
         self.announcer: Announcer | None = None
 
-    @abc.abstractmethod
     def settings_for(self, cluster: Any, log: logging.Logger) -> AnnouncerSettings:
         """The announcer's settings from the node's <cluster>; raises ExtensionRefused."""
+        bind_address = cluster.effective_transport().bind_address
+        check_bind_address(bind_address, self.bind_setting)
+        note_default_interface(self.kind, bind_address, self.bind_setting, log)
+        discovery = cluster.effective_discovery()
+        return AnnouncerSettings(self.kind, discovery.cluster_name,
+                                 discovery.announce_interval / 1000,
+                                 self.channel_opener(cluster, bind_address))
+
+    @abc.abstractmethod
+    def channel_opener(self, cluster: Any, bind_address: str | None) -> Callable[[], Channel]:
+        """How the announcer opens its socket, on the interface of ``bind_address``."""
 
     @hookimpl
     def hive_extension_start(self, context: ExtensionContext) -> None:
