@@ -25,6 +25,7 @@ class InflightWrite:
     inflight: StoredInflight | None  # None: delete the row
     # Delete any stored row first, so the new one goes last: rows keep the order exchanges started.
     replace: bool = False
+    fresh: bool = False  # no row of the exchange can be on disk, so its end may forget the write
 
 
 def copy_session(session: StoredSession) -> StoredSession:
@@ -99,22 +100,29 @@ class PendingBatch:
         else:
             queue[seq] = QueueWrite(None)
 
-    def save_inflight(self, inflight: StoredInflight) -> None:
+    def save_inflight(self, inflight: StoredInflight, *, fresh: bool = False) -> None:
         exchanges = self.inflight.setdefault(inflight.client_id, {})
         key = (inflight.packet_id, inflight.direction)
         earlier = exchanges.get(key)
         if earlier is None:
-            exchanges[key] = InflightWrite(inflight)
+            fresh = fresh or inflight.client_id in self.purged  # purged first when written
+            exchanges[key] = InflightWrite(inflight, fresh=fresh)
         elif earlier.inflight is None:
             del exchanges[key]  # deleted, then started again: it moves to the end
             exchanges[key] = InflightWrite(inflight, replace=True)
         else:
-            exchanges[key] = InflightWrite(inflight, earlier.replace)
+            exchanges[key] = InflightWrite(inflight, earlier.replace, earlier.fresh)
 
     def delete_inflight(self, client_id: str, packet_id: int, direction: Direction) -> None:
         exchanges = self.inflight.setdefault(client_id, {})
         key = (packet_id, direction)
-        exchanges.pop(key, None)
+        earlier = exchanges.pop(key, None)
+        if earlier is not None and earlier.fresh:
+            # Started and ended in one batch (a delivery acknowledged before the commit):
+            # nothing reaches the disk.
+            if not exchanges:
+                del self.inflight[client_id]
+            return
         exchanges[key] = InflightWrite(None)
 
     def save_retained(self, message: StoredMessage) -> None:
@@ -151,9 +159,11 @@ class PendingBatch:
                 if earlier is None or earlier.inflight is None or write.replace:
                     exchanges.pop(key, None)
                     replace_row = write.replace or earlier is not None
-                    exchanges[key] = InflightWrite(write.inflight, replace_row)
+                    exchanges[key] = InflightWrite(write.inflight, replace_row,
+                                                   write.fresh and not replace_row)
                 else:
-                    exchanges[key] = InflightWrite(write.inflight, earlier.replace)
+                    exchanges[key] = InflightWrite(write.inflight, earlier.replace,
+                                                   earlier.fresh)
         self.retained.update(later.retained)
         for client_id, identities in later.taken.items():
             self.taken.setdefault(client_id, []).extend(identities)

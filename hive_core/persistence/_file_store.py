@@ -31,7 +31,7 @@ from hive_ext_api import (
 )
 
 from . import _sqlite_schema as schema
-from ._batch import PendingBatch
+from ._batch import InflightKey, PendingBatch
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,10 @@ class FileSessionStore:
         self._retry_at = 0.0
         self._stopping = False
         self._high_seq: dict[str, int] = {}  # per client, the highest seq that may be on disk
+        # Per client, the in-flight exchanges that may have a row on disk (loaded, or in a batch
+        # handed to the writer): an exchange outside them that ends in the pending batch costs
+        # no write at all.
+        self._inflight_kept: dict[str, set[InflightKey]] = {}
         self._close_error: BaseException | None = None
         self._stopped: asyncio.Future[None] | None = None
         self._version = 0  # the last batch's version stamp (writer thread only)
@@ -170,7 +174,9 @@ class FileSessionStore:
     def save_inflight(self, inflight: StoredInflight) -> None:
         with self._lock:
             self._check_open()
-            self._pending.save_inflight(inflight)
+            kept = self._inflight_kept.get(inflight.client_id)
+            self._pending.save_inflight(inflight, fresh=kept is None or (
+                (inflight.packet_id, inflight.direction) not in kept))
             self._touch()
 
     def delete_inflight(self, client_id: str, packet_id: int, direction: Direction) -> None:
@@ -250,6 +256,8 @@ class FileSessionStore:
                 _settle_threadsafe(opened, PersistenceError(f"cannot read {self.path}: {exc}"), exc)
                 return
             self._high_seq = {c: queue[-1][0] for c, queue in snapshot.queues.items() if queue}
+            self._inflight_kept = {c: {(row.packet_id, row.direction) for row in rows}
+                                   for c, rows in snapshot.inflight.items() if rows}
             self._taken_rows = {c: len(taken) for c, taken in snapshot.taken.items()}
             _call_threadsafe(loop, _set_result, opened, snapshot)
             del snapshot  # the loop owns the payloads now
@@ -269,6 +277,24 @@ class FileSessionStore:
             if self._stopped is not None:
                 _call_threadsafe(loop, _set_result, self._stopped, None)
 
+    def _keep_inflight(self, batch: PendingBatch) -> None:
+        """``batch`` goes to the disk: its in-flight rows may be there from now on (a batch
+        that fails is written again with the next), the rows it deletes may not."""
+        kept = self._inflight_kept
+        for client_id in batch.purged:
+            kept.pop(client_id, None)
+        for client_id, exchanges in batch.inflight.items():
+            keys = kept.get(client_id)
+            for key, write in exchanges.items():
+                if write.inflight is not None:
+                    if keys is None:
+                        keys = kept[client_id] = set()
+                    keys.add(key)
+                elif keys is not None:
+                    keys.discard(key)
+            if keys is not None and not keys:
+                del kept[client_id]
+
     def _commit_until_stopped(self, db: sqlite3.Connection) -> None:
         while True:
             with self._lock:
@@ -282,6 +308,7 @@ class FileSessionStore:
                         break
                     self._wake.wait(delay)
                 batch, self._pending = self._pending, PendingBatch()
+                self._keep_inflight(batch)
                 self._writing_waiters, self._pending_waiters = self._pending_waiters, []
                 self._pending_since = None
                 self._writing = True

@@ -235,6 +235,37 @@ async def test_dequeue_of_a_rewritten_stored_seq_still_deletes_it(tmp_path: Path
     await store.close()
 
 
+async def test_a_delivery_acknowledged_before_the_commit_writes_nothing(tmp_path: Path) -> None:
+    """An exchange saved and deleted in one batch (the subscriber acknowledged it before the
+    group commit) costs neither an insert nor a delete; one whose row may be on disk (loaded,
+    or in an earlier batch) is still deleted, and so is one reopened on a packet id whose
+    earlier exchange is still stored."""
+    store = FileSessionStore(tmp_path, commit_interval=30)
+    await store.open()
+    for packet_id in range(1, 101):
+        store.save_inflight(StoredInflight("c1", packet_id, "out", "publish", message()))
+        store.delete_inflight("c1", packet_id, "out")
+    await store.commit()
+    assert (store.stats.transactions, store.stats.rows) == (0, 0)
+    store.save_inflight(StoredInflight("c1", 1, "out", "publish", message("kept")))
+    store.save_inflight(StoredInflight("c1", 2, "out", "publish", message("kept")))
+    store.save_inflight(StoredInflight("c1", 3, "in", "pubrec"))
+    await store.commit()
+    store.save_inflight(StoredInflight("c1", 1, "out", "pubrel", None))  # on disk: an update
+    store.delete_inflight("c1", 1, "out")
+    store.delete_inflight("c1", 2, "out")  # its packet id used again at once
+    store.save_inflight(StoredInflight("c1", 2, "out", "publish", message("again")))
+    store, loaded = await reopen(store)
+    assert loaded.inflight == {"c1": [StoredInflight("c1", 3, "in", "pubrec"),
+                                      StoredInflight("c1", 2, "out", "publish", message("again"))]}
+    store.save_inflight(StoredInflight("c1", 3, "in", "pubrec"))  # loaded: on disk
+    store.delete_inflight("c1", 3, "in")
+    store.delete_inflight("c1", 2, "out")
+    store, loaded = await reopen(store)
+    assert loaded.inflight == {}
+    await store.close()
+
+
 async def test_writes_without_commit_are_flushed_in_the_background(tmp_path: Path) -> None:
     store = FileSessionStore(tmp_path, commit_interval=0.01)
     await store.open()
