@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -9,17 +10,47 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import pytest
 from e2e._paho_peer import peers  # the paho peer fixture of the e2e tests
 
 from hive_core.testing import free_port  # outside the ephemeral range: see its docstring
 
-__all__ = ["HiveProcess", "free_port", "peers", "render_config"]
+__all__ = ["HiveProcess", "closing_all", "free_port", "peers", "render_config", "run_to_exit"]
 
 STARTED = re.compile(r"Started Hive in (\d+) ms")
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closable)
+
+
+@contextlib.contextmanager
+def closing_all(make: Callable[..., C]) -> Iterator[Callable[..., C]]:
+    """``make`` that remembers what it made; every one of those is closed at the end.
+
+        @pytest.fixture
+        def clients():
+            with closing_all(PahoClient) as make:
+                yield make
+    """
+    made: list[C] = []
+
+    def remembered(*args: Any, **kwargs: Any) -> C:
+        made.append(thing := make(*args, **kwargs))
+        return thing
+
+    try:
+        yield remembered
+    finally:
+        for thing in made:
+            thing.close()
 
 
 class HiveProcess:
@@ -129,6 +160,19 @@ def render_config(port: int, body: str = "", listeners: str | None = None) -> st
         listeners = (f"<tcp-listener><port>{port}</port>"
                      "<bind-address>127.0.0.1</bind-address></tcp-listener>")
     return f"<hivemq><listeners>{listeners}</listeners>{body}</hivemq>"
+
+
+def run_to_exit(config: Path, data_dir: Path | None = None, timeout: float = 30,
+                env: dict[str, str] | None = None,
+                cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`hive run` that is expected to stop by itself (refused at start): its exit code and
+    output. ``env`` is set besides the test's environment; the data folder defaults to
+    ``data`` beside the config."""
+    return subprocess.run(
+        [sys.executable, "-m", "hive_core.cli", "run", "--config", str(config),
+         "--data-dir", str(data_dir or config.parent / "data")],
+        capture_output=True, text=True, timeout=timeout, cwd=cwd,
+        env={**os.environ, **env} if env else None)
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-__all__ = ["Host", "NotRoot", "Segment", "Testbed", "sweep_leftovers", "testbed"]
+__all__ = ["Host", "NotRoot", "Segment", "Testbed", "pid_alive", "sweep_leftovers", "testbed"]
 
 T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
@@ -64,7 +64,8 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -87,7 +88,7 @@ def sweep_leftovers() -> list[str]:
     for line in _ip("netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.strip() else ""
         found = _NAMESPACE.match(name)
-        if found and not _alive(int(found.group(2))):
+        if found and not pid_alive(int(found.group(2))):
             _kill_inside(name)
             _ip("netns", "delete", name, check=False)
             shutil.rmtree(os.path.join(ETC_NETNS, name), ignore_errors=True)
@@ -96,7 +97,7 @@ def sweep_leftovers() -> list[str]:
                        or "[]")
     for link in links:
         owner = _ALIAS.match(link.get("ifalias", ""))
-        if owner and not _alive(int(owner.group(1))):
+        if owner and not pid_alive(int(owner.group(1))):
             _ip("link", "delete", link["ifname"], check=False)
             swept.append(link["ifname"])
     return swept

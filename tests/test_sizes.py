@@ -13,7 +13,11 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CLASS_LINES = 600
@@ -101,14 +105,30 @@ def over_and_stale(sizes: dict[str, int], listed: dict[str, int],
     return over, {name for name in listed if sizes.get(name, 0) <= limit}
 
 
-def test_no_class_grows_past_the_limit() -> None:
-    over, _ = over_and_stale(class_sizes(), GROWN, CLASS_LINES)
-    assert not over, f"classes over {CLASS_LINES} lines (or over their GROWN size): {over}"
+class Limit(NamedTuple):
+    things: str  # what is measured, in the plural
+    sizes: Callable[[], dict[str, int]]
+    listed: dict[str, int]  # the ones over the limit when it came, with their size then
+    list_name: str
+    lines: int
 
 
-def test_the_list_of_grown_classes_only_shrinks() -> None:
-    _, stale = over_and_stale(class_sizes(), GROWN, CLASS_LINES)
-    assert not stale, f"back under {CLASS_LINES} lines (or gone): remove from GROWN: {stale}"
+LINE_LIMITS = [Limit("classes", class_sizes, GROWN, "GROWN", CLASS_LINES),
+               Limit("functions", function_sizes, LONG, "LONG", FUNCTION_LINES)]
+
+
+@pytest.mark.parametrize("limit", LINE_LIMITS, ids=lambda limit: limit.things)
+def test_nothing_grows_past_the_limit(limit: Limit) -> None:
+    over, _ = over_and_stale(limit.sizes(), limit.listed, limit.lines)
+    assert not over, (f"{limit.things} over {limit.lines} lines (or over their "
+                      f"{limit.list_name} size): {over}")
+
+
+@pytest.mark.parametrize("limit", LINE_LIMITS, ids=lambda limit: limit.things)
+def test_the_list_of_grown_ones_only_shrinks(limit: Limit) -> None:
+    _, stale = over_and_stale(limit.sizes(), limit.listed, limit.lines)
+    assert not stale, (f"back under {limit.lines} lines (or gone): remove from "
+                       f"{limit.list_name}: {stale}")
 
 
 def test_the_cluster_is_split_into_parts_under_the_limit() -> None:
@@ -117,16 +137,6 @@ def test_the_cluster_is_split_into_parts_under_the_limit() -> None:
                if name.startswith("hive_core/cluster/")}
     assert "hive_core/cluster/_cluster.py:Cluster" in cluster
     assert max(cluster.values()) <= CLASS_LINES
-
-
-def test_no_function_grows_past_the_limit() -> None:
-    over, _ = over_and_stale(function_sizes(), LONG, FUNCTION_LINES)
-    assert not over, f"functions over {FUNCTION_LINES} lines (or over their LONG size): {over}"
-
-
-def test_the_list_of_long_functions_only_shrinks() -> None:
-    _, stale = over_and_stale(function_sizes(), LONG, FUNCTION_LINES)
-    assert not stale, f"back under {FUNCTION_LINES} lines (or gone): remove from LONG: {stale}"
 
 
 def test_no_function_grows_more_complex() -> None:

@@ -7,11 +7,10 @@ Issue 8: the REST API listened on every interface without authentication. Now th
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_to_exit
 
 from hive_core.admin import hash_password
 from hive_core.config import ConfigError, HttpListener, HttpsListener, is_loopback, parse_config
@@ -85,9 +84,7 @@ def test_hive_run_refuses_an_exposed_rest_api_before_it_starts(tmp_path: Path) -
     config.write_text("<hivemq>\n  <rest-api>\n    <enabled>true</enabled>\n    <listeners>\n"
                       "      <http>\n        <bind-address>0.0.0.0</bind-address>\n"
                       "      </http>\n    </listeners>\n  </rest-api>\n</hivemq>\n")
-    done = subprocess.run([sys.executable, "-m", "hive_core.cli", "run", "--config", str(config),
-                           "--data-dir", str(tmp_path / "data")], capture_output=True,
-                          text=True, timeout=30)
+    done = run_to_exit(config)
     assert done.returncode == 2
     assert (f"hive: {config}, line 6, at hivemq/rest-api/listeners/http/bind-address: the REST "
             "API would listen on 0.0.0.0") in done.stderr

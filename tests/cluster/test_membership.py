@@ -52,20 +52,28 @@ class SeedDiscovery:
 
 
 class Node:
+    """A Cluster and a Broker on ``transport``; ``settings`` default to ``host``:``port`` (the
+    name when no host) and this module's heartbeat."""
+
     def __init__(self, name: str, seeds: Iterable[ClusterNodeAddress],
-                 transport: NodeTransport, host: str | None = None, port: int = PORT) -> None:
+                 transport: NodeTransport, host: str | None = None, port: int = PORT,
+                 settings: ClusterSettings | None = None) -> None:
         self.name = name
         self.broker = Broker(BrokerSettings(), MemorySessionStore())
         self.discovery = SeedDiscovery(seeds)
         manager = ExtensionManager(builtins=(), discover_installed=False)
         manager.register("seeds", self.discovery)
-        host = host or name
-        settings = ClusterSettings(host, port, host, port, heartbeat_interval=HEARTBEAT,
-                                   heartbeat_timeout=HEARTBEAT_TIMEOUT, connect_timeout=1.0)
+        if settings is None:
+            host = host or name
+            settings = ClusterSettings(host, port, host, port, heartbeat_interval=HEARTBEAT,
+                                       heartbeat_timeout=HEARTBEAT_TIMEOUT, connect_timeout=1.0)
         self.cluster = Cluster(name, settings, self.broker, Extensions(manager), transport)
         self.started = False
 
-    async def start(self) -> None:
+    async def start(self, seeds: Iterable[ClusterNodeAddress] | None = None) -> None:
+        """Start the broker and the cluster, with ``seeds`` for discovery when given."""
+        if seeds is not None:
+            self.discovery.seeds = list(seeds)
         self.broker.start(Snapshot())
         await self.cluster.start()
         self.started = True

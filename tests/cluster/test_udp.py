@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.test_membership import Client, SeedDiscovery, until
+from cluster.test_membership import Client, Node, until
 from hive_core.broker import Broker, BrokerSettings
 from hive_core.cluster import (
     Cluster,
@@ -39,7 +39,7 @@ from hive_core.cluster._udp import (
 )
 from hive_core.config import parse_config
 from hive_core.node import cluster_settings
-from hive_core.persistence import MemorySessionStore, Snapshot
+from hive_core.persistence import MemorySessionStore
 from hive_core.plugins import ExtensionManager, Extensions
 from hive_ext_api import ClusterNodeAddress
 
@@ -175,7 +175,7 @@ def test_a_link_fails_after_its_retransmissions_run_out() -> None:
 # ------------------------------------------------------------------------------ nodes
 
 
-class UdpNode:
+class UdpNode(Node):
     """A Cluster and a Broker on 127.0.0.1 over UDP (or TCP), seeds filled in by the test.
 
     The heartbeat timeout leaves room for a 1 MB frame on a loaded machine: a link hears a frame
@@ -185,37 +185,12 @@ class UdpNode:
     def __init__(self, name: str, transport: NodeTransport | None = None,
                  heartbeat: tuple[float, float] = (0.05, 3.0), health: bool = False,
                  timing: UdpTiming = DEFAULT_TIMING) -> None:
-        self.name = name
-        self.broker = Broker(BrokerSettings(), MemorySessionStore())
-        self.discovery = SeedDiscovery([])
-        manager = ExtensionManager(builtins=(), discover_installed=False)
-        manager.register("seeds", self.discovery)
         self.transport = transport or UdpTransport("127.0.0.1", 0, timing)
         settings = ClusterSettings(
             "127.0.0.1", 0, "127.0.0.1", 0, heartbeat_interval=heartbeat[0],
             heartbeat_timeout=heartbeat[1], connect_timeout=1.0,
             health_check=HealthCheckSettings("127.0.0.1") if health else None)
-        self.cluster = Cluster(name, settings, self.broker, Extensions(manager), self.transport)
-        self.started = False
-
-    async def start(self, seeds: list[ClusterNodeAddress]) -> None:
-        self.discovery.seeds = seeds
-        self.broker.start(Snapshot())
-        await self.cluster.start()
-        self.started = True
-
-    async def stop(self) -> None:
-        if self.started:
-            self.started = False
-            await self.cluster.stop()
-            await self.broker.stop()
-
-    @property
-    def peers(self) -> set[str]:
-        return set(self.cluster.members)
-
-    def client(self, client_id: str) -> Client:
-        return Client(self.broker, client_id)
+        super().__init__(name, [], self.transport, settings=settings)
 
 
 def full_mesh(nodes: list[UdpNode]) -> Callable[[], bool]:

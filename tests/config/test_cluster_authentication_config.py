@@ -9,12 +9,10 @@ on loopback only. A secret shorter than 16 characters is refused without being p
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+from conftest import free_port, run_to_exit
 
 from hive_core.config import ConfigError, parse_config
 from hive_core.node import cluster_settings
@@ -140,9 +138,7 @@ def test_hive_run_refuses_a_lan_cluster_without_authentication(tmp_path: Path) -
                       "  <cluster>\n    <enabled>true</enabled>\n"
                       "    <transport><tcp><bind-address>192.0.2.10</bind-address></tcp>"
                       "</transport>\n  </cluster>\n</hivemq>\n")
-    result = subprocess.run([sys.executable, "-m", "hive_core.cli", "run", "--config",
-                             str(config), "--data-dir", str(tmp_path / "data")],
-                            capture_output=True, text=True, timeout=30)
+    result = run_to_exit(config)
     assert result.returncode == 2
     assert result.stderr.startswith(f"hive: {config}, line 5, at hivemq/cluster/transport/tcp/"
                                     "bind-address: this cluster is reachable from other hosts")

@@ -17,6 +17,7 @@ from conftest import free_port
 from cryptography.hazmat.primitives import serialization
 from e2e.certs import make_pki
 from e2e.rawclient import RawClient
+from e2e.test_listeners import upgrade_answer
 
 from hive_core.config import parse_config
 from hive_core.mqtt import Disconnect, Publish
@@ -103,21 +104,8 @@ def test_an_encrypted_key_is_opened_with_private_key_password(hive_factory: Any,
 
 
 def _upgrade(port: int, subprotocol: str, extensions: str = "") -> str:
-    """The status line and headers of a WebSocket upgrade answer."""
-    request = (f"GET /mqtt HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-               "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-               f"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: {subprotocol}\r\n")
-    if extensions:
-        request += f"Sec-WebSocket-Extensions: {extensions}\r\n"
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall((request + "\r\n").encode())
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            answer += chunk
-    return answer.decode(errors="replace").lower()
+    """The status line and headers of a WebSocket upgrade answer, in lower case."""
+    return upgrade_answer(port, "/mqtt", subprotocol, extensions).decode(errors="replace").lower()
 
 
 def test_websocket_subprotocols_and_extensions(hive_factory: Any) -> None:

@@ -11,12 +11,13 @@ import ssl
 import subprocess
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
-from conftest import free_port
+from conftest import closing_all, free_port
 from e2e.certs import PKI, make_pki
 from paho.mqtt.enums import CallbackAPIVersion
 
@@ -74,17 +75,9 @@ class Client:
 
 
 @pytest.fixture
-def clients() -> Any:
-    made: list[Client] = []
-
-    def make(*args: Any, **kwargs: Any) -> Client:
-        client = Client(*args, **kwargs)
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        client.close()
+def clients() -> Iterator[Callable[..., Client]]:
+    with closing_all(Client) as make:
+        yield make
 
 
 @pytest.fixture(scope="module")
@@ -194,25 +187,37 @@ def _refused_at_handshake(context: ssl.SSLContext, port: int) -> bool:
             return True
 
 
+def assert_client_certificates_required(
+        clients: Any, port: int, pki: PKI, topic: str, payload: bytes,
+        tls_versions: tuple[ssl.TLSVersion | None, ...] = (None,)) -> Client:
+    """A client with a certificate of the CA gets ``payload`` through on ``topic``; one without
+    a certificate, or with a stranger's, is refused at the handshake, at each of
+    ``tls_versions`` (None: the default range). The trusted client, still connected."""
+    with_cert = clients(port, tls={"ca_certs": str(pki.ca_pem),
+                                   "certfile": str(pki.client_cert_pem),
+                                   "keyfile": str(pki.client_key_pem)})
+    with_cert.connect()
+    with_cert.subscribe(topic)
+    with_cert.publish(topic, payload)
+    with_cert.expect(topic, payload)
+    for cert in (None, (pki.stranger_cert_pem, pki.stranger_key_pem)):
+        for version in tls_versions:
+            context = ssl.create_default_context(cafile=str(pki.ca_pem))
+            if version is not None:
+                context.minimum_version = context.maximum_version = version
+            if cert is not None:
+                context.load_cert_chain(cert[0], cert[1])
+            assert _refused_at_handshake(context, port), (cert, version)
+    return with_cert
+
+
 def test_tls_client_authentication_required(hive_factory: Any, clients: Any, pki: PKI) -> None:
     tls_port = free_port()
     node = hive_factory(listeners=tls_tcp(tls_port, pki.server_pem, truststore=pki.ca_pem,
                                           client_auth="REQUIRED"))
-    with_cert = clients(tls_port, tls={"ca_certs": str(pki.ca_pem),
-                                       "certfile": str(pki.client_cert_pem),
-                                       "keyfile": str(pki.client_key_pem)})
-    with_cert.connect()
-    with_cert.subscribe("auth/t")
-    with_cert.publish("auth/t", b"mutual")
-    with_cert.expect("auth/t", b"mutual")
-
-    for cert in (None, (pki.stranger_cert_pem, pki.stranger_key_pem)):
-        for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
-            context = ssl.create_default_context(cafile=str(pki.ca_pem))
-            context.minimum_version = context.maximum_version = version
-            if cert is not None:
-                context.load_cert_chain(cert[0], cert[1])
-            assert _refused_at_handshake(context, tls_port), (cert, version)
+    with_cert = assert_client_certificates_required(
+        clients, tls_port, pki, "auth/t", b"mutual",
+        tls_versions=(ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3))
     # Still serving the good client.
     with_cert.publish("auth/t", b"after")
     with_cert.expect("auth/t", b"after")
@@ -248,12 +253,15 @@ def test_websocket_listener_qos0_and_qos1(hive_factory: Any, clients: Any, proto
             assert message.qos == qos
 
 
-def _upgrade(port: int, path: str, subprotocol: str | None) -> bytes:
+def upgrade_answer(port: int, path: str, subprotocol: str | None, extensions: str = "") -> bytes:
+    """The status line and headers of the answer to a WebSocket upgrade request."""
     key = base64.b64encode(os.urandom(16)).decode()
     lines = [f"GET {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Upgrade: websocket",
              "Connection: Upgrade", f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13"]
     if subprotocol is not None:
         lines.append(f"Sec-WebSocket-Protocol: {subprotocol}")
+    if extensions:
+        lines.append(f"Sec-WebSocket-Extensions: {extensions}")
     with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
         answer = b""
@@ -269,11 +277,11 @@ def test_websocket_wrong_path_or_missing_subprotocol_is_refused(hive_factory: An
                                                                 clients: Any) -> None:
     ws_port = free_port()
     node = hive_factory(listeners=websocket(ws_port))
-    assert _upgrade(ws_port, "/mqtt", "mqtt").startswith(b"HTTP/1.1 101")
-    assert _upgrade(ws_port, "/nope", "mqtt").startswith(b"HTTP/1.1 404")
-    assert _upgrade(ws_port, "/mqtt", None).startswith(b"HTTP/1.1 400")
-    assert _upgrade(ws_port, "/mqtt", "stomp").startswith(b"HTTP/1.1 400")
-    assert b"101" not in _upgrade(ws_port, "/mqtt/", "mqtt").split(b"\r\n")[0]
+    assert upgrade_answer(ws_port, "/mqtt", "mqtt").startswith(b"HTTP/1.1 101")
+    assert upgrade_answer(ws_port, "/nope", "mqtt").startswith(b"HTTP/1.1 404")
+    assert upgrade_answer(ws_port, "/mqtt", None).startswith(b"HTTP/1.1 400")
+    assert upgrade_answer(ws_port, "/mqtt", "stomp").startswith(b"HTTP/1.1 400")
+    assert b"101" not in upgrade_answer(ws_port, "/mqtt/", "mqtt").split(b"\r\n")[0]
 
     wrong = clients(ws_port, transport="websockets", ws_path="/elsewhere")
     with pytest.raises((mqtt.WebsocketConnectionError, OSError)):

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import HiveProcess, free_port, render_config
+from conftest import HiveProcess, free_port, render_config, run_to_exit
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -20,10 +19,7 @@ def hive_run(folder: Path, config_xml: str, data_dir: Path | None = None,
     """`hive run` that is expected to stop by itself; its exit code and output."""
     config = folder / "refused.xml"
     config.write_text(config_xml)
-    return subprocess.run(
-        [sys.executable, "-m", "hive_core.cli", "run", "--config", str(config),
-         "--data-dir", str(data_dir or folder / "data")],
-        capture_output=True, text=True, timeout=timeout, cwd=folder)
+    return run_to_exit(config, data_dir, timeout, cwd=folder)
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from conftest import closing_all
 from e2e._paho_peer import (
     Peer,
     topics,
@@ -103,55 +104,33 @@ class RawClient:
 
 @pytest.fixture
 def raw_clients() -> Iterator[Callable[..., RawClient]]:
-    opened: list[RawClient] = []
-
-    def open_raw(port: int, client_id: str, version: int = 5) -> RawClient:
-        client = RawClient(port, client_id, version)
-        opened.append(client)
-        return client
-
-    yield open_raw
-    for client in opened:
-        client.close()
+    with closing_all(RawClient) as open_raw:
+        yield open_raw
 
 
 # ---------------------------------------------------------------------------- wildcards
 
 
-def test_plus_matches_exactly_one_level(hive, peers) -> None:
+@pytest.mark.parametrize(("topic_filter", "published", "last", "matched"), [
+    pytest.param("a/+/c", ("a/b/c", "a/c", "a/b/b/c", "a/b/c/d", "a//c", "b/b/c"), "a/end/c",
+                 ["a/b/c", "a//c"], id="plus-matches-exactly-one-level"),
+    pytest.param("a/#", ("a", "a/b", "a/b/c", "ab", "b/a", "/a"), "a/end",
+                 ["a", "a/b", "a/b/c"], id="hash-matches-the-parent-level-and-everything-below"),
+    pytest.param("+/+", ("a", "a/b", "a/b/c", "/x", "x/", "/"), "end/end",
+                 ["a/b", "/x", "x/", "/"], id="plus-plus-matches-two-levels-including-empty-ones"),
+    pytest.param("#", ("a", "a/b/c", "/", "$foo/x", "$SYS/x", "$foo", "x/$foo"), "end",
+                 ["a", "a/b/c", "/", "x/$foo"],
+                 id="hash-alone-matches-every-topic-but-those-starting-with-dollar"),
+])
+def test_wildcards(hive, peers, topic_filter: str, published: tuple[str, ...], last: str,
+                   matched: list[str]) -> None:
+    """What ``topic_filter`` gets of ``published``; ``last``, which it matches, is the barrier."""
     sub, pub = peers(hive.port), peers(hive.port)
-    assert sub.subscribe("a/+/c") == [0]
-    for topic in ("a/b/c", "a/c", "a/b/b/c", "a/b/c/d", "a//c", "b/b/c"):
+    assert sub.subscribe(topic_filter) == [0]
+    for topic in published:
         pub.publish(topic, topic)
-    pub.publish("a/end/c", "end")
-    assert topics(sub.until(b"end")) == ["a/b/c", "a//c"]
-
-
-def test_hash_matches_the_parent_level_and_everything_below(hive, peers) -> None:
-    sub, pub = peers(hive.port), peers(hive.port)
-    sub.subscribe("a/#")
-    for topic in ("a", "a/b", "a/b/c", "ab", "b/a", "/a"):
-        pub.publish(topic, topic)
-    pub.publish("a/end", "end")
-    assert topics(sub.until(b"end")) == ["a", "a/b", "a/b/c"]
-
-
-def test_plus_plus_matches_two_levels_including_empty_ones(hive, peers) -> None:
-    sub, pub = peers(hive.port), peers(hive.port)
-    sub.subscribe("+/+")
-    for topic in ("a", "a/b", "a/b/c", "/x", "x/", "/"):
-        pub.publish(topic, topic)
-    pub.publish("end/end", "end")
-    assert topics(sub.until(b"end")) == ["a/b", "/x", "x/", "/"]
-
-
-def test_hash_alone_matches_every_topic_but_those_starting_with_dollar(hive, peers) -> None:
-    sub, pub = peers(hive.port), peers(hive.port)
-    sub.subscribe("#")
-    for topic in ("a", "a/b/c", "/", "$foo/x", "$SYS/x", "$foo", "x/$foo"):
-        pub.publish(topic, topic)
-    pub.publish("end", "end")
-    assert topics(sub.until(b"end")) == ["a", "a/b/c", "/", "x/$foo"]
+    pub.publish(last, "end")
+    assert topics(sub.until(b"end")) == matched
 
 
 def test_dollar_topics_match_only_filters_that_name_their_first_level(hive, peers) -> None:

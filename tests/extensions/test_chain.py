@@ -259,24 +259,22 @@ def test_a_hook_without_implementation_costs_nothing() -> None:
     assert Extensions.none().on_publish is False
 
 
-def test_flags_follow_what_is_implemented() -> None:
-    class Authorizer:
-        @hookimpl
-        def hive_authorize_publish(self) -> bool:
-            return True
+class PublishAuthorizer:
+    """Implements one client hook: publish authorization."""
 
-    ext = facade(Authorizer())
+    @hookimpl
+    def hive_authorize_publish(self) -> bool:
+        return True
+
+
+def test_flags_follow_what_is_implemented() -> None:
+    ext = facade(PublishAuthorizer())
     assert ext.authorizes_publish and ext.on_publish and ext.any_client_hooks
     assert not ext.authenticates and not ext.intercepts_outbound and not ext.watches_clients
 
 
 def test_deactivating_an_extension_clears_its_flags() -> None:
-    class Authorizer:
-        @hookimpl
-        def hive_authorize_publish(self) -> bool:
-            return True
-
-    ext = facade(Authorizer())
+    ext = facade(PublishAuthorizer())
     ext.manager.deactivate("p0", "test")
     ext.refresh()
     assert not ext.authorizes_publish
