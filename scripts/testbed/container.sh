@@ -5,16 +5,10 @@
 # .cache/container-wheels/py3NN. Idempotent: pip keeps what it downloaded in its cache.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/testbed/_apt.sh
 
 bash scripts/testbed/docker.sh
-if [ ! -x /usr/bin/docker-compose ]; then
-  if [ "$(id -u)" != 0 ]; then
-    echo "testbed/container.sh: please install docker-compose (sudo apt-get install docker-compose)" >&2
-  else
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose
-  fi
-fi
+[ -x /usr/bin/docker-compose ] || apt_install testbed/container.sh docker-compose || true
 
 requirements=.cache/container-wheels/requirements.txt
 mkdir -p .cache/container-wheels

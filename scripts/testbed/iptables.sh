@@ -4,18 +4,12 @@
 # group id of its own. The test adds its rules itself, as root, and deletes them afterwards.
 # Idempotent: installs only what is missing.
 set -euo pipefail
+. "$(dirname "$0")/_apt.sh"
 
 need=()
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
-if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" != 0 ]; then
-    echo "testbed/iptables.sh: please install: ${need[*]} (sudo apt-get install ${need[*]})" >&2
-    exit 0
-  fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
-fi
+apt_install testbed/iptables.sh "${need[@]}" || exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "testbed/iptables.sh: the chaos test's partitions (tests/chaos) need root" >&2
   exit 0

@@ -5,14 +5,7 @@
 # envs install it from its wheel.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/testbed/_apt.sh
 
-if ! command -v java >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      openjdk-17-jre-headless
-  else
-    echo "spark.sh: please install a Java runtime: sudo apt-get install openjdk-17-jre-headless" >&2
-  fi
-fi
+command -v java >/dev/null 2>&1 || apt_install testbed/spark.sh openjdk-17-jre-headless || true
 .venv/bin/python -m pip install -q "pyspark>=4.0,<5" "pyarrow>=15" "boto3>=1.34" "moto[server]>=5"
