@@ -66,13 +66,37 @@ def _packets(buf: bytearray) -> list[tuple[int, bytes]]:
     return out
 
 
-class Subscriber(threading.Thread):
-    """A persistent QoS 1 subscriber that reconnects to ``next_port`` when it loses its node."""
+class _Client(threading.Thread):
+    """A client of the nodes in a thread of its own, until :meth:`stop`; what ends it early is
+    kept in ``error`` (reported by measure(), never a hung thread)."""
 
     def __init__(self, port: int, topic: str) -> None:
         super().__init__(daemon=True)
-        self.port = self.next_port = port
-        self.topic = topic
+        self.port, self.topic = port, topic
+        self.error: str | None = None
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(timeout=5)
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except Exception as exc:
+            self.error = repr(exc)
+
+    def work(self) -> None:
+        raise NotImplementedError
+
+
+class Subscriber(_Client):
+    """A persistent QoS 1 subscriber that reconnects to ``next_port`` when it loses its node."""
+
+    def __init__(self, port: int, topic: str) -> None:
+        super().__init__(port, topic)
+        self.next_port = port
         self.client_id = f"bf-{uuid.uuid4().hex[:8]}"
         self.received: Counter[int] = Counter()
         self.connected_at: list[float] = []
@@ -80,17 +104,10 @@ class Subscriber(threading.Thread):
         self.refused = 0  # connects refused or failed before a CONNACK
         self.subscribed = threading.Event()
         self._drop = threading.Event()
-        self._stopping = threading.Event()
-        self._lock = threading.Lock()
-        self.error: str | None = None
 
     def drop(self) -> None:
         """Give up the current connection (its node is frozen) and reconnect."""
         self._drop.set()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self.join(timeout=5)
 
     def count(self) -> int:
         with self._lock:
@@ -100,16 +117,13 @@ class Subscriber(threading.Thread):
         with self._lock:
             return Counter(self.received)
 
-    def run(self) -> None:
-        try:
-            while not self._stopping.is_set():
-                sock = self._connect()
-                if sock is not None:
-                    with contextlib.closing(sock):
-                        self._read(sock)
-                    self.port = self.next_port
-        except Exception as exc:  # reported by measure(), never a hung thread
-            self.error = repr(exc)
+    def work(self) -> None:
+        while not self._stopping.is_set():
+            sock = self._connect()
+            if sock is not None:
+                with contextlib.closing(sock):
+                    self._read(sock)
+                self.port = self.next_port
 
     def _connect(self) -> socket.socket | None:
         while not self._stopping.is_set():
@@ -168,39 +182,32 @@ class Subscriber(threading.Thread):
                     return
 
 
-class Publisher(threading.Thread):
+class Publisher(_Client):
     """Numbered QoS 1 messages at ``rate`` per second to one node, counting the PUBACKs."""
 
     def __init__(self, port: int, topic: str, rate: float) -> None:
-        super().__init__(daemon=True)
-        self.port, self.topic, self.rate = port, topic, rate
+        super().__init__(port, topic)
+        self.rate = rate
         self.sent = 0
         self.acked: set[int] = set()
         self._inflight: dict[int, int] = {}  # packet id -> number
-        self._lock = threading.Lock()
         self._stop_sending = threading.Event()
-        self._stopping = threading.Event()
-        self.error: str | None = None
 
     def stop_sending(self) -> None:
         self._stop_sending.set()
 
     def stop(self) -> None:
         self._stop_sending.set()
-        self._stopping.set()
-        self.join(timeout=5)
+        super().stop()
 
     def all_acked(self) -> bool:
         with self._lock:
             return self._stop_sending.is_set() and not self._inflight
 
-    def run(self) -> None:
-        try:
-            sock = loadgen.mqtt_connect("127.0.0.1", self.port, f"bfp-{uuid.uuid4().hex[:8]}")
-            with contextlib.closing(sock):
-                self._run(sock)
-        except Exception as exc:
-            self.error = repr(exc)
+    def work(self) -> None:
+        sock = loadgen.mqtt_connect("127.0.0.1", self.port, f"bfp-{uuid.uuid4().hex[:8]}")
+        with contextlib.closing(sock):
+            self._run(sock)
 
     def _run(self, sock: socket.socket) -> None:
         sock.settimeout(None)

@@ -152,6 +152,12 @@ def _pin_broker(core: int = loadgen.BROKER_CORE) -> None:
     loadgen.raise_nofile()
 
 
+def _child(parent: ET.Element, tag: str) -> ET.Element:
+    """``parent``'s first ``tag`` element, added when it has none."""
+    found = parent.find(tag)
+    return found if found is not None else ET.SubElement(parent, tag)
+
+
 @dataclass
 class BrokerDef:
     name: str
@@ -195,23 +201,10 @@ class Broker:
             if old is not None:
                 root.remove(old)
             root.append(ET.fromstring(rest))
-        listeners = root.find("listeners")
-        if listeners is None:
-            listeners = ET.SubElement(root, "listeners")
-        tcp = listeners.find("tcp-listener")
-        if tcp is None:
-            tcp = ET.SubElement(listeners, "tcp-listener")
+        tcp = _child(_child(root, "listeners"), "tcp-listener")
         for tag, val in (("port", str(self.port)), ("bind-address", "127.0.0.1")):
-            el = tcp.find(tag)
-            if el is None:
-                el = ET.SubElement(tcp, tag)
-            el.text = val
-        mqtt = root.find("mqtt")
-        if mqtt is None:
-            mqtt = ET.SubElement(root, "mqtt")
-        qm = mqtt.find("queued-messages")
-        if qm is None:
-            qm = ET.SubElement(mqtt, "queued-messages")
+            _child(tcp, tag).text = val
+        qm = _child(_child(root, "mqtt"), "queued-messages")
         if qm.find("max-queue-size") is None:
             ET.SubElement(qm, "max-queue-size").text = str(QUEUE_SIZE)
         tree.write(path, encoding="unicode")
