@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import threading
+from collections.abc import Iterator
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
@@ -69,3 +71,16 @@ def connect(client: mqtt.Client, args: argparse.Namespace) -> bool:
         return False
     client.on_connect = previous
     return True
+
+
+@contextlib.contextmanager
+def until_done_or_interrupted(client: mqtt.Client) -> Iterator[None]:
+    """Run the body until it ends or Ctrl-C stops it; then disconnect ``client`` and stop its
+    network thread."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        pass
+    finally:
+        client.disconnect()
+        client.loop_stop()

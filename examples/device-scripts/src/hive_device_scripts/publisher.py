@@ -7,13 +7,7 @@ import json
 import sys
 import time
 
-from hive_device_scripts._common import (
-    TOPIC,
-    add_connection_options,
-    connect,
-    new_client,
-    positive_float,
-)
+from hive_device_scripts import _common
 
 
 def reading(device_id: str) -> bytes:
@@ -27,20 +21,20 @@ def main(argv: list[str] | None = None) -> int:
         prog="hive-device-publisher",
         description="Publish a temperature reading every INTERVAL seconds to "
                     "sensors/<device-id>/temperature.")
-    add_connection_options(parser)
+    _common.add_connection_options(parser)
     parser.add_argument("--device-id", default="device-123", help="default: device-123")
     parser.add_argument("--count", type=int, default=0,
                         help="readings to publish, then stop (default: 0, forever)")
-    parser.add_argument("--interval", type=positive_float, default=1.0, metavar="SECONDS",
+    parser.add_argument("--interval", type=_common.positive_float, default=1.0, metavar="SECONDS",
                         help="seconds between readings (default: 1)")
     args = parser.parse_args(argv)
 
-    client = new_client(args, client_id=args.device_id)
-    if not connect(client, args):
+    client = _common.new_client(args, client_id=args.device_id)
+    if not _common.connect(client, args):
         return 1
-    topic = TOPIC.format(device=args.device_id)
+    topic = _common.TOPIC.format(device=args.device_id)
     sent = 0
-    try:
+    with _common.until_done_or_interrupted(client):
         while args.count == 0 or sent < args.count:
             payload = reading(args.device_id)
             info = client.publish(topic, payload, qos=args.qos)
@@ -52,11 +46,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"Published to {topic}: {payload.decode()}", flush=True)
             if args.count == 0 or sent < args.count:
                 time.sleep(args.interval)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        client.disconnect()
-        client.loop_stop()
     return 0
 
 

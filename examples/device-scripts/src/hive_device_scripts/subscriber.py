@@ -10,32 +10,26 @@ import time
 import paho.mqtt.client as mqtt
 from paho.mqtt.reasoncodes import ReasonCode
 
-from hive_device_scripts._common import (
-    TOPIC,
-    add_connection_options,
-    connect,
-    new_client,
-    positive_float,
-)
+from hive_device_scripts import _common
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="hive-device-subscriber",
         description="Print the readings published to sensors/<device-id>/temperature.")
-    add_connection_options(parser)
+    _common.add_connection_options(parser)
     parser.add_argument("--device-id", default="+", help="one device, or + for all (default)")
     parser.add_argument("--count", type=int, default=0,
                         help="stop after this many readings (default: 0, never)")
-    parser.add_argument("--timeout", type=positive_float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--timeout", type=_common.positive_float, default=0.0, metavar="SECONDS",
                         help="stop after this long; exit status 1 if --count readings "
                              "did not come (default: 0, never)")
     parser.add_argument("--client-id", default="", help="default: one the broker assigns")
     args = parser.parse_args(argv)
 
-    topic_filter = TOPIC.format(device=args.device_id)
+    topic_filter = _common.TOPIC.format(device=args.device_id)
     readings: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
-    client = new_client(args, client_id=args.client_id)
+    client = _common.new_client(args, client_id=args.client_id)
 
     def on_connect(client: mqtt.Client, _userdata: object, _flags: object,
                    reason_code: ReasonCode, _properties: object) -> None:
@@ -52,13 +46,13 @@ def main(argv: list[str] | None = None) -> int:
 
     client.on_subscribe = on_subscribe
     client.on_message = lambda _client, _userdata, message: readings.put(message)
-    if not connect(client, args):
+    if not _common.connect(client, args):
         return 1
     client.subscribe(topic_filter, qos=args.qos)
     client.on_connect = on_connect
     deadline = time.monotonic() + args.timeout if args.timeout else None
     received = 0
-    try:
+    with _common.until_done_or_interrupted(client):
         while args.count == 0 or received < args.count:
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
@@ -73,11 +67,6 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             received += 1
             print(f"{message.topic}: {message.payload.decode(errors='replace')}", flush=True)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        client.disconnect()
-        client.loop_stop()
     return 0
 
 
