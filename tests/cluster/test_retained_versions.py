@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from conftest import free_port
-from e2e._session_helpers import PahoClient, mosquitto_pub
+from e2e._session_helpers import mosquitto_pub, retained_on
 
 from cluster._nodes import cluster_body, metrics, wait_for, wait_for_members
 
@@ -21,21 +21,6 @@ def two_nodes_on_disk(hive_factory: Any) -> list[Any]:
         nodes.append(hive_factory(body=body, cluster=port, rest=rest))
     wait_for_members(nodes, 2)
     return nodes
-
-
-def retained_on(node: Any, topic_filter: str) -> dict[str, bytes]:
-    paho = PahoClient(node.port, f"retained-{node.port}").connect()
-    try:
-        paho.subscribe(topic_filter, qos=1)
-        found = {}
-        while True:
-            try:
-                message = paho.next_message(timeout=1.0)
-            except AssertionError:  # nothing more within a second
-                return found
-            found[message.topic] = message.payload
-    finally:
-        paho.close()
 
 
 def test_a_clear_made_while_a_node_was_away_is_not_undone_when_it_returns(
@@ -53,4 +38,4 @@ def test_a_clear_made_while_a_node_was_away_is_not_undone_when_it_returns(
     for node in (a, b):
         wait_for(lambda n=node: metrics(n)["broker"]["retained_messages"] == 1, 5,
                  f"{node.folder.name} holds one retained message")
-        assert retained_on(node, "site/#") == expected, node.folder.name
+        assert retained_on(node.port, "site/#", quiet=1.0) == expected, node.folder.name

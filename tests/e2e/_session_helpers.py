@@ -19,7 +19,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-__all__ = ["WAIT", "PahoClient", "mosquitto_pub", "mosquitto_sub", "props"]
+__all__ = ["WAIT", "PahoClient", "mosquitto_pub", "mosquitto_sub", "props", "retained_on"]
 
 WAIT = 5.0
 
@@ -166,6 +166,23 @@ class PahoClient:
                 self.disconnected.wait(1.0)
         finally:
             self.client.loop_stop()
+
+
+def retained_on(port: int, topic_filter: str, quiet: float = 0.5) -> dict[str, bytes]:
+    """The retained messages a new subscription to ``topic_filter`` gets (topic -> payload),
+    read until none comes for ``quiet`` seconds."""
+    reader = PahoClient(port, "").connect()
+    try:
+        reader.subscribe(topic_filter, qos=1)
+        found = {}
+        while True:
+            try:
+                got = reader.next_message(timeout=quiet)
+            except AssertionError:  # nothing more
+                return found
+            found[got.topic] = got.payload
+    finally:
+        reader.close()
 
 
 def mosquitto_pub(port: int, topic: str, message: str, qos: int = 1, retain: bool = False,

@@ -27,7 +27,7 @@ from e2e._backup_helpers import (
     wait_backup,
     write_backup,
 )
-from e2e._session_helpers import PahoClient
+from e2e._session_helpers import PahoClient, retained_on
 
 from hive_core import __version__
 from hive_core.admin import hash_password
@@ -40,21 +40,6 @@ pytestmark = pytest.mark.timeout(90)
 def _node(hive_factory, more: str = ""):  # type: ignore[no-untyped-def]
     port = free_port()
     return hive_factory(body=rest_on(port, more), rest=port)
-
-
-def _retained_on(port: int, topic_filter: str) -> dict[str, bytes]:
-    reader = PahoClient(port, "").connect()
-    try:
-        reader.subscribe(topic_filter, qos=1)
-        found = {}
-        while True:
-            try:
-                got = reader.next_message(timeout=0.5)
-            except AssertionError:
-                return found
-            found[got.topic] = got.payload
-    finally:
-        reader.close()
 
 
 def test_create_list_read_back_then_import_into_a_fresh_node(hive_factory):
@@ -113,7 +98,7 @@ def test_create_list_read_back_then_import_into_a_fresh_node(hive_factory):
     assert back.session_present is True
     assert [back.next_message().payload for _ in range(3)] == [b"job 0", b"job 1", b"job 2"]
     back.close()
-    assert _retained_on(target.port, "state/#") == {"state/a": b"A", "state/b": b"B"}
+    assert retained_on(target.port, "state/#") == {"state/a": b"A", "state/b": b"B"}
 
 
 def test_live_import_keeps_what_the_node_has_and_adds_what_it_lacks(hive_factory):
@@ -169,8 +154,8 @@ def test_live_import_keeps_what_the_node_has_and_adds_what_it_lacks(hive_factory
     # The expired session was not brought back.
     gone = PahoClient(node.port, "gone", clean=False, expiry=3600).connect()
     assert gone.session_present is False
-    assert _retained_on(node.port, "state/#") == {"state/a": b"live",
-                                                  "state/b": b"from backup"}
+    assert retained_on(node.port, "state/#") == {"state/a": b"live",
+                                                 "state/b": b"from backup"}
     for c in (keeper, sleeper, restored, gone, publisher):
         c.close()
 
@@ -199,7 +184,7 @@ def test_a_damaged_missing_or_too_new_backup_fails_with_its_reason(hive_factory)
     assert failed.returncode == 3, failed.stderr
     assert "RESTORE_FAILED" in failed.stderr and "CRC mismatch" in failed.stderr
     # Checked whole before anything is applied: not even the record before the damage.
-    assert _retained_on(node.port, "state/#") == {}
+    assert retained_on(node.port, "state/#") == {}
 
     newer = write_backup(folder, "newer", [retained("state/x", b"x")])
     data = bytearray(newer.read_bytes())
@@ -249,7 +234,6 @@ def test_backups_need_credentials_when_rest_auth_is_on(hive_factory):
                            env={**os.environ, "HIVE_REST_PASSWORD": password})
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["state"] in ("RUNNING", "COMPLETED")
-
 
 
 def test_a_node_without_an_embedded_store_backs_up_its_live_state(hive_factory):
@@ -321,8 +305,8 @@ def test_records_against_mqtts_rules_are_refused_naming_the_record(hive_factory)
         assert "record 2" in backup["reason"] and why in backup["reason"], (name, backup)
         assert str(folder) not in backup["reason"]  # no server paths in answers
     # Nothing of any file got in, and the node publishes as before.
-    assert _retained_on(node.port, "#") == {}
-    assert _retained_on(node.port, "$SYS/#") == {}
+    assert retained_on(node.port, "#") == {}
+    assert retained_on(node.port, "$SYS/#") == {}
     listener = PahoClient(node.port, "listener").connect()
     listener.subscribe("#", qos=1)
     publisher = PahoClient(node.port, "publisher").connect()

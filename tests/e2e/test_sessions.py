@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from conftest import closing_all
 from e2e._session_helpers import WAIT, PahoClient, mosquitto_pub, mosquitto_sub
 from e2e.rawclient import RawClient
 
@@ -32,16 +33,8 @@ Clients = Callable[..., PahoClient]
 @pytest.fixture
 def clients() -> Iterator[Clients]:
     """Make PahoClients that are all stopped at teardown."""
-    made: list[PahoClient] = []
-
-    def make(*args: Any, **kwargs: Any) -> PahoClient:
-        client = PahoClient(*args, **kwargs)
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        client.close()
+    with closing_all(PahoClient) as make:
+        yield make
 
 
 def node_with(hive_factory: Any, mqtt: str = "", restrictions: str = "") -> Any:
@@ -59,31 +52,41 @@ def will_watcher(clients: Clients, port: int, topic: str = "wills/#") -> PahoCli
 # ---------------------------------------------------------------------- clean start, present flag
 
 
-def test_v311_clean_session_false_resumes_with_session_present(hive, clients):
-    first = clients(hive.port, "keeper", version=4, clean=False).connect()
+# MQTT 3.1.1 keeps a session for clean session 0; MQTT 5 for clean start 0 with an expiry.
+KEPT_SESSIONS = [pytest.param({"version": 4}, "sessions/v3", id="v311"),
+                 pytest.param({"version": 5, "expiry": 60}, "sessions/v5", id="v5")]
+
+
+@pytest.mark.parametrize(("terms", "topic"), KEPT_SESSIONS)
+def test_clean_start_false_resumes_with_session_present(hive, clients, terms, topic):
+    first = clients(hive.port, "keeper", clean=False, **terms).connect()
     assert first.session_present is False
-    first.subscribe("sessions/v3", qos=1)
+    first.subscribe(topic, qos=1)
     first.disconnect()
 
-    again = clients(hive.port, "keeper", version=4, clean=False).connect()
+    again = clients(hive.port, "keeper", clean=False, **terms).connect()
     assert again.session_present is True
-    clients(hive.port, "pub", version=4).connect().publish("sessions/v3", b"kept", qos=1)
+    clients(hive.port, "pub", version=terms["version"]).connect().publish(topic, b"kept", qos=1)
     assert again.next_message().payload == b"kept"  # the subscription came back with the session
 
 
-def test_v311_clean_session_true_discards_the_session(hive, clients):
-    first = clients(hive.port, "keeper", version=4, clean=False).connect()
-    first.subscribe("sessions/v3", qos=1)
+@pytest.mark.parametrize(("terms", "topic", "clean_one_kept"), [
+    # 3.1.1: the clean session ends with its connection; MQTT 5: it is kept for its expiry
+    pytest.param({"version": 4}, "sessions/v3", False, id="v311"),
+    pytest.param({"version": 5, "expiry": 60}, "sessions/v5", True, id="v5")])
+def test_clean_start_true_discards_the_session(hive, clients, terms, topic, clean_one_kept):
+    first = clients(hive.port, "keeper", clean=False, **terms).connect()
+    first.subscribe(topic, qos=1)
     first.disconnect()
 
-    clean = clients(hive.port, "keeper", version=4, clean=True).connect()
+    clean = clients(hive.port, "keeper", clean=True, **terms).connect()
     assert clean.session_present is False
-    clients(hive.port, "pub", version=4).connect().publish("sessions/v3", b"x", qos=1)
+    clients(hive.port, "pub", version=terms["version"]).connect().publish(topic, b"x", qos=1)
     clean.no_message(0.5)
     clean.disconnect()
 
-    after = clients(hive.port, "keeper", version=4, clean=False).connect()
-    assert after.session_present is False
+    after = clients(hive.port, "keeper", clean=False, **terms).connect()
+    assert after.session_present is clean_one_kept
 
 
 def test_v31_connack_never_carries_session_present(hive):
@@ -94,29 +97,6 @@ def test_v31_connack_never_carries_session_present(hive):
             raw.sock.settimeout(WAIT)
             assert raw.sock.recv(4) == b"\x20\x02\x00\x00"
             raw.disconnect()
-
-
-def test_v5_clean_start_false_resumes_with_session_present(hive, clients):
-    first = clients(hive.port, "keeper5", expiry=60, clean=False).connect()
-    assert first.session_present is False
-    first.subscribe("sessions/v5", qos=1)
-    first.disconnect()
-
-    again = clients(hive.port, "keeper5", expiry=60, clean=False).connect()
-    assert again.session_present is True
-    clients(hive.port, "pub").connect().publish("sessions/v5", b"kept", qos=1)
-    assert again.next_message().payload == b"kept"
-
-
-def test_v5_clean_start_true_discards_the_session(hive, clients):
-    first = clients(hive.port, "keeper5", expiry=60, clean=False).connect()
-    first.subscribe("sessions/v5", qos=1)
-    first.disconnect()
-
-    clean = clients(hive.port, "keeper5", expiry=60, clean=True).connect()
-    assert clean.session_present is False
-    clients(hive.port, "pub").connect().publish("sessions/v5", b"x", qos=1)
-    clean.no_message(0.5)
 
 
 def test_v5_session_without_expiry_ends_with_the_connection(hive, clients):
@@ -651,16 +631,22 @@ def unacked_delivery(port: int, client_id: str, topic: str) -> tuple[RawClient, 
     return raw, first
 
 
-def test_unacked_qos1_is_redelivered_with_dup_on_reconnect(hive):
-    raw, first = unacked_delivery(hive.port, "forgetful", "persist/inflight")
-    raw.close()
-    with RawClient(hive.port) as again:
-        assert again.connect(4, "forgetful", clean_start=False).session_present is True
+def acknowledge_the_redelivery(port: int, client_id: str, first: Publish) -> None:
+    """Resume ``client_id``'s session: ``first`` comes again, with DUP and its packet id; once
+    acknowledged, nothing more."""
+    with RawClient(port) as again:
+        assert again.connect(4, client_id, clean_start=False).session_present is True
         redelivered = again.expect(Publish)
         assert redelivered.dup is True
         assert (redelivered.packet_id, redelivered.payload) == (first.packet_id, b"in flight")
         again.send(PubAck(redelivered.packet_id))
         again.expect_nothing(0.5)
+
+
+def test_unacked_qos1_is_redelivered_with_dup_on_reconnect(hive):
+    raw, first = unacked_delivery(hive.port, "forgetful", "persist/inflight")
+    raw.close()
+    acknowledge_the_redelivery(hive.port, "forgetful", first)
     with RawClient(hive.port) as third:  # acknowledged now: never again
         assert third.connect(4, "forgetful", clean_start=False).session_present is True
         third.expect_nothing(0.5)
@@ -671,13 +657,7 @@ def test_unacked_qos1_is_redelivered_with_dup_after_kill9(hive):
     hive.kill()
     raw.close()
     hive.start()
-    with RawClient(hive.port) as again:
-        assert again.connect(4, "forgetful", clean_start=False).session_present is True
-        redelivered = again.expect(Publish)
-        assert redelivered.dup is True
-        assert (redelivered.packet_id, redelivered.payload) == (first.packet_id, b"in flight")
-        again.send(PubAck(redelivered.packet_id))
-        again.expect_nothing(0.5)
+    acknowledge_the_redelivery(hive.port, "forgetful", first)
 
 
 def test_session_expiry_keeps_counting_across_restart(hive, clients):
