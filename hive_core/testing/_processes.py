@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,13 +69,15 @@ class HiveProcess:
     def __init__(self, folder: Path, host: str = "127.0.0.1", cluster_port: int | None = None,
                  discovery_xml: str = EXTENSION_DISCOVERY,
                  extension_files: dict[str, str] | None = None, env: dict[str, str] | None = None,
-                 heartbeat_ms: tuple[int, int] = (500, 2000), cluster_xml: str = "") -> None:
+                 heartbeat_ms: tuple[int, int] = (500, 2000), cluster_xml: str = "",
+                 mqtt_port: int | None = None) -> None:
         self.folder = folder
         self.data_dir = folder / "data"
         self.host = host
         self.fixed_cluster_port = cluster_port  # None: a free one at each start
         self.cluster_port = cluster_port or 0
-        self.mqtt_port = 0
+        self.fixed_mqtt_port = mqtt_port  # for clients that reconnect across a restart
+        self.mqtt_port = mqtt_port or 0
         self.rest_port = 0
         self.discovery_xml = discovery_xml
         self.cluster_xml = cluster_xml  # more of <cluster> (<authentication>, say)
@@ -126,7 +128,8 @@ class HiveProcess:
 
     def launch(self) -> HiveProcess:
         """Start the process on fresh ports; :meth:`wait_started` waits until it serves."""
-        self.mqtt_port, self.rest_port = free_port(self.host), free_port(self.host)
+        self.mqtt_port = self.fixed_mqtt_port or free_port(self.host)
+        self.rest_port = free_port(self.host)
         self.cluster_port = self.fixed_cluster_port or free_port(self.host)
         self.config.write_text(self.config_xml())
         self._log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -226,6 +229,54 @@ class HiveProcesses:
         for node in launched:
             node.wait_started()
         return time.monotonic()
+
+    def form(self, nodes: Sequence[HiveProcess], timeout: float = 30.0) -> tuple[float, float]:
+        """Launch ``nodes`` together and wait until they agree on as many members; the seconds
+        that took from the launch, and from when the last one served."""
+        begun = time.monotonic()
+        serving = self.start_together(nodes)
+        self.agree(nodes, len(nodes), timeout)
+        agreed = time.monotonic()
+        return agreed - begun, agreed - serving
+
+    def join(self, node: HiveProcess, nodes: Sequence[HiveProcess],
+             timeout: float = 30.0) -> float:
+        """Start ``node`` (a new one, or one stopped: its data folder and node id kept) and wait
+        until ``nodes`` agree on all of them; the seconds that took."""
+        begun = time.monotonic()
+        node.start()
+        self.agree(nodes, len(nodes), timeout)
+        return time.monotonic() - begun
+
+    @staticmethod
+    def ride_out_an_outage(nodes: Sequence[HiveProcess], stop: Callable[[], None],
+                           start: Callable[[], None], extension: str, failed: str,
+                           min_failed: int, failed_within: float = 10.0,
+                           back_within: float = 15.0) -> None:
+        """``stop`` takes the service of the extension named ``extension`` away for a while,
+        ``start`` brings it back.
+
+        Meanwhile every node logs ``failed`` (a pattern) within ``failed_within`` seconds, and
+        three seconds later the nodes still agree on all of them, and each has counted at least
+        ``min_failed`` failures (``<extension>.errors``) and logged no traceback; back, every
+        node says so within ``back_within`` seconds, with at least as many failed calls.
+        """
+        stop()
+        try:
+            for node in nodes:
+                node.wait_for_log(failed, timeout=failed_within)
+            time.sleep(3)  # a few more reloads against nothing
+            views = [node.members() for node in nodes]
+            assert all(len(view) == len(nodes) and view == views[0] for view in views), views
+            for node in nodes:
+                assert node.extension_metric(f"{extension}.errors") >= min_failed, node.log
+                assert "Traceback" not in node.log
+        finally:
+            start()
+        back = rf"{re.escape(extension)}: answering again after [\d.]+ s and (\d+) failed calls"
+        for node in nodes:
+            recovered = node.wait_for_log(back, timeout=back_within)
+            assert int(recovered.group(1)) >= min_failed, node.log
 
     @staticmethod
     def agree(nodes: Iterable[HiveProcess], count: int, timeout: float = 30.0) -> float:

@@ -26,6 +26,12 @@ def only_this_extension(hive_only_installed: Callable[..., None]) -> None:
     hive_only_installed("consul-discovery")
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    """The async tests' loop: asyncio, as the node's."""
+    return "asyncio"
+
+
 @pytest.fixture(scope="session")
 def agent_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsulAgent]:
     agent = ConsulAgent(tmp_path_factory.mktemp("consul")).start()

@@ -7,7 +7,6 @@ consuldiscovery.properties``); ``GET /api/v1/cluster/nodes`` on every node is th
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -39,13 +38,10 @@ def test_three_nodes_form_a_cluster_the_dead_go_critical_and_the_restarted_rejoi
         hive_processes: Any, extension_files: dict[str, str], agent: ConsulAgent, service: str,
         record_property: pytest.RecordProperty) -> None:
     a, b, c = trio = [hive_processes.add(extension_files=extension_files) for _ in range(3)]
-    begun = time.monotonic()
-    serving = hive_processes.start_together(trio)
-    hive_processes.agree(trio, 3)
-    formed = time.monotonic() - begun
+    formed, after_serving = hive_processes.form(trio)
     record_property("consul_3_node_cluster_formed_s", round(formed, 2))
     print(f"\nConsul discovery: 3 nodes launched together agreed on 3 members after "
-          f"{formed:.2f} s ({time.monotonic() - serving:.2f} s after the last one served)")
+          f"{formed:.2f} s ({after_serving:.2f} s after the last one served)")
     ids = {node.node_id for node in trio}
     assert a.members() == ids
     assert healthy(agent, service) == {f"{service}-{node_id}" for node_id in ids}
@@ -62,10 +58,8 @@ def test_three_nodes_form_a_cluster_the_dead_go_critical_and_the_restarted_rejoi
     assert dead not in healthy(agent, service)
 
     # restarted, same data folder and node id: it rejoins, passing again
-    begun = time.monotonic()
-    c.start()
-    hive_processes.agree(trio, 3)
-    print(f"Consul discovery: the restarted node rejoined in {time.monotonic() - begun:.2f} s")
+    rejoined = hive_processes.join(c, trio)
+    print(f"Consul discovery: the restarted node rejoined in {rejoined:.2f} s")
     assert dead in healthy(agent, service)
 
     # a clean stop deregisters at once
@@ -80,26 +74,14 @@ def test_a_consul_outage_keeps_the_cluster_counts_the_errors_and_new_nodes_join_
         hive_processes: Any, extension_files: dict[str, str], agent: ConsulAgent,
         service: str) -> None:
     trio = [hive_processes.add(extension_files=extension_files) for _ in range(3)]
-    hive_processes.start_together(trio)
-    hive_processes.agree(trio, 3)
+    hive_processes.form(trio)
     assert all(node.extension_metric("consul-discovery.errors") == 0 for node in trio)
 
-    agent.stop()
-    try:
-        for node in trio:
-            node.wait_for_log(r"consul-discovery: cannot [\w' ]+: cannot reach Consul",
-                              timeout=10)
-        time.sleep(3)  # three more reloads fail on every node
-        for node in trio:
-            assert len(node.members()) == 3, node.log
-            assert node.extension_metric("consul-discovery.errors") >= 4, node.log
-            assert "Traceback" not in node.log
-    finally:
-        agent.start()  # same ports, but a dev agent comes back with an empty catalog
-    for node in trio:
-        recovered = node.wait_for_log(
-            r"consul-discovery: answering again after [\d.]+ s and (\d+) failed calls")
-        assert int(recovered.group(1)) >= 4, node.log
+    # three more reloads fail on every node while the agent is away; it comes back on the same
+    # ports, but a dev agent comes back with an empty catalog
+    hive_processes.ride_out_an_outage(
+        trio, agent.stop, agent.start, "consul-discovery",
+        failed=r"consul-discovery: cannot [\w' ]+: cannot reach Consul", min_failed=4)
     registered = {f"{service}-{node.node_id}" for node in trio}
     hive_processes.wait_until(lambda: healthy(agent, service) == registered, 10,
                               "every node registered again")
@@ -107,8 +89,5 @@ def test_a_consul_outage_keeps_the_cluster_counts_the_errors_and_new_nodes_join_
         node.wait_for_log(r"consul-discovery: .*: registered again", timeout=5)
 
     newcomer = hive_processes.add(extension_files=extension_files)
-    begun = time.monotonic()
-    newcomer.start()
-    hive_processes.agree([*trio, newcomer], 4)
-    print(f"\nConsul discovery: after the outage a new node joined in "
-          f"{time.monotonic() - begun:.2f} s")
+    joined = hive_processes.join(newcomer, [*trio, newcomer])
+    print(f"\nConsul discovery: after the outage a new node joined in {joined:.2f} s")

@@ -14,7 +14,7 @@ import pytest
 from hive_ext_api import ClusterNodeAddress
 
 from consul_agent import AgentTls, ConsulAgent
-from test_discovery import discovery, passing, run
+from test_discovery import discovery, passing
 
 A = ClusterNodeAddress("127.0.0.1", 17801)
 MASTER_TOKEN = "5b0c3f0e-hive-test-master"
@@ -28,28 +28,25 @@ def acl_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsulAgent]
     agent.stop()
 
 
-def test_the_acl_token_is_sent_and_a_refusal_is_named(
+@pytest.mark.anyio
+async def test_the_acl_token_is_sent_and_a_refusal_is_named(
         acl_agent: ConsulAgent, service: str, caplog: pytest.LogCaptureFixture,
         hive_metrics: Any) -> None:
+    refused = discovery(acl_agent.properties(service, consul_acl_token="not-a-token"),
+                        hive_metrics)
+    with caplog.at_level(logging.WARNING):
+        await refused.hive_discovery_init(A, "node-a")
+        assert await refused.hive_discovery_reload() is None
+    assert hive_metrics["consul-discovery.errors"] == 2
+    assert "cannot register this node: permission denied" in caplog.text
+    assert "check consul-acl-token" in caplog.text
+    await refused.hive_extension_stop()
 
-    async def scenario() -> None:
-        refused = discovery(acl_agent.properties(service, consul_acl_token="not-a-token"),
-                            hive_metrics)
-        with caplog.at_level(logging.WARNING):
-            await refused.hive_discovery_init(A, "node-a")
-            assert await refused.hive_discovery_reload() is None
-        assert hive_metrics["consul-discovery.errors"] == 2
-        assert "cannot register this node: permission denied" in caplog.text
-        assert "check consul-acl-token" in caplog.text
-        await refused.hive_extension_stop()
-
-        allowed = discovery(acl_agent.properties(service, consul_acl_token=MASTER_TOKEN))
-        await allowed.hive_discovery_init(A, "node-a")
-        assert await allowed.hive_discovery_reload() == [A]
-        await allowed.hive_discovery_destroy()
-        await allowed.hive_extension_stop()
-
-    run(scenario())
+    allowed = discovery(acl_agent.properties(service, consul_acl_token=MASTER_TOKEN))
+    await allowed.hive_discovery_init(A, "node-a")
+    assert await allowed.hive_discovery_reload() == [A]
+    await allowed.hive_discovery_destroy()
+    await allowed.hive_extension_stop()
 
 
 def _hive_certs(*args: str) -> None:
@@ -80,23 +77,20 @@ def tls_agent(tmp_path_factory: pytest.TempPathFactory,
     agent.stop()
 
 
-def test_https_with_a_client_certificate(tls_agent: ConsulAgent, certificates: Path,
-                                         service: str) -> None:
+@pytest.mark.anyio
+async def test_https_with_a_client_certificate(tls_agent: ConsulAgent, certificates: Path,
+                                               service: str) -> None:
     properties = tls_agent.properties(
         service, consul_url=tls_agent.https_url,
         consul_tls_ca_file=str(certificates / "ca" / "ca.pem"),
         consul_tls_cert_file=str(certificates / "client" / "client-cert.pem"),
         consul_tls_key_file=str(certificates / "client" / "client-key.pem"))
-
-    async def scenario() -> None:
-        node = discovery(properties)
-        await node.hive_discovery_init(A, "node-a")
-        assert list(passing(tls_agent, service)) == [f"{service}-node-a"]
-        assert await node.hive_discovery_reload() == [A]
-        await node.hive_discovery_destroy()
-        await node.hive_extension_stop()
-
-    run(scenario())
+    node = discovery(properties)
+    await node.hive_discovery_init(A, "node-a")
+    assert list(passing(tls_agent, service)) == [f"{service}-node-a"]
+    assert await node.hive_discovery_reload() == [A]
+    await node.hive_discovery_destroy()
+    await node.hive_extension_stop()
 
 
 @pytest.mark.parametrize(("settings", "reason"), [
@@ -123,19 +117,16 @@ def test_https_without_what_the_agent_or_the_node_trusts_is_counted(
     asyncio.run(asyncio.wait_for(scenario(), 30))
 
 
+@pytest.mark.anyio
 @pytest.mark.filterwarnings("ignore:Unverified HTTPS request")  # urllib3 says what was asked
-def test_https_without_verifying_the_agent(tls_agent: ConsulAgent, certificates: Path,
-                                          service: str) -> None:
+async def test_https_without_verifying_the_agent(tls_agent: ConsulAgent, certificates: Path,
+                                                service: str) -> None:
     properties = tls_agent.properties(
         service, consul_url=tls_agent.https_url, consul_tls_verify="false",
         consul_tls_cert_file=str(certificates / "client" / "client-cert.pem"),
         consul_tls_key_file=str(certificates / "client" / "client-key.pem"))
-
-    async def scenario() -> None:
-        node = discovery(properties)  # the agent's CA is unknown to this node: not checked
-        await node.hive_discovery_init(A, "node-a")
-        assert await node.hive_discovery_reload() == [A]
-        await node.hive_discovery_destroy()
-        await node.hive_extension_stop()
-
-    run(scenario())
+    node = discovery(properties)  # the agent's CA is unknown to this node: not checked
+    await node.hive_discovery_init(A, "node-a")
+    assert await node.hive_discovery_reload() == [A]
+    await node.hive_discovery_destroy()
+    await node.hive_extension_stop()

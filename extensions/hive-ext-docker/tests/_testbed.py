@@ -23,7 +23,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -373,15 +373,11 @@ class Swarm:
 
 
 def _free_udp_port(low: int, high: int) -> int:
-    for _ in range(100):
-        port = random.randint(low, high)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-            try:
-                udp.bind(("0.0.0.0", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free UDP port in {low}..{high}")
+    candidates = (random.randint(low, high) for _ in range(100))
+    port = _first_bindable(candidates, [(socket.SOCK_DGRAM, "0.0.0.0")])
+    if port is None:
+        raise RuntimeError(f"no free UDP port in {low}..{high}")
+    return port
 
 
 # ---------------------------------------------------------------------------------- dnsmasq
@@ -444,31 +440,41 @@ def loopback_prefix() -> str:
 
 def port_free_on_all(hosts: list[str]) -> int:
     """A TCP port that is free on every one of ``hosts`` (loopback addresses)."""
-    for _ in range(50):
-        port = free_port(hosts[0])
+    candidates = (free_port(hosts[0]) for _ in range(50))
+    port = _first_bindable(candidates, [(socket.SOCK_STREAM, host) for host in hosts[1:]])
+    if port is None:
+        raise RuntimeError(f"no port free on all of {hosts}")
+    return port
+
+
+def _free_udp_and_tcp_port() -> int:
+    candidates = (free_port() for _ in range(50))
+    port = _first_bindable(candidates, [(socket.SOCK_DGRAM, "127.0.0.1")])
+    if port is None:
+        raise RuntimeError("no port free for both UDP and TCP on 127.0.0.1")
+    return port
+
+
+def _first_bindable(candidates: Iterable[int],
+                    binds: list[tuple[socket.SocketKind, str]]) -> int | None:
+    """The first of ``candidates`` that a socket of each kind can bind on its host, if any."""
+    for port in candidates:
         try:
-            for host in hosts[1:]:
-                with socket.socket() as sock:
+            for kind, host in binds:
+                with socket.socket(socket.AF_INET, kind) as sock:
                     sock.bind((host, port))
         except OSError:
             continue
         return port
-    raise RuntimeError(f"no port free on all of {hosts}")
-
-
-def _free_udp_and_tcp_port() -> int:
-    for _ in range(50):
-        port = free_port()
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-            try:
-                udp.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no port free for both UDP and TCP on 127.0.0.1")
+    return None
 
 
 # ---------------------------------------------------------------------------------- Hive nodes
+
+
+def counter(node: Any, name: str) -> int:
+    """The counter ``name`` of an in-process node (``hive_node_factory``), read on its loop."""
+    return int(node.call(lambda: node.services.metrics.counter(name).value))
 
 
 def cluster_config(bind_host: str, cluster_port: int, rest_host: str, rest_port: int,

@@ -17,9 +17,10 @@ import dns.message
 import dns.rcode
 import pytest
 from hive_ext_api import ClusterNodeAddress
+from hive_ext_api.testing import cluster_xml
 
 import hive_ext_docker
-from _testbed import Dnsmasq, free_port, wait_for
+from _testbed import Dnsmasq, counter, free_port, wait_for
 from hive_ext_docker import DnsSettings, DnsSource, SourceError
 
 NAME = "tasks.hive"
@@ -175,17 +176,6 @@ def test_error_and_garbage_answers_are_classified(answer: Any, tcp_answer: Any,
 # ------------------------------------------------------------------ inside a running node
 
 
-def _cluster_xml() -> str:
-    return ("<cluster><enabled>true</enabled><transport><tcp><bind-address>127.0.0.1"
-            f"</bind-address><bind-port>{free_port()}</bind-port></tcp></transport>"
-            "<discovery><extension><reload-interval>1</reload-interval></extension>"
-            "</discovery></cluster>")
-
-
-def _counter(node: Any, name: str) -> int:
-    return int(node.call(lambda: node.services.metrics.counter(name).value))
-
-
 def test_a_node_counts_resolver_failures_and_resolves_again(
         hive_node_factory: Any, monkeypatch: pytest.MonkeyPatch, dnsmasq: Dnsmasq,
         caplog: pytest.LogCaptureFixture) -> None:
@@ -196,15 +186,15 @@ def test_a_node_counts_resolver_failures_and_resolves_again(
         monkeypatch.setenv(f"HIVE_DOCKER_DISCOVERY_{key}", value)
     plugin = hive_ext_docker.create_plugin()
     with caplog.at_level("INFO"):
-        node = hive_node_factory(extensions=[plugin], config_xml=_cluster_xml())
-        wait_for(lambda: _counter(node, "docker-discovery.query.success") >= 1, 10, "a query")
+        node = hive_node_factory(extensions=[plugin], config_xml=cluster_xml(free_port()))
+        wait_for(lambda: counter(node, "docker-discovery.query.success") >= 1, 10, "a query")
         assert plugin.discovery is not None and plugin.discovery.resolved == 2  # the gauge
         dnsmasq.stop()
-        wait_for(lambda: _counter(node, "docker-discovery.errors.timeout") >= 2, 15,
+        wait_for(lambda: counter(node, "docker-discovery.errors.timeout") >= 2, 15,
                  "timeouts counted while the resolver is gone")
         dnsmasq.start()
-        successes = _counter(node, "docker-discovery.query.success")
-        wait_for(lambda: _counter(node, "docker-discovery.query.success") > successes, 15,
+        successes = counter(node, "docker-discovery.query.success")
+        wait_for(lambda: counter(node, "docker-discovery.query.success") > successes, 15,
                  "the resolver answers again")
     messages = [r.getMessage() for r in caplog.records if "docker-discovery" in r.getMessage()]
     assert sum(": timeout: " in m for m in messages) == 1, messages  # once, not once a reload

@@ -16,9 +16,18 @@ from typing import Any
 
 import pytest
 from hive_ext_api import ClusterNodeAddress
+from hive_ext_api.testing import cluster_xml
 
 import hive_ext_docker
-from _testbed import BridgeNetwork, Containers, Dockerd, free_port, make_tls_files, wait_for
+from _testbed import (
+    BridgeNetwork,
+    Containers,
+    Dockerd,
+    counter,
+    free_port,
+    make_tls_files,
+    wait_for,
+)
 from hive_ext_docker import (
     EngineSettings,
     EngineSource,
@@ -264,17 +273,6 @@ def test_a_container_entry_that_makes_no_sense_is_skipped() -> None:
 # ------------------------------------------------------------------ inside a running node
 
 
-def _cluster_xml(reload_interval: int = 1) -> str:
-    return ("<cluster><enabled>true</enabled><transport><tcp><bind-address>127.0.0.1"
-            f"</bind-address><bind-port>{free_port()}</bind-port></tcp></transport>"
-            f"<discovery><extension><reload-interval>{reload_interval}</reload-interval>"
-            "</extension></discovery></cluster>")
-
-
-def _counter(node: Any, name: str) -> int:
-    return int(node.call(lambda: node.services.metrics.counter(name).value))
-
-
 def test_a_node_counts_and_rate_limits_engine_failures_and_keeps_running(
         hive_node_factory: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
@@ -284,11 +282,11 @@ def test_a_node_counts_and_rate_limits_engine_failures_and_keeps_running(
     monkeypatch.setenv("HIVE_DOCKER_DISCOVERY_NETWORK", "n")
     plugin = hive_ext_docker.create_plugin()
     with caplog.at_level("INFO"):
-        node = hive_node_factory(extensions=[plugin], config_xml=_cluster_xml())
-        wait_for(lambda: _counter(node, "docker-discovery.errors.unreachable") >= 3, 15,
+        node = hive_node_factory(extensions=[plugin], config_xml=cluster_xml(free_port()))
+        wait_for(lambda: counter(node, "docker-discovery.errors.unreachable") >= 3, 15,
                  "three failed reloads counted")
-    assert _counter(node, "docker-discovery.query.failed") >= 3
-    assert _counter(node, "docker-discovery.query.success") == 0
+    assert counter(node, "docker-discovery.query.failed") >= 3
+    assert counter(node, "docker-discovery.query.success") == 0
     assert node.call(lambda: len(node.services.cluster_members())) == 1  # still up, alone
     warnings = [r.getMessage() for r in caplog.records
                 if r.levelname == "WARNING" and "docker-discovery" in r.getMessage()]
@@ -306,16 +304,16 @@ def test_a_node_finds_the_nodes_again_when_the_daemon_comes_back(
         monkeypatch.setenv(f"HIVE_DOCKER_DISCOVERY_{key}", value)
     plugin = hive_ext_docker.create_plugin()
     with caplog.at_level("INFO"):
-        node = hive_node_factory(extensions=[plugin], config_xml=_cluster_xml())
-        wait_for(lambda: _counter(node, "docker-discovery.query.success") >= 1, 10, "a reload")
+        node = hive_node_factory(extensions=[plugin], config_xml=cluster_xml(free_port()))
+        wait_for(lambda: counter(node, "docker-discovery.query.success") >= 1, 10, "a reload")
         dockerd.pause()
         try:
-            wait_for(lambda: _counter(node, "docker-discovery.errors.timeout") >= 2, 15,
+            wait_for(lambda: counter(node, "docker-discovery.errors.timeout") >= 2, 15,
                      "timeouts counted while the daemon hangs")
         finally:
             dockerd.resume()
-        successes = _counter(node, "docker-discovery.query.success")
-        wait_for(lambda: _counter(node, "docker-discovery.query.success") > successes, 15,
+        successes = counter(node, "docker-discovery.query.success")
+        wait_for(lambda: counter(node, "docker-discovery.query.success") > successes, 15,
                  "a reload succeeds again")
     assert any("answering again after" in r.getMessage() for r in caplog.records)
     assert node.call(lambda: len(node.services.cluster_members())) == 1

@@ -11,7 +11,6 @@ the tasks of a service are.
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from typing import Any
 
@@ -41,13 +40,10 @@ def test_tasks_records_form_a_cluster_and_ride_out_a_resolver_outage(
                 for host in hosts]
     nodes, newcomer = everyone[:3], everyone[3]
     dnsmasq.set_records(name, hosts[:3])  # the three tasks of the service
-    begun = time.monotonic()
-    serving = hive_processes.start_together(nodes)
-    hive_processes.wait_until(lambda: agree(nodes, 3), 30, "three nodes agree on three members")
-    formed = time.monotonic() - begun
+    formed, after_serving = hive_processes.form(nodes)
     record_property("dns_3_node_cluster_formed_s", round(formed, 2))
     print(f"\nDNS mode: 3 nodes started and agreed on 3 members in {formed:.2f} s "
-          f"({time.monotonic() - serving:.2f} s after the last one served; {dnsmasq.version})")
+          f"({after_serving:.2f} s after the last one served; {dnsmasq.version})")
     ids = [node.node_id for node in nodes]
 
     # kill -9: its task's record goes, the others drop it
@@ -59,8 +55,7 @@ def test_tasks_records_form_a_cluster_and_ride_out_a_resolver_outage(
 
     # restarted (its record back), it rejoins with its own id
     dnsmasq.set_records(name, hosts[:3])
-    victim.start()
-    hive_processes.wait_until(lambda: agree(nodes, 3), 30, "the restarted node rejoins")
+    hive_processes.join(victim, nodes)
     assert victim.node_id == ids[2]
 
     # the resolver goes away, then comes back on the same port
@@ -69,7 +64,5 @@ def test_tasks_records_form_a_cluster_and_ride_out_a_resolver_outage(
 
     # a new node joins
     dnsmasq.set_records(name, hosts)
-    joined = time.monotonic()
-    newcomer.start()
-    hive_processes.wait_until(lambda: agree(everyone, 4), 30, "the new node joins all three")
-    record_property("dns_4th_node_joined_s", round(time.monotonic() - joined, 2))
+    joined = hive_processes.join(newcomer, everyone)
+    record_property("dns_4th_node_joined_s", round(joined, 2))

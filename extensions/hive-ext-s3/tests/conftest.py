@@ -33,6 +33,12 @@ def only_this_extension(hive_only_installed: Callable[..., None]) -> None:
     hive_only_installed("s3-discovery")
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    """The async tests' loop: asyncio, as the node's."""
+    return "asyncio"
+
+
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
     server = S3Server().start()

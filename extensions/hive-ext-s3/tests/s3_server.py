@@ -6,9 +6,11 @@ again on the same port is an outage that loses nothing, as with a real S3.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import urllib.request
+from typing import Any
 
 import boto3
 from moto.moto_server.werkzeug_app import (
@@ -79,6 +81,18 @@ class S3Server:
     def client(self) -> object:
         return boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION,
                             aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+
+    def keys(self, bucket: str, prefix: str) -> list[str]:
+        """The keys of the objects under ``prefix`` in ``bucket``, as S3 lists them."""
+        client: Any = self.client()
+        return [item["Key"] for item in
+                client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
+
+    def records(self, bucket: str, prefix: str) -> dict[str, Any]:
+        """The objects under ``prefix`` in ``bucket``, each read as JSON, by key."""
+        client: Any = self.client()
+        return {key: json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+                for key in self.keys(bucket, prefix)}
 
     def properties(self, bucket: str, **overrides: str | None) -> str:
         """An ``s3discovery.properties`` for this server (keys as in the file, ``_`` for ``-``;

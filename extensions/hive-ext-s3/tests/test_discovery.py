@@ -7,7 +7,6 @@ import json
 import logging
 import re
 import time
-from collections.abc import Coroutine
 from typing import Any
 
 import pytest
@@ -17,6 +16,8 @@ from hive_ext_s3 import KEYS, NodeRecord, S3Discovery, settings_from
 from hive_ext_s3._bucket import NodeBucket, s3_client
 from hive_ext_s3._record import now_ms
 from s3_server import S3Server
+
+pytestmark = pytest.mark.anyio  # one event loop for a whole test: the record refresher lives in it
 
 PREFIX = "test/nodes/"
 A = ClusterNodeAddress("127.0.0.1", 17801)
@@ -37,219 +38,168 @@ def discovery(endpoint_server: S3Server, bucket: str, metrics: Any = None,
     return plugin
 
 
-def run(scenario: Coroutine[Any, Any, None]) -> None:
-    """One event loop for a whole scenario: the record refresher lives in it."""
-    asyncio.run(asyncio.wait_for(scenario, 60))
-
-
-def objects(s3: S3Server, bucket: str) -> dict[str, dict[str, Any]]:
-    client: Any = s3.client()
-    listing = client.list_objects_v2(Bucket=bucket, Prefix=PREFIX).get("Contents", [])
-    return {item["Key"]: json.loads(client.get_object(Bucket=bucket, Key=item["Key"])["Body"]
-                                    .read()) for item in listing}
-
-
 def put(s3: S3Server, bucket: str, key: str, body: bytes) -> None:
     client: Any = s3.client()
     client.put_object(Bucket=bucket, Key=key, Body=body)
 
 
-def test_init_writes_a_versioned_record_and_destroy_deletes_it(s3: S3Server,
-                                                               bucket: str) -> None:
-    async def scenario() -> None:
-        node = discovery(s3, bucket)
-        before = now_ms()
-        await node.hive_discovery_init(A, "node-a")
-        document = objects(s3, bucket)[f"{PREFIX}node-a"]
-        assert document["version"] == 1
-        assert (document["node_id"], document["host"], document["port"]) == (
-            "node-a", "127.0.0.1", 17801)
-        assert before <= document["created_ms"] == document["updated_ms"] <= now_ms()
-        assert await node.hive_discovery_reload() == [A]
-        await node.hive_discovery_destroy()
-        assert objects(s3, bucket) == {}
+async def test_init_writes_a_versioned_record_and_destroy_deletes_it(s3: S3Server,
+                                                                     bucket: str) -> None:
+    node = discovery(s3, bucket)
+    before = now_ms()
+    await node.hive_discovery_init(A, "node-a")
+    document = s3.records(bucket, PREFIX)[f"{PREFIX}node-a"]
+    assert document["version"] == 1
+    assert (document["node_id"], document["host"], document["port"]) == (
+        "node-a", "127.0.0.1", 17801)
+    assert before <= document["created_ms"] == document["updated_ms"] <= now_ms()
+    assert await node.hive_discovery_reload() == [A]
+    await node.hive_discovery_destroy()
+    assert s3.records(bucket, PREFIX) == {}
+    await node.hive_extension_stop()
+
+
+async def test_reload_answers_every_live_node(s3: S3Server, bucket: str) -> None:
+    a, b = discovery(s3, bucket), discovery(s3, bucket)
+    await a.hive_discovery_init(A, "node-a")
+    await b.hive_discovery_init(B, "node-b")
+    assert sorted(await a.hive_discovery_reload() or [], key=str) == [A, B]
+    assert sorted(await b.hive_discovery_reload() or [], key=str) == [A, B]
+    await b.hive_discovery_destroy()
+    assert await a.hive_discovery_reload() == [A]
+    for node in (a, b):
         await node.hive_extension_stop()
 
-    run(scenario())
+
+async def test_the_own_record_is_rewritten_every_update_interval(s3: S3Server, bucket: str) -> None:
+    node = discovery(s3, bucket, file_expiration="3", update_interval="0.3")
+    await node.hive_discovery_init(A, "node-a")
+    first = s3.records(bucket, PREFIX)[f"{PREFIX}node-a"]
+    await asyncio.sleep(1.0)
+    later = s3.records(bucket, PREFIX)[f"{PREFIX}node-a"]
+    assert later["created_ms"] == first["created_ms"]
+    assert later["updated_ms"] >= first["updated_ms"] + 600  # two rewrites at least
+    await node.hive_discovery_destroy()
+    await asyncio.sleep(0.5)  # the refresher stopped: nothing writes the record again
+    assert s3.records(bucket, PREFIX) == {}
+    await node.hive_extension_stop()
 
 
-def test_reload_answers_every_live_node(s3: S3Server, bucket: str) -> None:
-    async def scenario() -> None:
-        a, b = discovery(s3, bucket), discovery(s3, bucket)
-        await a.hive_discovery_init(A, "node-a")
-        await b.hive_discovery_init(B, "node-b")
-        assert sorted(await a.hive_discovery_reload() or [], key=str) == [A, B]
-        assert sorted(await b.hive_discovery_reload() or [], key=str) == [A, B]
-        await b.hive_discovery_destroy()
-        assert await a.hive_discovery_reload() == [A]
-        for node in (a, b):
-            await node.hive_extension_stop()
-
-    run(scenario())
-
-
-def test_the_own_record_is_rewritten_every_update_interval(s3: S3Server, bucket: str) -> None:
-    async def scenario() -> None:
-        node = discovery(s3, bucket, file_expiration="3", update_interval="0.3")
-        await node.hive_discovery_init(A, "node-a")
-        first = objects(s3, bucket)[f"{PREFIX}node-a"]
-        await asyncio.sleep(1.0)
-        later = objects(s3, bucket)[f"{PREFIX}node-a"]
-        assert later["created_ms"] == first["created_ms"]
-        assert later["updated_ms"] >= first["updated_ms"] + 600  # two rewrites at least
-        await node.hive_discovery_destroy()
-        await asyncio.sleep(0.5)  # the refresher stopped: nothing writes the record again
-        assert objects(s3, bucket) == {}
-        await node.hive_extension_stop()
-
-    run(scenario())
-
-
-def test_expired_records_are_deleted_counted_and_logged(
+async def test_expired_records_are_deleted_counted_and_logged(
         s3: S3Server, bucket: str, caplog: pytest.LogCaptureFixture,
         hive_metrics: Any) -> None:
-
-    async def scenario() -> None:
-        node = discovery(s3, bucket, hive_metrics, file_expiration="60", update_interval="30")
-        dead = NodeRecord("node-dead", "127.0.0.1", 17809, now_ms() - 90_000,
-                          now_ms() - 61_000)
-        alive = NodeRecord("node-alive", "127.0.0.1", 17808, now_ms() - 90_000,
-                           now_ms() - 30_000)
-        put(s3, bucket, f"{PREFIX}node-dead", dead.encode())
-        put(s3, bucket, f"{PREFIX}node-alive", alive.encode())
-        await node.hive_discovery_init(A, "node-a")
-        with caplog.at_level(logging.INFO):
-            assert sorted(await node.hive_discovery_reload() or [], key=str) == [
-                A, ClusterNodeAddress("127.0.0.1", 17808)]
-        assert sorted(objects(s3, bucket)) == [f"{PREFIX}node-a", f"{PREFIX}node-alive"]
-        assert hive_metrics["s3-discovery.records.expired"] == 1
-        assert hive_metrics["s3-discovery.queries"] == 1
-        assert hive_metrics["s3-discovery.resolved-addresses"] == 2
-        assert re.search(r"node node-dead \(127.0.0.1:17809\) has not updated its record for "
-                         r"6\d s: expired, deleted", caplog.text)
-        await node.hive_extension_stop()
-
-    run(scenario())
+    node = discovery(s3, bucket, hive_metrics, file_expiration="60", update_interval="30")
+    dead = NodeRecord("node-dead", "127.0.0.1", 17809, now_ms() - 90_000,
+                      now_ms() - 61_000)
+    alive = NodeRecord("node-alive", "127.0.0.1", 17808, now_ms() - 90_000,
+                       now_ms() - 30_000)
+    put(s3, bucket, f"{PREFIX}node-dead", dead.encode())
+    put(s3, bucket, f"{PREFIX}node-alive", alive.encode())
+    await node.hive_discovery_init(A, "node-a")
+    with caplog.at_level(logging.INFO):
+        assert sorted(await node.hive_discovery_reload() or [], key=str) == [
+            A, ClusterNodeAddress("127.0.0.1", 17808)]
+    assert sorted(s3.records(bucket, PREFIX)) == [f"{PREFIX}node-a", f"{PREFIX}node-alive"]
+    assert hive_metrics["s3-discovery.records.expired"] == 1
+    assert hive_metrics["s3-discovery.queries"] == 1
+    assert hive_metrics["s3-discovery.resolved-addresses"] == 2
+    assert re.search(r"node node-dead \(127.0.0.1:17809\) has not updated its record for "
+                     r"6\d s: expired, deleted", caplog.text)
+    await node.hive_extension_stop()
 
 
-def test_a_missing_own_record_is_written_again_at_the_next_reload(s3: S3Server,
-                                                                  bucket: str) -> None:
-    async def scenario() -> None:
-        node = discovery(s3, bucket)
-        await node.hive_discovery_init(A, "node-a")
-        client: Any = s3.client()
-        client.delete_object(Bucket=bucket, Key=f"{PREFIX}node-a")
-        assert await node.hive_discovery_reload() == [A]
-        assert list(objects(s3, bucket)) == [f"{PREFIX}node-a"]
-        await node.hive_extension_stop()
-
-    run(scenario())
-
-
-def test_objects_that_are_not_records_are_skipped_counted_and_logged_once(
-        s3: S3Server, bucket: str, caplog: pytest.LogCaptureFixture,
-        hive_metrics: Any) -> None:
-
-    async def scenario() -> None:
-        node = discovery(s3, bucket, hive_metrics)
-        put(s3, bucket, f"{PREFIX}notes.txt", b"hello")
-        put(s3, bucket, f"{PREFIX}node-future", json.dumps(
-            {"version": 2, "node_id": "node-future"}).encode())
-        await node.hive_discovery_init(A, "node-a")
-        with caplog.at_level(logging.WARNING):
-            for _ in range(3):
-                assert await node.hive_discovery_reload() == [A]
-        assert hive_metrics["s3-discovery.records.malformed"] == 2
-        assert caplog.text.count("not a node record") == 2
-        assert f"skipping {PREFIX}node-future: not a node record (format version 2" \
-            in caplog.text
-        assert f"{PREFIX}notes.txt" in objects_keys(s3, bucket)  # never deleted
-        await node.hive_extension_stop()
-
-    run(scenario())
-
-
-def objects_keys(s3: S3Server, bucket: str) -> list[str]:
+async def test_a_missing_own_record_is_written_again_at_the_next_reload(
+        s3: S3Server, bucket: str) -> None:
+    node = discovery(s3, bucket)
+    await node.hive_discovery_init(A, "node-a")
     client: Any = s3.client()
-    return [item["Key"] for item in
-            client.list_objects_v2(Bucket=bucket, Prefix=PREFIX).get("Contents", [])]
+    client.delete_object(Bucket=bucket, Key=f"{PREFIX}node-a")
+    assert await node.hive_discovery_reload() == [A]
+    assert list(s3.records(bucket, PREFIX)) == [f"{PREFIX}node-a"]
+    await node.hive_extension_stop()
 
 
-def test_a_missing_bucket_is_named_and_counted(s3: S3Server, caplog: pytest.LogCaptureFixture,
-                                               hive_metrics: Any) -> None:
+async def test_objects_that_are_not_records_are_skipped_counted_and_logged_once(
+        s3: S3Server, bucket: str, caplog: pytest.LogCaptureFixture,
+        hive_metrics: Any) -> None:
+    node = discovery(s3, bucket, hive_metrics)
+    put(s3, bucket, f"{PREFIX}notes.txt", b"hello")
+    put(s3, bucket, f"{PREFIX}node-future", json.dumps(
+        {"version": 2, "node_id": "node-future"}).encode())
+    await node.hive_discovery_init(A, "node-a")
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            assert await node.hive_discovery_reload() == [A]
+    assert hive_metrics["s3-discovery.records.malformed"] == 2
+    assert caplog.text.count("not a node record") == 2
+    assert f"skipping {PREFIX}node-future: not a node record (format version 2" \
+        in caplog.text
+    assert f"{PREFIX}notes.txt" in s3.keys(bucket, PREFIX)  # never deleted
+    await node.hive_extension_stop()
 
-    async def scenario() -> None:
-        node = discovery(s3, "no-such-bucket", hive_metrics)
-        with caplog.at_level(logging.WARNING):
-            await node.hive_discovery_init(A, "node-a")
-            assert await node.hive_discovery_reload() is None
-        assert hive_metrics["s3-discovery.errors"] == 2
-        assert "cannot register this node in the bucket: bucket 'no-such-bucket' does not " \
-               "exist" in caplog.text
-        await node.hive_extension_stop()
 
-    run(scenario())
+async def test_a_missing_bucket_is_named_and_counted(
+        s3: S3Server, caplog: pytest.LogCaptureFixture, hive_metrics: Any) -> None:
+    node = discovery(s3, "no-such-bucket", hive_metrics)
+    with caplog.at_level(logging.WARNING):
+        await node.hive_discovery_init(A, "node-a")
+        assert await node.hive_discovery_reload() is None
+    assert hive_metrics["s3-discovery.errors"] == 2
+    assert "cannot register this node in the bucket: bucket 'no-such-bucket' does not " \
+           "exist" in caplog.text
+    await node.hive_extension_stop()
 
 
-def test_an_unreachable_endpoint_is_no_news_counted_logged_once_and_retried(
+async def test_an_unreachable_endpoint_is_no_news_counted_logged_once_and_retried(
         s3: S3Server, bucket: str, caplog: pytest.LogCaptureFixture,
         hive_metrics: Any) -> None:
     down = S3Server.never_started()
 
-    async def scenario() -> None:
-        node = discovery(down, bucket, hive_metrics)
-        with caplog.at_level(logging.INFO):
-            await node.hive_discovery_init(A, "node-a")
-            for _ in range(3):
-                assert await node.hive_discovery_reload() is None
-            assert hive_metrics["s3-discovery.errors"] == 4
-            assert caplog.text.count("s3-discovery: cannot") == 1  # one warning per outage
-            assert "cannot register this node in the bucket: cannot reach S3" in caplog.text
-            assert "Traceback" not in caplog.text
-            down.start()  # the same buckets: moto keeps them in this process
-            try:
-                assert await node.hive_discovery_reload() == [A]
-            finally:
-                down.stop()
-        assert "answering again after" in caplog.text and "4 failed calls" in caplog.text
-        assert list(objects(s3, bucket)) == [f"{PREFIX}node-a"]
-        await node.hive_extension_stop()
-
-    run(scenario())
+    node = discovery(down, bucket, hive_metrics)
+    with caplog.at_level(logging.INFO):
+        await node.hive_discovery_init(A, "node-a")
+        for _ in range(3):
+            assert await node.hive_discovery_reload() is None
+        assert hive_metrics["s3-discovery.errors"] == 4
+        assert caplog.text.count("s3-discovery: cannot") == 1  # one warning per outage
+        assert "cannot register this node in the bucket: cannot reach S3" in caplog.text
+        assert "Traceback" not in caplog.text
+        down.start()  # the same buckets: moto keeps them in this process
+        try:
+            assert await node.hive_discovery_reload() == [A]
+        finally:
+            down.stop()
+    assert "answering again after" in caplog.text and "4 failed calls" in caplog.text
+    assert list(s3.records(bucket, PREFIX)) == [f"{PREFIX}node-a"]
+    await node.hive_extension_stop()
 
 
-def test_an_endpoint_answering_garbage_is_no_news_and_counted(
+async def test_an_endpoint_answering_garbage_is_no_news_and_counted(
         hive_impostor_url: str, caplog: pytest.LogCaptureFixture, hive_metrics: Any) -> None:
     impostor = S3Server()  # never started: its endpoint is the impostor's
     impostor.port = int(hive_impostor_url.rsplit(":", 1)[1])
 
-    async def scenario() -> None:
-        node = discovery(impostor, "hive-cluster", hive_metrics)
-        await node.hive_discovery_init(A, "node-a")
-        with caplog.at_level(logging.WARNING):
-            assert await node.hive_discovery_reload() is None
-        assert hive_metrics["s3-discovery.errors"] == 1  # the PUT "succeeded" (a 200)
-        assert "cannot read the node records" in caplog.text
-        await node.hive_extension_stop()
-
-    run(scenario())
+    node = discovery(impostor, "hive-cluster", hive_metrics)
+    await node.hive_discovery_init(A, "node-a")
+    with caplog.at_level(logging.WARNING):
+        assert await node.hive_discovery_reload() is None
+    assert hive_metrics["s3-discovery.errors"] == 1  # the PUT "succeeded" (a 200)
+    assert "cannot read the node records" in caplog.text
+    await node.hive_extension_stop()
 
 
-def test_an_endpoint_that_never_answers_is_given_up_within_the_hook_deadline(
+async def test_an_endpoint_that_never_answers_is_given_up_within_the_hook_deadline(
         bucket: str, caplog: pytest.LogCaptureFixture, hive_metrics: Any,
         hive_silent_port: int) -> None:
     endpoint = S3Server()  # never started: its endpoint is the silent port
     endpoint.port = hive_silent_port
 
-    async def scenario() -> None:
-        node = discovery(endpoint, bucket, hive_metrics)
-        node.own = NodeRecord.new("node-a", A.host, A.port)
-        begun = time.monotonic()
-        with caplog.at_level(logging.WARNING):
-            assert await node.hive_discovery_reload() is None
-        assert time.monotonic() - begun < 4.6  # the node waits 5 s for a hook at most
-        assert hive_metrics["s3-discovery.errors"] == 1
-        assert "cannot read the node records" in caplog.text
-        await node.hive_extension_stop()
-
-    run(scenario())
+    node = discovery(endpoint, bucket, hive_metrics)
+    node.own = NodeRecord.new("node-a", A.host, A.port)
+    begun = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        assert await node.hive_discovery_reload() is None
+    assert time.monotonic() - begun < 4.6  # the node waits 5 s for a hook at most
+    assert hive_metrics["s3-discovery.errors"] == 1
+    assert "cannot read the node records" in caplog.text
+    await node.hive_extension_stop()

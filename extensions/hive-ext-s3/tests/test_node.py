@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable
@@ -26,13 +25,6 @@ def configure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> Pat
     return path
 
 
-def records(s3: S3Server, bucket: str) -> dict[str, dict[str, Any]]:
-    client: Any = s3.client()
-    listing = client.list_objects_v2(Bucket=bucket, Prefix=PREFIX).get("Contents", [])
-    return {item["Key"]: json.loads(client.get_object(Bucket=bucket, Key=item["Key"])["Body"]
-                                    .read()) for item in listing}
-
-
 class TestContract(DiscoveryContract):
     """What every discovery extension on a shared service does inside a node."""
 
@@ -53,7 +45,8 @@ class TestContract(DiscoveryContract):
 
     @pytest.fixture
     def entries(self, s3: S3Server, bucket: str) -> Callable[[], dict[str, tuple[str, int]]]:
-        return lambda: {key: (r["host"], r["port"]) for key, r in records(s3, bucket).items()}
+        return lambda: {key: (record["host"], record["port"])
+                        for key, record in s3.records(bucket, PREFIX).items()}
 
     @pytest.fixture
     def entry_name(self) -> Callable[[str], str]:
@@ -86,7 +79,7 @@ def test_an_s3_node_with_other_discovery_packages_installed(
         with caplog.at_level("INFO"):
             node = hive_node_factory(config_xml=cluster_xml(free_port(), discovery),
                                      load_installed=True)
-            wait_until(lambda: len(records(s3, bucket)) == 1, 5, "this node's record")
+            wait_until(lambda: len(s3.records(bucket, PREFIX)) == 1, 5, "this node's record")
             node.stop()
         for other in ("consul-discovery", "docker-discovery"):
             if not any(r.name == other for r in node.extensions.manager.records):

@@ -10,38 +10,18 @@ key. Select it with ``<cluster><discovery><extension/>``.
 
 from __future__ import annotations
 
+from hive_ext_consul import _config
 from hive_ext_consul._agent import RECORD_VERSION, MalformedInstance, instance_from
-from hive_ext_consul._config import (
-    CONFIG_ENV,
-    CONFIG_FILE_NAME,
-    KEYS,
-    ConfigError,
-    ConsulSettings,
-    load_settings,
-    settings_from,
-)
+from hive_ext_consul._config import *  # noqa: F403  (its __all__: the settings file's names)
 from hive_ext_consul._discovery import NAME, ConsulDiscovery
 
 __version__ = "1.0.0"
 
 HIVE_API = ">=1.7,<2"  # 1.4: discovery_named; 1.7: PollingDiscovery, Properties
 
-__all__ = [
-    "CONFIG_ENV",
-    "CONFIG_FILE_NAME",
-    "HIVE_API",
-    "KEYS",
-    "NAME",
-    "RECORD_VERSION",
-    "ConfigError",
-    "ConsulDiscovery",
-    "ConsulSettings",
-    "MalformedInstance",
-    "create_plugin",
-    "instance_from",
-    "load_settings",
-    "settings_from",
-]
+__all__ = ["HIVE_API", "NAME", "RECORD_VERSION", "ConsulDiscovery", "MalformedInstance",
+           "create_plugin", "instance_from"]
+__all__ += _config.__all__
 
 
 def create_plugin() -> ConsulDiscovery:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from hive_ext_api import Properties, Setting, SettingError, read_properties, settings_file
+from hive_ext_api import Properties, Setting, SettingError, read_properties
 
 ConfigError = SettingError  # this package's name for it: a setting missing or wrong
 
@@ -60,12 +60,6 @@ class ConsulSettings:
     @property
     def scheme(self) -> str:
         return urlsplit(self.url).scheme
-
-
-def config_path(data_dir: Path) -> Path:
-    """``$HIVE_CONSUL_DISCOVERY_CONFIG``, else ``consuldiscovery.properties`` in the extension's
-    folder."""
-    return settings_file(CONFIG_ENV, CONFIG_FILE_NAME, data_dir)
 
 
 def load_settings(path: Path) -> ConsulSettings:
@@ -138,5 +132,5 @@ def settings_from(settings: dict[str, Setting], source: str) -> ConsulSettings:
         tls_key_file=key, tls_verify=verify, source=source)
 
 
-__all__ = ["CONFIG_ENV", "CONFIG_FILE_NAME", "KEYS", "ConfigError", "ConsulSettings", "config_path",
+__all__ = ["CONFIG_ENV", "CONFIG_FILE_NAME", "KEYS", "ConfigError", "ConsulSettings",
            "load_settings", "settings_from"]

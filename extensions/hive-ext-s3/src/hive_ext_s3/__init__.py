@@ -9,16 +9,8 @@ see the README for every key. Select it with ``<cluster><discovery><extension/>`
 
 from __future__ import annotations
 
-from hive_ext_s3._config import (
-    CONFIG_ENV,
-    CONFIG_FILE_NAME,
-    KEYS,
-    ConfigError,
-    Credentials,
-    S3Settings,
-    load_settings,
-    settings_from,
-)
+from hive_ext_s3 import _config
+from hive_ext_s3._config import *  # noqa: F403  (its __all__: the settings file's names)
 from hive_ext_s3._discovery import NAME, S3Discovery
 from hive_ext_s3._record import FORMAT_VERSION, MalformedRecord, NodeRecord, parse_record
 
@@ -26,24 +18,9 @@ __version__ = "1.0.0"
 
 HIVE_API = ">=1.7,<2"  # 1.4: discovery_named; 1.7: PollingDiscovery, Properties
 
-__all__ = [
-    "CONFIG_ENV",
-    "CONFIG_FILE_NAME",
-    "FORMAT_VERSION",
-    "HIVE_API",
-    "KEYS",
-    "NAME",
-    "ConfigError",
-    "Credentials",
-    "MalformedRecord",
-    "NodeRecord",
-    "S3Discovery",
-    "S3Settings",
-    "create_plugin",
-    "load_settings",
-    "parse_record",
-    "settings_from",
-]
+__all__ = ["FORMAT_VERSION", "HIVE_API", "NAME", "MalformedRecord", "NodeRecord", "S3Discovery",
+           "create_plugin", "parse_record"]
+__all__ += _config.__all__
 
 
 def create_plugin() -> S3Discovery:

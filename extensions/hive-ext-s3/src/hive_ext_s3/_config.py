@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hive_ext_api import Properties, Setting, SettingError, read_properties, settings_file
+from hive_ext_api import Properties, Setting, SettingError, read_properties
 
 ConfigError = SettingError  # this package's name for it: a setting missing or wrong
 
@@ -75,11 +75,6 @@ class S3Settings:
     @property
     def signing_region(self) -> str:
         return self.endpoint_region or self.bucket_region
-
-
-def config_path(data_dir: Path) -> Path:
-    """``$HIVE_S3_DISCOVERY_CONFIG``, else ``s3discovery.properties`` in the extension's folder."""
-    return settings_file(CONFIG_ENV, CONFIG_FILE_NAME, data_dir)
 
 
 def load_settings(path: Path) -> S3Settings:
@@ -155,4 +150,4 @@ def settings_from(settings: dict[str, Setting], source: str) -> S3Settings:
 
 
 __all__ = ["CONFIG_ENV", "CONFIG_FILE_NAME", "KEYS", "ConfigError", "Credentials", "S3Settings",
-           "config_path", "load_settings", "settings_from"]
+           "load_settings", "settings_from"]
