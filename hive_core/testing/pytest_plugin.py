@@ -95,8 +95,10 @@ def mqtt_client() -> Iterator[Callable[..., MqttTestClient]]:
 def hive_processes(tmp_path: Path) -> Iterator[HiveProcesses]:
     """`hive run` nodes: ``hive_processes.add(extension_files={...}, env={...})``, then
     ``start()``, ``kill()`` (-9), ``terminate()``, ``members()``, ``extension_metric(name)``;
-    ``hive_processes.agree(nodes, 3)`` waits until they list the same members. Every node is
-    stopped by its PID at the end of the test."""
+    ``hive_processes.agree(nodes, 3)`` waits until they list the same members, ``form(nodes)``
+    launches them together and waits for that, ``join(node, nodes)`` starts one more, and
+    ``ride_out_an_outage(...)`` takes a discovery service away and back. Every node is stopped
+    by its PID at the end of the test."""
     nodes = HiveProcesses(tmp_path / "hive-processes")
     try:
         yield nodes
