@@ -16,6 +16,7 @@ from collections import Counter
 
 import pytest
 from e2e._session_helpers import PahoClient, mosquitto_pub, props
+from paho.mqtt.client import MQTTMessage
 from paho.mqtt.packettypes import PacketTypes
 
 from cluster._nodes import (
@@ -38,6 +39,16 @@ TIMEOUT = HEARTBEAT[1] / 1000
 
 def client(node, name: str = "", **kwargs) -> PahoClient:  # type: ignore[no-untyped-def]
     return PahoClient(node.port, name or f"c-{uuid.uuid4().hex[:8]}", **kwargs).connect()
+
+
+def first_message(node, topic_filter: str) -> MQTTMessage:  # type: ignore[no-untyped-def]
+    """What a new subscription to ``topic_filter`` on ``node`` gets first (the client closed)."""
+    subscriber = client(node)
+    try:
+        subscriber.subscribe(topic_filter, qos=1)
+        return subscriber.next_message()
+    finally:
+        subscriber.close()
 
 
 def ids_seen(node) -> set[str]:  # type: ignore[no-untyped-def]
@@ -156,22 +167,12 @@ def test_retained_messages_published_on_one_node_are_seen_from_any_other(hive_fa
     wait_for_members([a, b], 2)
     mosquitto_pub(a.port, "site/config", "v1", qos=1, retain=True)
     wait_for(lambda: metrics(b)["broker"]["retained_messages"] == 1, 5, "b holds it")
-    on_b = client(b)
-    try:
-        on_b.subscribe("site/#", qos=1)
-        message = on_b.next_message()
-        assert (message.topic, message.payload, message.retain) == ("site/config", b"v1", True)
-    finally:
-        on_b.close()
+    message = first_message(b, "site/#")
+    assert (message.topic, message.payload, message.retain) == ("site/config", b"v1", True)
     c.start()  # joins later: gets what the cluster retains
     wait_for_members([a, b, c], 3)
-    on_c = client(c)
-    try:
-        on_c.subscribe("site/+", qos=1)
-        message = on_c.next_message()
-        assert (message.topic, message.payload, message.retain) == ("site/config", b"v1", True)
-    finally:
-        on_c.close()
+    message = first_message(c, "site/+")
+    assert (message.topic, message.payload, message.retain) == ("site/config", b"v1", True)
     mosquitto_pub(c.port, "site/config", "", qos=1, retain=True)  # cleared from any node
     for node in (a, b, c):
         wait_for(lambda n=node: metrics(n)["broker"]["retained_messages"] == 0, 5,
@@ -273,12 +274,19 @@ def drain(paho: PahoClient) -> list:  # type: ignore[type-arg]
     return out
 
 
+def leave_a_session(node, client_id: str,  # type: ignore[no-untyped-def]
+                    topic_filter: str) -> None:
+    """A persistent session (expiry 300 s) on ``node``, subscribed to ``topic_filter``, its
+    client gone."""
+    first = client(node, client_id, clean=False, expiry=300)
+    first.subscribe(topic_filter, qos=1)
+    first.disconnect()
+
+
 def test_a_persistent_session_made_on_a_is_resumed_on_b(hive_factory):
     a, b, _c = nodes = start_cluster(hive_factory, 3)
     wait_for_members(nodes, 3)
-    first = client(a, "meter-9", clean=False, expiry=300)
-    first.subscribe("meter/9/cmd", qos=1)
-    first.disconnect()
+    leave_a_session(a, "meter-9", "meter/9/cmd")
     wait_for_route(b, a, "meter/9/cmd")
     mosquitto_pub(b.port, "meter/9/cmd", "reboot", qos=1)  # queued on A for the offline session
     resumed = client(b, "meter-9", clean=False, expiry=300)
@@ -296,9 +304,7 @@ def test_a_persistent_session_made_on_a_is_resumed_on_b(hive_factory):
 def test_a_clean_start_on_b_discards_the_session_held_on_a(hive_factory):
     a, b, _c = nodes = start_cluster(hive_factory, 3)
     wait_for_members(nodes, 3)
-    first = client(a, "meter-10", clean=False, expiry=300)
-    first.subscribe("meter/10/cmd", qos=1)
-    first.disconnect()
+    leave_a_session(a, "meter-10", "meter/10/cmd")
     fresh = client(b, "meter-10", clean=True)
     try:
         assert fresh.session_present is False

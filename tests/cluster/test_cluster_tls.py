@@ -99,6 +99,19 @@ def publish_until_received(publisher: RawClient, subscriber: RawClient, topic: s
     raise AssertionError(f"nothing on {topic} within {timeout} s")
 
 
+def routed_across(one: HiveProcess, two: HiveProcess, topic_filter: str, topic: str,
+                  payload: bytes) -> Publish:
+    """Once both nodes see a cluster of two: what a subscriber of ``topic_filter`` on ``two``
+    gets of what a client of ``one`` publishes."""
+    for node in (one, two):
+        wait_for_size(node, 2)
+    with RawClient(two.port) as subscriber, RawClient(one.port) as publisher:
+        subscriber.connect(5, client_id="sub")
+        subscriber.subscribe(topic_filter)
+        publisher.connect(5, client_id="pub")
+        return publish_until_received(publisher, subscriber, topic, payload)
+
+
 def test_two_nodes_with_mutual_tls_form_a_cluster_and_route(
         hive_factory: Callable[..., HiveProcess], tmp_path: Path) -> None:
     ca = make_ca(tmp_path / "ca")
@@ -108,14 +121,8 @@ def test_two_nodes_with_mutual_tls_form_a_cluster_and_route(
     one = hive_factory(body=tls_cluster_body(ports[0], ports, pem_stores(pem_folder, "node1")))
     two = hive_factory(body=tls_cluster_body(ports[1], ports,
                                              pkcs12_stores(p12_folder, "node2")))
-    for node in (one, two):
-        wait_for_size(node, 2)
-    with RawClient(two.port) as subscriber, RawClient(one.port) as publisher:
-        subscriber.connect(5, client_id="sub")
-        subscriber.subscribe("secure/#")
-        publisher.connect(5, client_id="pub")
-        packet = publish_until_received(publisher, subscriber, "secure/hello", b"over TLS")
-        assert (packet.topic, packet.payload) == ("secure/hello", b"over TLS")
+    packet = routed_across(one, two, "secure/#", "secure/hello", b"over TLS")
+    assert (packet.topic, packet.payload) == ("secure/hello", b"over TLS")
     assert "TLS handshake" not in one.log + two.log
     # The node link really is TLS: plain bytes on the cluster port are refused, and said so.
     with socket.create_connection(("127.0.0.1", ports[0]), timeout=5) as plain:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import HiveProcess, free_port, render_config
+from conftest import HiveProcess, free_port, render_config, run_to_exit
 from e2e.rawclient import RawClient
 
 from cluster._nodes import cluster_body, metrics, wait_for, wait_for_members
@@ -156,9 +156,7 @@ def test_a_bad_variable_is_refused_at_start_without_a_traceback(
     config = tmp_path / "config.xml"
     cluster = free_port()
     config.write_text(render_config(free_port(), cluster_body(cluster, [cluster], free_port())))
-    done = subprocess.run([sys.executable, "-m", "hive_core.cli", "run", "--config", str(config),
-                           "--data-dir", str(tmp_path / "data")], capture_output=True, text=True,
-                          timeout=30, env={**os.environ, variable: value})
+    done = run_to_exit(config, env={variable: value})
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"hive: environment: {message}")
     assert "Traceback" not in done.stderr

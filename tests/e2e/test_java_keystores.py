@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster.test_cluster_tls import publish_until_received, tls_cluster_body, wait_for_size
-from conftest import HiveProcess, free_port, render_config
+from cluster.test_cluster_tls import routed_across, tls_cluster_body
+from conftest import HiveProcess, free_port, render_config, run_to_exit
 from e2e.certs import PKI, make_pki
-from e2e.rawclient import RawClient
-from e2e.test_listeners import _refused_at_handshake, clients  # noqa: F401
+from e2e.test_listeners import assert_client_certificates_required, clients  # noqa: F401
 
 from hive_core.net import TLSConfigError, client_context, server_context
 
@@ -110,18 +109,7 @@ def test_client_authentication_required_against_a_java_trust_store(
     trust = trust_store(pki.ca_pem, tmp_path / "trust.ks", trust_kind)
     port = free_port()
     node = hive_factory(listeners=java_listener(port, store, trust, "REQUIRED"))
-    with_cert = clients(port, tls={"ca_certs": str(pki.ca_pem),
-                                   "certfile": str(pki.client_cert_pem),
-                                   "keyfile": str(pki.client_key_pem)})
-    with_cert.connect()
-    with_cert.subscribe("mutual/t")
-    with_cert.publish("mutual/t", b"trusted")
-    with_cert.expect("mutual/t", b"trusted")
-    for cert in (None, (pki.stranger_cert_pem, pki.stranger_key_pem)):
-        context = ssl.create_default_context(cafile=str(pki.ca_pem))
-        if cert is not None:
-            context.load_cert_chain(cert[0], cert[1])
-        assert _refused_at_handshake(context, port), cert
+    assert_client_certificates_required(clients, port, pki, "mutual/t", b"trusted")
     assert "Traceback" not in node.log
 
 
@@ -153,14 +141,8 @@ def test_seed_004s_cluster_tls_with_jks_files(tmp_path: Path, pki: PKI,
                   "<client-authentication-mode>REQUIRED</client-authentication-mode>")
         bodies.append(tls_cluster_body(ports[index], ports, stores))
     one, two = hive_factory(body=bodies[0]), hive_factory(body=bodies[1])
-    for node in (one, two):
-        wait_for_size(node, 2)
-    with RawClient(two.port) as subscriber, RawClient(one.port) as publisher:
-        subscriber.connect(5, client_id="sub")
-        subscriber.subscribe("jks/#")
-        publisher.connect(5, client_id="pub")
-        packet = publish_until_received(publisher, subscriber, "jks/cluster", b"over TLS")
-        assert packet.payload == b"over TLS"
+    packet = routed_across(one, two, "jks/#", "jks/cluster", b"over TLS")
+    assert packet.payload == b"over TLS"
     assert "TLS handshake" not in one.log + two.log
 
 
@@ -183,9 +165,7 @@ def test_hive_run_with_a_wrong_key_store_password_exits_with_the_reason(
         f"<tls-tcp-listener><port>{free_port()}</port><bind-address>127.0.0.1</bind-address>"
         f"<tls><keystore><path>{store}</path><password>wrong</password></keystore></tls>"
         "</tls-tcp-listener>")))
-    result = subprocess.run([sys.executable, "-m", "hive_core.cli", "run", "--config",
-                             str(config), "--data-dir", str(tmp_path / "data")],
-                            capture_output=True, text=True, timeout=30)
+    result = run_to_exit(config)
     assert result.returncode == 2
     assert result.stderr.startswith(f"hive: TLS: cannot read key store {store} (Java JKS): "
                                     "wrong password")
