@@ -150,6 +150,16 @@ def search_on(driver: WebDriver, node: HiveProcess, page: str, text: str) -> Non
     field.submit()
 
 
+def disconnect_in_the_details(driver: WebDriver) -> None:
+    """Press the client details' disconnect button, confirm, and wait for the answer."""
+    button = driver.find_element(By.ID, "disconnect")
+    until(driver, lambda d: button.is_displayed(), "the disconnect button")
+    button.click()
+    driver.switch_to.alert.accept()
+    until(driver, lambda d: "disconnected" in d.find_element(
+        By.ID, "disconnect-result").text, "the confirmation")
+
+
 def node_rows(driver: WebDriver) -> dict[str, str]:
     """The overview's node table: node id -> state, as shown."""
     rows = driver.find_elements(By.CSS_SELECTOR, "#nodes tbody tr")
@@ -299,12 +309,7 @@ def test_a_client_is_found_from_any_node_and_disconnected_where_it_is(
         until(browser, lambda d: "cc/finder/#" in d.find_element(
             By.ID, "detail-subscriptions").text, "its subscription in the details")
         screenshot(browser, "client-details")
-        button = browser.find_element(By.ID, "disconnect")
-        until(browser, lambda d: button.is_displayed(), "the disconnect button")
-        button.click()
-        browser.switch_to.alert.accept()
-        until(browser, lambda d: "disconnected" in d.find_element(
-            By.ID, "disconnect-result").text, "the confirmation")
+        disconnect_in_the_details(browser)
         wait_for(lambda: reasons, 10, "the client to be disconnected")
         assert reasons[0] == 0x98  # Administrative action: the client reads why
         wait_for(lambda: "control center: user 'operator' disconnected client 'cc-finder-1'"
@@ -456,12 +461,7 @@ def test_a_client_id_that_needs_url_encoding_has_its_details_and_disconnect(
         link.click()
         until(browser, lambda d: "cc/odd/#" in d.find_element(
             By.ID, "detail-subscriptions").text, "its subscription in the details")
-        button = browser.find_element(By.ID, "disconnect")
-        until(browser, lambda d: button.is_displayed(), "the disconnect button")
-        button.click()
-        browser.switch_to.alert.accept()
-        until(browser, lambda d: "disconnected" in d.find_element(
-            By.ID, "disconnect-result").text, "the confirmation")
+        disconnect_in_the_details(browser)
         wait_for(lambda: reasons, 10, "the client to be disconnected")
         assert reasons[0] == 0x98
     finally:

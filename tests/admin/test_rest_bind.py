@@ -29,6 +29,13 @@ TOKEN = "neighbourly-" + "x9" * 16
 REST = free_port()
 
 
+@pytest.fixture
+def hosts(testbed: Testbed) -> tuple[Host, Host]:
+    """``server`` and ``neighbour``: two hosts on one LAN."""
+    lan = testbed.segment()
+    return testbed.host(lan), testbed.host(lan)
+
+
 def start_inside(host: Host, folder: Path, rest: str) -> HiveProcess:
     folder.mkdir()
     node = HiveProcess(folder, render_config(free_port(), rest), 0, {})
@@ -51,9 +58,8 @@ def get_from(host: Host, address: str, path: str, token: str | None = None,
 
 
 def test_the_default_bind_address_is_not_reachable_from_another_host(
-        testbed: Testbed, tmp_path: Path) -> None:
-    lan = testbed.segment()
-    server, neighbour = testbed.host(lan), testbed.host(lan)
+        hosts: tuple[Host, Host], tmp_path: Path) -> None:
+    server, neighbour = hosts
     node = start_inside(server, tmp_path / "loopback",
                         f"<rest-api><enabled>true</enabled><listeners><http><port>{REST}"
                         "</port></http></listeners></rest-api>")
@@ -72,9 +78,8 @@ def test_the_default_bind_address_is_not_reachable_from_another_host(
 
 
 def test_bound_to_every_interface_it_answers_another_host_only_with_credentials(
-        testbed: Testbed, tmp_path: Path) -> None:
-    lan = testbed.segment()
-    server, neighbour = testbed.host(lan), testbed.host(lan)
+        hosts: tuple[Host, Host], tmp_path: Path) -> None:
+    server, neighbour = hosts
     exposed = (f"<rest-api><enabled>true</enabled><listeners><http><port>{REST}</port>"
                "<bind-address>0.0.0.0</bind-address></http></listeners>{auth}</rest-api>")
     config = tmp_path / "refused.xml"

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from cluster._nodes import get
 from conftest import HiveProcess, free_port, render_config
+from netns import pid_alive
 
 HEARTBEAT = (1000, 3000)  # ms: a frozen or cut-off node is declared dead after 3 s
 QUEUE = 100_000  # a subscriber's queue: nothing dropped for want of room
@@ -172,7 +173,7 @@ def sweep_leftovers() -> None:
         listing = _iptables("-t", table, "-S", check=False).stdout.splitlines()
         for line in listing:
             found = _COMMENT.search(line)
-            if not line.startswith("-A ") or found is None or _alive(int(found.group(1))):
+            if not line.startswith("-A ") or found is None or pid_alive(int(found.group(1))):
                 continue
             words = line.split()
             words = [w.strip('"') for w in words]
@@ -181,17 +182,6 @@ def sweep_leftovers() -> None:
             for line in listing:
                 if line.startswith("-N HIVECHAOS"):
                     pid = int(line.split()[1][len("HIVECHAOS"):] or 0)
-                    if not _alive(pid):
+                    if not pid_alive(pid):
                         _iptables("-F", line.split()[1], check=False)
                         _iptables("-X", line.split()[1], check=False)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-

@@ -11,6 +11,7 @@ its clients' CONNACK through HAProxy from another node) are printed (run with -s
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 import uuid
@@ -21,7 +22,7 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
-from conftest import free_port
+from conftest import closing_all, free_port
 from e2e._session_helpers import PahoClient
 from e2e.certs import PKI, make_pki
 from paho.mqtt.enums import CallbackAPIVersion
@@ -46,16 +47,8 @@ def proxied_tcp(port: int) -> str:
 @pytest.fixture
 def clients() -> Iterator[Callable[..., PahoClient]]:
     """Paho clients from 127.0.0.2; every one closed at teardown."""
-    made: list[PahoClient] = []
-
-    def make(port: int, client_id: str, **kwargs: Any) -> PahoClient:
-        client = PahoClient(port, client_id, bind_address=CLIENT, **kwargs)
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        client.close()
+    with closing_all(functools.partial(PahoClient, bind_address=CLIENT)) as make:
+        yield make
 
 
 def behind_haproxy(hive_factory: Any, haproxy_factory: Any, proxy: str) -> tuple[list[Any], Any]:
