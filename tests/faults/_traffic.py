@@ -208,6 +208,12 @@ class Tally:
                    len(lost), sum(n - 1 for n in received.values()), lost[:20],
                    sorted(k for k, n in received.items() if n > 1)[:20])
 
+    def check(self, qos: int) -> None:
+        """Nothing acknowledged was lost; at QoS 2, nothing arrived twice."""
+        assert self.lost == 0, self
+        if qos == 2:
+            assert self.duplicated == 0, self
+
     def __str__(self) -> str:
         return (f"published {self.published}, acknowledged {self.acknowledged}, received "
                 f"{self.received}, lost {self.lost}, duplicated {self.duplicated}"
@@ -231,6 +237,30 @@ def wait_delivered(publisher: Publisher, subscriber: Subscriber, sent: float = 6
     wait_until(publisher.all_acknowledged, acknowledged, "every message to be acknowledged")
     wait_until(lambda: publisher.acknowledged <= set(subscriber.snapshot()), arrived,
                "every acknowledged message to arrive")
+
+
+def traffic_both_ways(nodes: Sequence[Any], topic: str, publishers_on: tuple[int, int],
+                      count: int = 200, rate: float = 400) -> None:
+    """A QoS 1 subscriber on the older node (0) and one on a newer node (1); ``count`` messages
+    published on each of ``publishers_on`` in turn reach both, every one acknowledged."""
+    old_side = Subscriber([nodes[0].port], f"{topic}/#", 1)
+    new_side = Subscriber([nodes[1].port], f"{topic}/#", 1)
+    old_side.start()
+    new_side.start()
+    time.sleep(0.5)
+    try:
+        for first, index in zip((1, 1001), publishers_on, strict=True):
+            publisher = Publisher([nodes[index].port], f"{topic}/x", 1, count=count, rate=rate,
+                                  first=first)
+            publisher.start()
+            wait_until(publisher.all_acknowledged, 30, "acknowledgements")
+            publisher.stop()
+            for subscriber in (old_side, new_side):
+                wait_until(lambda s=subscriber, p=publisher: p.acknowledged <= set(s.snapshot()),
+                           20, "the messages on both sides")
+    finally:
+        old_side.stop()
+        new_side.stop()
 
 
 def frozen_until(pid: int, condition: Callable[[], bool], timeout: float, what: str) -> None:

@@ -17,7 +17,7 @@ import pytest
 from cluster._nodes import cluster_body, metrics, wait_for_members, wait_for_route
 from conftest import free_port
 
-from faults._traffic import Publisher, Subscriber, Tally, wait_until
+from faults._traffic import Publisher, Subscriber, Tally, wait_delivered
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -48,10 +48,7 @@ def run_stream(nodes: list[Any], fault: Any, what: str) -> Tally:
     publisher.start()
     try:
         fault(far)
-        wait_until(publisher.finished, 60, "the publisher to send everything")
-        wait_until(publisher.all_acknowledged, 60, "every message to be acknowledged")
-        wait_until(lambda: publisher.acknowledged <= set(subscriber.snapshot()), 60,
-                   "every acknowledged message to arrive")
+        wait_delivered(publisher, subscriber)
     finally:
         tally = Tally.of([publisher], subscriber)
         near_cluster = metrics(near).get("cluster", {})

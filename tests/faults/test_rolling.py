@@ -15,7 +15,14 @@ from typing import Any
 import pytest
 from cluster._nodes import metrics, node_id, wait_for_members
 
-from faults._traffic import Publisher, Subscriber, Tally, wait_until
+from faults._traffic import (
+    Publisher,
+    Subscriber,
+    Tally,
+    traffic_both_ways,
+    wait_delivered,
+    wait_until,
+)
 from faults.test_failover import three_nodes
 from hive_core.cluster._wire import PROTOCOL_VERSION
 
@@ -44,10 +51,7 @@ def test_restarting_every_node_one_at_a_time_loses_nothing(hive_factory: Any) ->
             wait_for_members(nodes, 3)
             if subscriber.connects > connects:
                 present.append(subscriber.sessions_present[-1])
-        wait_until(publisher.finished, 90, "the publisher to send everything")
-        wait_until(publisher.all_acknowledged, 60, "every message to be acknowledged")
-        wait_until(lambda: publisher.acknowledged <= set(subscriber.snapshot()), 60,
-                   "every acknowledged message to arrive")
+        wait_delivered(publisher, subscriber, sent=90)
     finally:
         tally = Tally.of([publisher], subscriber)
         print(f"rolling restart of 3 nodes, QoS 1: {tally}; the subscriber reconnected "
@@ -109,24 +113,7 @@ def test_nodes_of_two_protocol_versions_serve_together(hive_factory: Any, older:
     wait_for_members(nodes, 3)
     assert f"node protocol {older}" in nodes[1].log
     assert f"node protocol {PROTOCOL_VERSION}" in nodes[1].log
-    old_side = Subscriber([nodes[0].port], "mixed/#", 1)
-    new_side = Subscriber([nodes[1].port], "mixed/#", 1)
-    old_side.start()
-    new_side.start()
-    time.sleep(0.5)
-    try:
-        for port in (nodes[0].port, nodes[2].port):
-            publisher = Publisher([port], "mixed/x", 1, count=100, rate=500,
-                                  first=1 if port == nodes[0].port else 1001)
-            publisher.start()
-            wait_until(publisher.all_acknowledged, 30, "acknowledgements")
-            publisher.stop()
-            for subscriber in (old_side, new_side):
-                wait_until(lambda s=subscriber, p=publisher: p.acknowledged <= set(s.snapshot()),
-                           20, "the messages on both sides")
-    finally:
-        old_side.stop()
-        new_side.stop()
+    traffic_both_ways(nodes, "mixed", publishers_on=(0, 2), count=100, rate=500)
     old, new = metrics(nodes[0]).get("cluster", {}), metrics(nodes[1]).get("cluster", {})
     if older == 2:
         assert old.get("backups") == [] and node_id(nodes[0]) not in (new.get("backups") or [])

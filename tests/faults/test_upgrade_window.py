@@ -23,7 +23,7 @@ import pytest
 from cluster._nodes import metrics, node_id, wait_for_members
 from cluster.test_extension_services import ADMIN_EXTENSION
 
-from faults._traffic import Publisher, Subscriber, wait_until
+from faults._traffic import traffic_both_ways, wait_until
 from faults.test_failover import three_nodes
 from hive_core.cluster import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
 
@@ -173,24 +173,3 @@ def test_a_build_of_node_protocol_1_is_refused_with_what_to_do(
     assert "Cluster size = 2" not in current.log
 
 
-def traffic_both_ways(nodes: list[Any], topic: str, publishers_on: tuple[int, int]) -> None:
-    """A QoS 1 subscriber on the old build's node (0) and one on a new node (1); 200 messages
-    published on each of ``publishers_on`` in turn reach both, every one acknowledged."""
-    old_side = Subscriber([nodes[0].port], f"{topic}/#", 1)
-    new_side = Subscriber([nodes[1].port], f"{topic}/#", 1)
-    old_side.start()
-    new_side.start()
-    time.sleep(0.5)
-    try:
-        for first, index in zip((1, 1001), publishers_on, strict=True):
-            publisher = Publisher([nodes[index].port], f"{topic}/x", 1, count=200, rate=400,
-                                  first=first)
-            publisher.start()
-            wait_until(publisher.all_acknowledged, 30, "acknowledgements")
-            publisher.stop()
-            for subscriber in (old_side, new_side):
-                wait_until(lambda s=subscriber, p=publisher: p.acknowledged <= set(s.snapshot()),
-                           20, "the messages on both sides")
-    finally:
-        old_side.stop()
-        new_side.stop()
