@@ -29,11 +29,16 @@ def brute_force(filters: dict[str, set[str]], topic: str) -> tuple[
     return frozenset(nodes), {k: frozenset(v) for k, v in groups.items()}
 
 
-def test_plain_and_wildcards() -> None:
+def table_of(*routes: tuple[str, str]) -> RoutingTable:
+    """A routing table with these (node, filter) routes added in order."""
     table = RoutingTable()
-    table.add("a", "sensors/+/temp")
-    table.add("b", "sensors/#")
-    table.add("c", "other")
+    for node, topic_filter in routes:
+        table.add(node, topic_filter)
+    return table
+
+
+def test_plain_and_wildcards() -> None:
+    table = table_of(("a", "sensors/+/temp"), ("b", "sensors/#"), ("c", "other"))
     assert table.match("sensors/1/temp")[0] == {"a", "b"}
     assert table.match("sensors")[0] == {"b"}  # '#' matches the parent level too
     assert table.match("other")[0] == {"c"}
@@ -41,29 +46,20 @@ def test_plain_and_wildcards() -> None:
 
 
 def test_dollar_topics_skip_leading_wildcards() -> None:
-    table = RoutingTable()
-    table.add("a", "#")
-    table.add("b", "+/monitor")
-    table.add("c", "$SYS/#")
+    table = table_of(("a", "#"), ("b", "+/monitor"), ("c", "$SYS/#"))
     assert table.match("$SYS/monitor")[0] == {"c"}
     assert table.match("x/monitor")[0] == {"a", "b"}
 
 
 def test_shared_groups_by_node() -> None:
-    table = RoutingTable()
-    table.add("a", "$share/g/jobs/+")
-    table.add("b", "$share/g/jobs/+")
-    table.add("b", "$share/h/jobs/#")
+    table = table_of(("a", "$share/g/jobs/+"), ("b", "$share/g/jobs/+"), ("b", "$share/h/jobs/#"))
     nodes, groups = table.match("jobs/1")
     assert nodes == frozenset()
     assert groups == {("g", "jobs/+"): {"a", "b"}, ("h", "jobs/#"): {"b"}}
 
 
 def test_remove_drop_and_replace() -> None:
-    table = RoutingTable()
-    table.add("a", "t/1")
-    table.add("a", "t/+")
-    table.add("b", "t/1")
+    table = table_of(("a", "t/1"), ("a", "t/+"), ("b", "t/1"))
     assert table.match("t/1")[0] == {"a", "b"}
     table.remove("a", "t/1")
     assert table.match("t/1")[0] == {"a", "b"}  # t/+ still there
