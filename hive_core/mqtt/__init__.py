@@ -1,5 +1,6 @@
 """The MQTT codec: bytes to packets and back for MQTT 3.1, 3.1.1 and 5.0, with no I/O."""
 
+from . import _packets
 from ._decode import decode_packet
 from ._encode import (
     PINGRESP,
@@ -13,26 +14,7 @@ from ._encode import (
     with_dup,
 )
 from ._errors import InsufficientData, MalformedPacket, MQTTError, PacketTooLarge, ProtocolError
-from ._packets import (
-    Auth,
-    ConnAck,
-    Connect,
-    Disconnect,
-    Packet,
-    PingReq,
-    PingResp,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    SubAck,
-    Subscribe,
-    SubscriptionRequest,
-    UnsubAck,
-    Unsubscribe,
-    Will,
-)
+from ._packets import *  # noqa: F403  (the packet classes, named once in _packets.__all__)
 from ._properties import WILL_PROPERTIES, decode_properties, encode_properties
 from ._stream import MAX_PACKET_SIZE, PacketDecoder
 from ._topics import (
@@ -60,36 +42,18 @@ __all__ = [
     "PUBREC",
     "PUBREL",
     "WILL_PROPERTIES",
-    "Auth",
-    "ConnAck",
-    "Connect",
     "ConnectReturnCode",
-    "Disconnect",
     "InsufficientData",
     "MQTTError",
     "MalformedPacket",
-    "Packet",
     "PacketDecoder",
     "PacketTooLarge",
     "PacketType",
-    "PingReq",
-    "PingResp",
     "Properties",
     "PropertyId",
     "ProtocolError",
     "ProtocolVersion",
-    "PubAck",
-    "PubComp",
-    "PubRec",
-    "PubRel",
-    "Publish",
     "ReasonCode",
-    "SubAck",
-    "Subscribe",
-    "SubscriptionRequest",
-    "UnsubAck",
-    "Unsubscribe",
-    "Will",
     "decode_packet",
     "decode_properties",
     "decode_variable_integer",
@@ -105,3 +69,4 @@ __all__ = [
     "validate_topic_name",
     "with_dup",
 ]
+__all__ += _packets.__all__

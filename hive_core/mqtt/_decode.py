@@ -276,12 +276,7 @@ def _decode_suback(kind: int, data: Buffer, pos: int, end: int, version: int) ->
     if version == 5:
         properties, pos = read_property_block(data, pos, end, kind)
         allowed = SUBACK_REASON_CODES
-    reason_codes = list(data[pos:end])
-    if not reason_codes:
-        raise MalformedPacket("SUBACK without a reason code")
-    for code in reason_codes:
-        if code not in allowed:
-            raise MalformedPacket(f"SUBACK with invalid reason code 0x{code:02X}")
+    reason_codes = _read_reason_codes(data, pos, end, allowed, "SUBACK")
     return SubAck(packet_id, reason_codes, properties)
 
 
@@ -306,12 +301,7 @@ def _decode_unsuback(kind: int, data: Buffer, pos: int, end: int, version: int) 
         return UnsubAck((data[pos] << 8) | data[pos + 1])
     packet_id, pos = read_uint16(data, pos, end)
     properties, pos = read_property_block(data, pos, end, kind)
-    reason_codes = list(data[pos:end])
-    if not reason_codes:
-        raise MalformedPacket("UNSUBACK without a reason code")
-    for code in reason_codes:
-        if code not in UNSUBACK_REASON_CODES:
-            raise MalformedPacket(f"UNSUBACK with invalid reason code 0x{code:02X}")
+    reason_codes = _read_reason_codes(data, pos, end, UNSUBACK_REASON_CODES, "UNSUBACK")
     return UnsubAck(packet_id, reason_codes, properties)
 
 
@@ -345,6 +335,19 @@ def _read_packet_id(data: Buffer, pos: int, end: int) -> tuple[int, int]:
     if not packet_id:
         raise ProtocolError("packet identifier 0 (MQTT-2.2.1-3)")
     return packet_id, pos
+
+
+def _read_reason_codes(
+    data: Buffer, pos: int, end: int, allowed: frozenset[int], name: str
+) -> list[int]:
+    """The reason codes that fill the rest of a SUBACK or UNSUBACK: at least one, each allowed."""
+    reason_codes = list(data[pos:end])
+    if not reason_codes:
+        raise MalformedPacket(f"{name} without a reason code")
+    for code in reason_codes:
+        if code not in allowed:
+            raise MalformedPacket(f"{name} with invalid reason code 0x{code:02X}")
+    return reason_codes
 
 
 def _expect_end(pos: int, end: int, name: str) -> None:

@@ -7,6 +7,27 @@ from typing import ClassVar
 
 from ._types import PacketType, Properties
 
+__all__ = [
+    "Auth",
+    "ConnAck",
+    "Connect",
+    "Disconnect",
+    "Packet",
+    "PingReq",
+    "PingResp",
+    "PubAck",
+    "PubComp",
+    "PubRec",
+    "PubRel",
+    "Publish",
+    "SubAck",
+    "Subscribe",
+    "SubscriptionRequest",
+    "UnsubAck",
+    "Unsubscribe",
+    "Will",
+]
+
 
 @dataclass(slots=True)
 class Will:
