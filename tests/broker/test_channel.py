@@ -14,35 +14,14 @@ from typing import Any
 
 import pytest
 
+from hive_core import mqtt
 from hive_core.broker import Broker, BrokerSettings, Channel, Message
-from hive_core.mqtt import (
-    Auth,
-    ConnAck,
-    Connect,
-    Disconnect,
-    PingReq,
-    PingResp,
-    PropertyId,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    ReasonCode,
-    SubAck,
-    Subscribe,
-    SubscriptionRequest,
-    UnsubAck,
-    Unsubscribe,
-    Will,
-    encode_packet,
-)
 from hive_core.persistence import MemorySessionStore, Snapshot, StoredMessage
 
 from ._memory_io import Io
 
-P = PropertyId
-RC = ReasonCode
+P = mqtt.PropertyId
+RC = mqtt.ReasonCode
 
 
 class Peer:
@@ -57,7 +36,7 @@ class Peer:
         self.leftover: list[Any] = []  # what connect() and subscribe() read past their answer
 
     def send(self, *packets: Any) -> None:
-        self.channel.receive_data(b"".join(encode_packet(p, self.version) for p in packets))
+        self.channel.receive_data(b"".join(mqtt.encode_packet(p, self.version) for p in packets))
         self.broker.flush()
 
     def new(self) -> list[Any]:
@@ -67,24 +46,37 @@ class Peer:
         self._seen = len(self.io.packets)
         return packets
 
-    def connect(self, client_id: str, **options: Any) -> ConnAck:
-        self.send(Connect(client_id, self.version, **options))
+    def connect(self, client_id: str, **options: Any) -> mqtt.ConnAck:
+        self.send(mqtt.Connect(client_id, self.version, **options))
         packets = self.new()
-        assert packets and isinstance(packets[0], ConnAck), packets
+        assert packets and isinstance(packets[0], mqtt.ConnAck), packets
         self.leftover = packets[1:]
         return packets[0]
 
-    def subscribe(self, *filters: str, qos: int = 1, **options: Any) -> SubAck:
+    def subscribe(self, *filters: str, qos: int = 1, **options: Any) -> mqtt.SubAck:
         pid = next(self._ids)
-        self.send(Subscribe(pid, [SubscriptionRequest(f, qos, **options) for f in filters]))
+        requests = [mqtt.SubscriptionRequest(f, qos, **options) for f in filters]
+        self.send(mqtt.Subscribe(pid, requests))
         packets = self.new()
-        suback = [p for p in packets if isinstance(p, SubAck)]
+        suback = [p for p in packets if isinstance(p, mqtt.SubAck)]
         assert suback and suback[0].packet_id == pid
-        self.leftover = [p for p in packets if not isinstance(p, SubAck)]
+        self.leftover = [p for p in packets if not isinstance(p, mqtt.SubAck)]
         return suback[0]
 
-    def publishes(self) -> list[Publish]:
-        return [p for p in self.new() if isinstance(p, Publish)]
+    def publishes(self) -> list[mqtt.Publish]:
+        return [p for p in self.new() if isinstance(p, mqtt.Publish)]
+
+
+def subscriber_and_publisher(broker: Broker, topic_filter: str, qos: int = 1,
+                             **connect: Any) -> tuple[Peer, Peer]:
+    """Subscriber "s" (CONNECT with ``connect``) to ``topic_filter`` at ``qos``, then publisher
+    "p": both connected."""
+    sub = Peer(broker)
+    sub.connect("s", **connect)
+    sub.subscribe(topic_filter, qos=qos)
+    pub = Peer(broker)
+    pub.connect("p")
+    return sub, pub
 
 
 def run(scenario: Callable[[Broker], Awaitable[None]], **settings: Any) -> None:
@@ -111,7 +103,7 @@ async def settle() -> None:
 def test_the_first_packet_must_be_connect() -> None:
     async def scenario(broker: Broker) -> None:
         peer = Peer(broker, version=4)
-        peer.send(PingReq())
+        peer.send(mqtt.PingReq())
         assert peer.io.closed
         assert peer.new() == []  # MQTT 3: nothing to say before CONNECT, just close
 
@@ -163,7 +155,7 @@ def test_max_connections_refuses_a_new_client_but_not_a_takeover() -> None:
 
 def test_a_will_above_the_maximum_qos_is_refused() -> None:
     async def scenario(broker: Broker) -> None:
-        ack = Peer(broker).connect("c", will=Will("w", b"x", qos=2))
+        ack = Peer(broker).connect("c", will=mqtt.Will("w", b"x", qos=2))
         assert ack.reason_code == RC.QOS_NOT_SUPPORTED
 
     run(scenario, maximum_qos=1)
@@ -188,7 +180,7 @@ def test_a_missed_keep_alive_closes_with_0x8d() -> None:
         assert not peer.io.closed and peer.io.deadline == pytest.approx(10.0)
         peer.channel.check_deadline(peer.channel.last_read + 16)
         assert peer.io.closed
-        assert [p.reason_code for p in peer.new() if isinstance(p, Disconnect)] == [0x8D]
+        assert [p.reason_code for p in peer.new() if isinstance(p, mqtt.Disconnect)] == [0x8D]
 
     run(scenario)
 
@@ -197,8 +189,8 @@ def test_a_second_connect_is_a_protocol_error() -> None:
     async def scenario(broker: Broker) -> None:
         peer = Peer(broker)
         peer.connect("c")
-        peer.send(Connect("c", 5))
-        assert [p.reason_code for p in peer.new() if isinstance(p, Disconnect)] == [0x82]
+        peer.send(mqtt.Connect("c", 5))
+        assert [p.reason_code for p in peer.new() if isinstance(p, mqtt.Disconnect)] == [0x82]
         assert peer.io.closed
 
     run(scenario)
@@ -208,8 +200,8 @@ def test_ping() -> None:
     async def scenario(broker: Broker) -> None:
         peer = Peer(broker, version=4)
         peer.connect("c")
-        peer.send(PingReq())
-        assert peer.new() == [PingResp()]
+        peer.send(mqtt.PingReq())
+        assert peer.new() == [mqtt.PingResp()]
 
     run(scenario)
 
@@ -225,11 +217,11 @@ def test_a_second_connection_takes_the_session_over() -> None:
         second = Peer(broker)
         ack = second.connect("c", clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 60})
         assert ack.session_present
-        assert [p.reason_code for p in first.new() if isinstance(p, Disconnect)] == [0x8E]
+        assert [p.reason_code for p in first.new() if isinstance(p, mqtt.Disconnect)] == [0x8E]
         assert first.io.closed
         publisher = Peer(broker)
         publisher.connect("p")
-        publisher.send(Publish("t/1", b"x", qos=0))
+        publisher.send(mqtt.Publish("t/1", b"x", qos=0))
         assert [p.payload for p in second.publishes()] == [b"x"]
 
     run(scenario)
@@ -244,7 +236,7 @@ def test_a_session_outlives_its_connection_until_it_expires() -> None:
         assert "c" in broker.sessions
         publisher = Peer(broker)
         publisher.connect("p")
-        publisher.send(Publish("t", b"queued", qos=1, packet_id=1))
+        publisher.send(mqtt.Publish("t", b"queued", qos=1, packet_id=1))
         await asyncio.sleep(1.3)
         assert "c" not in broker.sessions
         back = Peer(broker)
@@ -258,7 +250,7 @@ def test_a_clean_start_discards_the_old_session() -> None:
         peer = Peer(broker)
         peer.connect("c", clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 60})
         peer.subscribe("t")
-        peer.send(Disconnect())
+        peer.send(mqtt.Disconnect())
         ack = Peer(broker).connect("c", clean_start=True)
         assert not ack.session_present
         assert broker.sessions["c"].subscriptions == {}
@@ -272,10 +264,10 @@ def test_the_will_goes_out_when_the_connection_breaks_not_after_disconnect() -> 
         watcher.connect("w")
         watcher.subscribe("wills/#", qos=0)
         polite = Peer(broker)
-        polite.connect("polite", will=Will("wills/polite", b"gone"))
-        polite.send(Disconnect())
+        polite.connect("polite", will=mqtt.Will("wills/polite", b"gone"))
+        polite.send(mqtt.Disconnect())
         rude = Peer(broker)
-        rude.connect("rude", will=Will("wills/rude", b"gone"))
+        rude.connect("rude", will=mqtt.Will("wills/rude", b"gone"))
         rude.channel.connection_lost()
         broker.flush()
         assert [p.topic for p in watcher.publishes()] == ["wills/rude"]
@@ -288,17 +280,13 @@ def test_the_will_goes_out_when_the_connection_breaks_not_after_disconnect() -> 
 
 def test_qos1_from_publisher_to_subscriber_and_back() -> None:
     async def scenario(broker: Broker) -> None:
-        sub = Peer(broker)
-        sub.connect("s")
-        sub.subscribe("t", qos=1)
-        pub = Peer(broker)
-        pub.connect("p")
-        pub.send(Publish("t", b"one", qos=1, packet_id=7))
-        assert pub.new() == [PubAck(7)]
+        sub, pub = subscriber_and_publisher(broker, "t", qos=1)
+        pub.send(mqtt.Publish("t", b"one", qos=1, packet_id=7))
+        assert pub.new() == [mqtt.PubAck(7)]
         (delivery,) = sub.publishes()
         assert delivery.qos == 1 and delivery.payload == b"one"
         assert broker.sessions["s"].inflight
-        sub.send(PubAck(delivery.packet_id))
+        sub.send(mqtt.PubAck(delivery.packet_id))
         assert not broker.sessions["s"].inflight
 
     run(scenario)
@@ -308,46 +296,38 @@ def test_qos1_without_a_subscriber_is_acknowledged_with_no_matching_subscribers(
     async def scenario(broker: Broker) -> None:
         pub = Peer(broker)
         pub.connect("p")
-        pub.send(Publish("nobody", b"x", qos=1, packet_id=3))
-        assert pub.new() == [PubAck(3, RC.NO_MATCHING_SUBSCRIBERS)]
+        pub.send(mqtt.Publish("nobody", b"x", qos=1, packet_id=3))
+        assert pub.new() == [mqtt.PubAck(3, RC.NO_MATCHING_SUBSCRIBERS)]
 
     run(scenario)
 
 
 def test_inbound_qos2_is_routed_once_whatever_the_duplicates() -> None:
     async def scenario(broker: Broker) -> None:
-        sub = Peer(broker)
-        sub.connect("s")
-        sub.subscribe("t", qos=0)
-        pub = Peer(broker)
-        pub.connect("p")
-        pub.send(Publish("t", b"once", qos=2, packet_id=9))
-        assert pub.new() == [PubRec(9)]
-        pub.send(Publish("t", b"once", qos=2, packet_id=9, dup=True))
-        assert pub.new() == [PubRec(9)]
+        sub, pub = subscriber_and_publisher(broker, "t", qos=0)
+        pub.send(mqtt.Publish("t", b"once", qos=2, packet_id=9))
+        assert pub.new() == [mqtt.PubRec(9)]
+        pub.send(mqtt.Publish("t", b"once", qos=2, packet_id=9, dup=True))
+        assert pub.new() == [mqtt.PubRec(9)]
         assert [p.payload for p in sub.publishes()] == [b"once"]
-        pub.send(PubRel(9))
-        assert pub.new() == [PubComp(9)]
-        pub.send(PubRel(9))  # unknown now
-        assert pub.new() == [PubComp(9, RC.PACKET_IDENTIFIER_NOT_FOUND)]
+        pub.send(mqtt.PubRel(9))
+        assert pub.new() == [mqtt.PubComp(9)]
+        pub.send(mqtt.PubRel(9))  # unknown now
+        assert pub.new() == [mqtt.PubComp(9, RC.PACKET_IDENTIFIER_NOT_FOUND)]
 
     run(scenario)
 
 
 def test_outbound_qos2_publish_pubrec_pubrel_pubcomp() -> None:
     async def scenario(broker: Broker) -> None:
-        sub = Peer(broker)
-        sub.connect("s")
-        sub.subscribe("t", qos=2)
-        pub = Peer(broker)
-        pub.connect("p")
-        pub.send(Publish("t", b"x", qos=2, packet_id=1))
+        sub, pub = subscriber_and_publisher(broker, "t", qos=2)
+        pub.send(mqtt.Publish("t", b"x", qos=2, packet_id=1))
         (delivery,) = sub.publishes()
         pid = delivery.packet_id
-        sub.send(PubRec(pid))
-        assert sub.new() == [PubRel(pid)]
+        sub.send(mqtt.PubRec(pid))
+        assert sub.new() == [mqtt.PubRel(pid)]
         assert broker.sessions["s"].inflight[pid].state == "pubrel"
-        sub.send(PubComp(pid))
+        sub.send(mqtt.PubComp(pid))
         assert not broker.sessions["s"].inflight
 
     run(scenario)
@@ -361,31 +341,27 @@ def test_persistent_acknowledgements_wait_for_the_store_and_keep_their_order() -
         sub.channel.connection_lost()  # offline: deliveries are queued in the store
         pub = Peer(broker)
         pub.connect("p")
-        pub.send(Publish("t", b"1", qos=1, packet_id=1), Publish("other", b"2", qos=1,
-                                                                   packet_id=2))
+        pub.send(mqtt.Publish("t", b"1", qos=1, packet_id=1),
+                 mqtt.Publish("other", b"2", qos=1, packet_id=2))
         assert pub.new() == []  # the first waits for its commit, the second waits behind it
         await settle()
         broker.flush()
-        assert pub.new() == [PubAck(1), PubAck(2, RC.NO_MATCHING_SUBSCRIBERS)]
+        assert pub.new() == [mqtt.PubAck(1), mqtt.PubAck(2, RC.NO_MATCHING_SUBSCRIBERS)]
         back = Peer(broker)
         assert back.connect("s", clean_start=False).session_present
-        assert [p.payload for p in back.leftover if isinstance(p, Publish)] == [b"1"]
+        assert [p.payload for p in back.leftover if isinstance(p, mqtt.Publish)] == [b"1"]
 
     run(scenario)
 
 
 def test_the_client_receive_maximum_limits_what_is_in_flight() -> None:
     async def scenario(broker: Broker) -> None:
-        sub = Peer(broker)
-        sub.connect("s", properties={P.RECEIVE_MAXIMUM: 2})
-        sub.subscribe("t", qos=1)
-        pub = Peer(broker)
-        pub.connect("p")
+        sub, pub = subscriber_and_publisher(broker, "t", qos=1, properties={P.RECEIVE_MAXIMUM: 2})
         for pid in range(1, 6):
-            pub.send(Publish("t", str(pid).encode(), qos=1, packet_id=pid))
+            pub.send(mqtt.Publish("t", str(pid).encode(), qos=1, packet_id=pid))
         first = sub.publishes()
         assert [p.payload for p in first] == [b"1", b"2"]
-        sub.send(PubAck(first[0].packet_id))
+        sub.send(mqtt.PubAck(first[0].packet_id))
         assert [p.payload for p in sub.publishes()] == [b"3"]
         assert len(broker.sessions["s"].queue) == 2
 
@@ -397,11 +373,11 @@ def test_more_qos2_in_flight_than_the_server_receive_maximum_is_refused_with_0x9
         pub = Peer(broker)
         pub.connect("p")
         for pid in range(1, 4):
-            pub.send(Publish("t", b"x", qos=2, packet_id=pid))
+            pub.send(mqtt.Publish("t", b"x", qos=2, packet_id=pid))
         assert not pub.io.closed
-        pub.send(Publish("t", b"x", qos=2, packet_id=4))
+        pub.send(mqtt.Publish("t", b"x", qos=2, packet_id=4))
         await closed(pub)
-        assert [p.reason_code for p in pub.new() if isinstance(p, Disconnect)] == [0x93]
+        assert [p.reason_code for p in pub.new() if isinstance(p, mqtt.Disconnect)] == [0x93]
         assert pub.io.closed
 
     run(scenario, server_receive_maximum=3, receive_maximum_strategy="disconnect")
@@ -420,15 +396,15 @@ def test_the_default_strategy_refuses_an_mqtt5_client_past_the_receive_maximum()
     async def scenario(broker: Broker) -> None:
         pub = Peer(broker)
         pub.connect("p")
-        pub.send(*[Publish("t", b"x", qos=2, packet_id=pid) for pid in range(1, 4)])
+        pub.send(*[mqtt.Publish("t", b"x", qos=2, packet_id=pid) for pid in range(1, 4)])
         assert not pub.io.closed
-        pub.send(Publish("t", b"x", qos=2, packet_id=4))
+        pub.send(mqtt.Publish("t", b"x", qos=2, packet_id=4))
         await closed(pub)
         out = pub.new()
         # What was routed is acknowledged first, then DISCONNECT 0x93: a client that resends
         # its backlog after each reconnect gets further each time.
         assert [type(p).__name__ for p in out] == ["PubRec", "PubRec", "PubRec", "Disconnect"]
-        assert [p.reason_code for p in out if isinstance(p, Disconnect)] == [0x93]
+        assert [p.reason_code for p in out if isinstance(p, mqtt.Disconnect)] == [0x93]
         assert pub.io.closed
 
     run(scenario, server_receive_maximum=3)
@@ -448,13 +424,13 @@ def test_past_the_receive_maximum_reading_pauses_until_the_acknowledgements_are_
         sub.channel.connection_lost()  # acknowledgements now wait for the store
         pub = Peer(broker, version)
         pub.connect("p")
-        pub.send(*[Publish("t", b"x", qos=1, packet_id=pid) for pid in range(1, 6)])
+        pub.send(*[mqtt.Publish("t", b"x", qos=1, packet_id=pid) for pid in range(1, 6)])
         assert not pub.io.reading and not pub.io.closed
         assert broker.metrics.receive_maximum_throttled == 1
         await settle()
         broker.flush()
         assert pub.io.reading
-        assert pub.new() == [PubAck(pid) for pid in range(1, 6)]
+        assert pub.new() == [mqtt.PubAck(pid) for pid in range(1, 6)]
         assert len(broker.sessions["s"].queue) == 5
 
     run(scenario, server_receive_maximum=3, receive_maximum_strategy=strategy)
@@ -462,17 +438,14 @@ def test_past_the_receive_maximum_reading_pauses_until_the_acknowledgements_are_
 
 def test_unacknowledged_deliveries_are_sent_again_with_dup_after_a_reconnect() -> None:
     async def scenario(broker: Broker) -> None:
-        sub = Peer(broker)
-        sub.connect("s", clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 60})
-        sub.subscribe("t", qos=1)
-        pub = Peer(broker)
-        pub.connect("p")
-        pub.send(Publish("t", b"x", qos=1, packet_id=1))
+        sub, pub = subscriber_and_publisher(broker, "t", qos=1, clean_start=False,
+                                            properties={P.SESSION_EXPIRY_INTERVAL: 60})
+        pub.send(mqtt.Publish("t", b"x", qos=1, packet_id=1))
         (first,) = sub.publishes()
         sub.channel.connection_lost()
         back = Peer(broker)
         back.connect("s", clean_start=False)
-        (again,) = [p for p in back.leftover if isinstance(p, Publish)]
+        (again,) = [p for p in back.leftover if isinstance(p, mqtt.Publish)]
         assert again.dup and again.packet_id == first.packet_id and again.payload == b"x"
 
     run(scenario)
@@ -483,34 +456,27 @@ def test_unacknowledged_deliveries_are_sent_again_with_dup_after_a_reconnect() -
 
 def test_inbound_topic_aliases_resolve_and_bad_ones_are_refused() -> None:
     async def scenario(broker: Broker) -> None:
-        sub = Peer(broker)
-        sub.connect("s")
-        sub.subscribe("long/topic/name", qos=0)
-        pub = Peer(broker)
-        pub.connect("p")
-        pub.send(Publish("long/topic/name", b"1", properties={P.TOPIC_ALIAS: 1}),
-                 Publish("", b"2", properties={P.TOPIC_ALIAS: 1}))
+        sub, pub = subscriber_and_publisher(broker, "long/topic/name", qos=0)
+        pub.send(mqtt.Publish("long/topic/name", b"1", properties={P.TOPIC_ALIAS: 1}),
+                 mqtt.Publish("", b"2", properties={P.TOPIC_ALIAS: 1}))
         assert [(p.topic, p.payload) for p in sub.publishes()] == [
             ("long/topic/name", b"1"), ("long/topic/name", b"2")]
-        pub.send(Publish("", b"3", properties={P.TOPIC_ALIAS: 2}))
-        assert [p.reason_code for p in pub.new() if isinstance(p, Disconnect)] == [0x82]
+        pub.send(mqtt.Publish("", b"3", properties={P.TOPIC_ALIAS: 2}))
+        assert [p.reason_code for p in pub.new() if isinstance(p, mqtt.Disconnect)] == [0x82]
         other = Peer(broker)
         other.connect("o")
-        other.send(Publish("t", b"x", properties={P.TOPIC_ALIAS: 6}))
-        assert [p.reason_code for p in other.new() if isinstance(p, Disconnect)] == [0x94]
+        other.send(mqtt.Publish("t", b"x", properties={P.TOPIC_ALIAS: 6}))
+        assert [p.reason_code for p in other.new() if isinstance(p, mqtt.Disconnect)] == [0x94]
 
     run(scenario)
 
 
 def test_outbound_topic_aliases_send_the_topic_once() -> None:
     async def scenario(broker: Broker) -> None:
-        sub = Peer(broker)
-        sub.connect("s", properties={P.TOPIC_ALIAS_MAXIMUM: 2})
-        sub.subscribe("t/#", qos=0)
-        pub = Peer(broker)
-        pub.connect("p")
+        sub, pub = subscriber_and_publisher(broker, "t/#", qos=0,
+                                            properties={P.TOPIC_ALIAS_MAXIMUM: 2})
         for payload in (b"1", b"2"):
-            pub.send(Publish("t/a", payload))
+            pub.send(mqtt.Publish("t/a", payload))
         first, second = sub.publishes()
         assert first.topic == "t/a" and first.properties[P.TOPIC_ALIAS] == 1
         assert second.topic == "" and second.properties[P.TOPIC_ALIAS] == 1
@@ -525,14 +491,14 @@ def test_subscribe_unsubscribe_and_retained_messages() -> None:
     async def scenario(broker: Broker) -> None:
         pub = Peer(broker)
         pub.connect("p")
-        pub.send(Publish("r/1", b"kept", retain=True))
+        pub.send(mqtt.Publish("r/1", b"kept", retain=True))
         sub = Peer(broker)
         sub.connect("s")
         suback = sub.subscribe("r/+", "bad/#/filter", qos=1)
         assert suback.reason_codes == [1, RC.TOPIC_FILTER_INVALID]
         assert [(p.topic, p.retain) for p in sub.publishes()] == [("r/1", True)]
-        sub.send(Unsubscribe(99, ["r/+", "never"]))
-        assert sub.new() == [UnsubAck(99, [0, RC.NO_SUBSCRIPTION_EXISTED])]
+        sub.send(mqtt.Unsubscribe(99, ["r/+", "never"]))
+        assert sub.new() == [mqtt.UnsubAck(99, [0, RC.NO_SUBSCRIPTION_EXISTED])]
 
     run(scenario)
 
@@ -541,21 +507,17 @@ def test_no_local_on_a_shared_subscription_is_a_protocol_error() -> None:
     async def scenario(broker: Broker) -> None:
         sub = Peer(broker)
         sub.connect("s")
-        sub.send(Subscribe(1, [SubscriptionRequest("$share/g/t", 1, no_local=True)]))
-        assert [p.reason_code for p in sub.new() if isinstance(p, Disconnect)] == [0x82]
+        sub.send(mqtt.Subscribe(1, [mqtt.SubscriptionRequest("$share/g/t", 1, no_local=True)]))
+        assert [p.reason_code for p in sub.new() if isinstance(p, mqtt.Disconnect)] == [0x82]
 
     run(scenario)
 
 
 def test_sys_topics_are_closed_to_publishers() -> None:
     async def scenario(broker: Broker) -> None:
-        sub = Peer(broker)
-        sub.connect("s")
-        sub.subscribe("$SYS/#")
-        pub = Peer(broker)
-        pub.connect("p")
-        pub.send(Publish("$SYS/broker/x", b"fake", qos=1, packet_id=1))
-        assert pub.new() == [PubAck(1, RC.NOT_AUTHORIZED)]
+        sub, pub = subscriber_and_publisher(broker, "$SYS/#")
+        pub.send(mqtt.Publish("$SYS/broker/x", b"fake", qos=1, packet_id=1))
+        assert pub.new() == [mqtt.PubAck(1, RC.NOT_AUTHORIZED)]
         assert sub.publishes() == []
 
     run(scenario)
@@ -565,8 +527,8 @@ def test_auth_without_a_method_is_a_protocol_error() -> None:
     async def scenario(broker: Broker) -> None:
         peer = Peer(broker)
         peer.connect("c")
-        peer.send(Auth(RC.RE_AUTHENTICATE, {P.AUTHENTICATION_METHOD: "x"}))
-        assert [p.reason_code for p in peer.new() if isinstance(p, Disconnect)] == [0x82]
+        peer.send(mqtt.Auth(RC.RE_AUTHENTICATE, {P.AUTHENTICATION_METHOD: "x"}))
+        assert [p.reason_code for p in peer.new() if isinstance(p, mqtt.Disconnect)] == [0x82]
 
     run(scenario)
 
@@ -580,15 +542,15 @@ def test_pubcomp_waits_until_the_release_is_on_disk() -> None:
     async def scenario(broker: Broker) -> None:
         pub = Peer(broker)
         pub.connect("p", clean_start=False, properties=PERSISTENT)
-        pub.send(Publish("t", b"x", qos=2, packet_id=4))
+        pub.send(mqtt.Publish("t", b"x", qos=2, packet_id=4))
         await settle()
         broker.flush()
-        assert pub.new() == [PubRec(4, RC.NO_MATCHING_SUBSCRIBERS)]
-        pub.send(PubRel(4))
+        assert pub.new() == [mqtt.PubRec(4, RC.NO_MATCHING_SUBSCRIBERS)]
+        pub.send(mqtt.PubRel(4))
         assert pub.new() == []  # the release is not durable yet
         await settle()
         broker.flush()
-        assert pub.new() == [PubComp(4)]
+        assert pub.new() == [mqtt.PubComp(4)]
 
     run(scenario)
 
@@ -597,37 +559,30 @@ def test_an_open_qos2_exchange_is_a_resend_with_or_without_dup() -> None:
     """paho resends an unacknowledged QoS 2 PUBLISH without DUP after some reconnects: it must
     not be routed twice."""
     async def scenario(broker: Broker) -> None:
-        sub = Peer(broker)
-        sub.connect("s")
-        sub.subscribe("t", qos=0)
-        pub = Peer(broker)
-        pub.connect("p")
-        pub.send(Publish("t", b"once", qos=2, packet_id=7))
-        pub.send(Publish("t", b"once", qos=2, packet_id=7))
-        pub.send(Publish("t", b"once", qos=2, packet_id=7, dup=True))
+        sub, pub = subscriber_and_publisher(broker, "t", qos=0)
+        pub.send(mqtt.Publish("t", b"once", qos=2, packet_id=7))
+        pub.send(mqtt.Publish("t", b"once", qos=2, packet_id=7))
+        pub.send(mqtt.Publish("t", b"once", qos=2, packet_id=7, dup=True))
         assert [p.payload for p in sub.publishes()] == [b"once"]
-        assert pub.new() == [PubRec(7)] * 3
+        assert pub.new() == [mqtt.PubRec(7)] * 3
 
     run(scenario)
 
 
 def test_pubrel_and_a_qos2_delivery_wait_until_their_state_is_on_disk() -> None:
     async def scenario(broker: Broker) -> None:
-        sub = Peer(broker)
-        sub.connect("s", clean_start=False, properties=PERSISTENT)
-        sub.subscribe("t", qos=2)
-        pub = Peer(broker)
-        pub.connect("p")
-        pub.send(Publish("t", b"x", qos=2, packet_id=1))
+        sub, pub = subscriber_and_publisher(broker, "t", qos=2, clean_start=False,
+                                            properties=PERSISTENT)
+        pub.send(mqtt.Publish("t", b"x", qos=2, packet_id=1))
         assert sub.publishes() == []  # its packet id is not durable yet
         await settle()
         broker.flush()
         (delivery,) = sub.publishes()
-        sub.send(PubRec(delivery.packet_id))
+        sub.send(mqtt.PubRec(delivery.packet_id))
         assert sub.new() == []
         await settle()
         broker.flush()
-        assert sub.new() == [PubRel(delivery.packet_id)]
+        assert sub.new() == [mqtt.PubRel(delivery.packet_id)]
 
     run(scenario)
 
@@ -642,7 +597,7 @@ def test_a_message_dropped_for_a_subscriber_is_counted_by_reason_and_logged_once
         pub = Peer(broker)
         pub.connect("p")
         for pid in range(1, 6):
-            pub.send(Publish("t", b"x", qos=1, packet_id=pid))
+            pub.send(mqtt.Publish("t", b"x", qos=1, packet_id=pid))
         assert broker.metrics.dropped == {"queue-full": 3}
         assert broker.stats().metrics.dropped == {"queue-full": 3}
         warnings = [r for r in caplog.records if "dropped a message" in r.getMessage()]
@@ -662,13 +617,13 @@ def test_a_topic_deeper_than_the_limit_is_refused_and_the_rest_is_served() -> No
         assert sub.subscribe(deep, "a/b/c/d", qos=1).reason_codes == [RC.TOPIC_FILTER_INVALID, 1]
         assert not sub.io.closed
         will = Peer(broker)
-        assert will.connect("w", will=Will(deep, b"x")).reason_code == RC.TOPIC_NAME_INVALID
+        assert will.connect("w", will=mqtt.Will(deep, b"x")).reason_code == RC.TOPIC_NAME_INVALID
         pub = Peer(broker)
         pub.connect("p")
-        pub.send(Publish("a/b/c/d", b"fits", qos=1, packet_id=1))
+        pub.send(mqtt.Publish("a/b/c/d", b"fits", qos=1, packet_id=1))
         assert [p.payload for p in sub.publishes()] == [b"fits"]
-        pub.send(Publish(deep, b"too deep", qos=1, packet_id=2))
-        assert [p.reason_code for p in pub.new() if isinstance(p, Disconnect)] == [0x90]
+        pub.send(mqtt.Publish(deep, b"too deep", qos=1, packet_id=2))
+        assert [p.reason_code for p in pub.new() if isinstance(p, mqtt.Disconnect)] == [0x90]
         assert pub.io.closed and not sub.io.closed
 
     run(scenario, max_topic_levels=4)
@@ -682,9 +637,9 @@ def test_within_the_limit_a_very_deep_topic_is_served() -> None:
         assert sub.subscribe(deep, "+/" + deep.split("/", 1)[1], qos=1).reason_codes == [1, 1]
         pub = Peer(broker)
         pub.connect("p")
-        pub.send(Publish(deep, b"x", qos=1, packet_id=1))
+        pub.send(mqtt.Publish(deep, b"x", qos=1, packet_id=1))
         assert len(sub.publishes()) == 1  # one delivery for both matching subscriptions
-        assert pub.new() == [PubAck(1)]
+        assert pub.new() == [mqtt.PubAck(1)]
 
     run(scenario, max_topic_levels=5000)
 
@@ -714,7 +669,7 @@ def test_a_subscribe_writes_its_subscription_not_the_whole_session() -> None:
             store.calls.clear()
             for i in range(500):
                 sub.subscribe(f"t/{i}")
-            sub.send(Unsubscribe(9999, ["t/7"]))
+            sub.send(mqtt.Unsubscribe(9999, ["t/7"]))
             assert store.calls == {"save_subscription": 500, "delete_subscription": 1}
             assert set(store.contents().sessions["s"].subscriptions) == {
                 f"t/{i}" for i in range(500) if i != 7}
@@ -781,7 +736,7 @@ def test_input_read_while_the_node_is_fenced_waits_and_a_closed_clients_is_dropp
         pub.connect("p")
         fence = FenceOnly()
         broker.cluster, broker.input_fence.up = fence, True  # type: ignore[assignment]
-        pub.send(Publish("t", b"1", 1, packet_id=1), Publish("t", b"2", 1, packet_id=2))
+        pub.send(mqtt.Publish("t", b"1", 1, packet_id=1), mqtt.Publish("t", b"2", 1, packet_id=2))
         await settle()
         assert sub.publishes() == [] and pub.new() == []
         if closed_meanwhile:
@@ -794,6 +749,6 @@ def test_input_read_while_the_node_is_fenced_waits_and_a_closed_clients_is_dropp
             assert sub.publishes() == []
         else:
             assert [p.payload for p in sub.publishes()] == [b"1", b"2"]
-            assert [type(p) for p in pub.new()] == [PubAck, PubAck]
+            assert [type(p) for p in pub.new()] == [mqtt.PubAck, mqtt.PubAck]
 
     run(scenario)

@@ -14,36 +14,17 @@ from collections.abc import Coroutine, Generator, Iterable
 from contextlib import nullcontext
 from typing import Any
 
+from hive_core import mqtt
 from hive_core.broker import BrokerSettings, Channel, Message
 from hive_core.broker._metrics import BrokerMetrics
 from hive_core.broker._ports import InputFence
 from hive_core.broker._session import Outbound, Pending, Session
-from hive_core.mqtt import (
-    ConnAck,
-    Connect,
-    Disconnect,
-    PingReq,
-    PingResp,
-    PropertyId,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    ReasonCode,
-    SubAck,
-    Subscribe,
-    SubscriptionRequest,
-    UnsubAck,
-    Unsubscribe,
-    encode_packet,
-)
 from hive_core.plugins import Extensions
 
 from ._memory_io import Io
 
-P = PropertyId
-RC = ReasonCode
+P = mqtt.PropertyId
+RC = mqtt.ReasonCode
 
 
 class Gate:
@@ -192,7 +173,7 @@ class Host:
         self.published.append(message)
         return self.matched, message.qos > 0
 
-    def subscribe(self, session: Session, requests: list[SubscriptionRequest],
+    def subscribe(self, session: Session, requests: list[mqtt.SubscriptionRequest],
                   subscription_id: int | None, version: int
                   ) -> tuple[list[int], list[bool]] | None:
         self.subscribed += [(session.client_id, r.topic_filter, r.qos) for r in requests]
@@ -202,7 +183,7 @@ class Host:
     def unsubscribe(self, session: Session, filters: Iterable[str]) -> list[int]:
         return [RC.SUCCESS for _ in filters]
 
-    def send_retained_for(self, session: Session, requests: list[SubscriptionRequest],
+    def send_retained_for(self, session: Session, requests: list[mqtt.SubscriptionRequest],
                           codes: list[int], existed: list[bool]) -> None:
         pass
 
@@ -220,7 +201,7 @@ class Client:
 
     def send(self, *packets: Any) -> list[Any]:
         """Send ``packets``; what the channel wrote back (its output is written per batch)."""
-        self.channel.receive_data(b"".join(encode_packet(p, self.version) for p in packets))
+        self.channel.receive_data(b"".join(mqtt.encode_packet(p, self.version) for p in packets))
         self.host.flush()
         return self.new()
 
@@ -229,16 +210,16 @@ class Client:
         self._seen = len(self.io.packets)
         return packets
 
-    def connect(self, client_id: str = "c", **options: Any) -> ConnAck:
-        packets = self.send(Connect(client_id, self.version, **options))
-        assert len(packets) == 1 and isinstance(packets[0], ConnAck), packets
+    def connect(self, client_id: str = "c", **options: Any) -> mqtt.ConnAck:
+        packets = self.send(mqtt.Connect(client_id, self.version, **options))
+        assert len(packets) == 1 and isinstance(packets[0], mqtt.ConnAck), packets
         return packets[0]
 
 
 def test_the_first_packet_must_be_a_connect() -> None:
     host = Host()
     client = Client(host)
-    assert client.send(PingReq()) == []
+    assert client.send(mqtt.PingReq()) == []
     assert client.io.closed
     assert host.closed == [(None, False, False)]
     assert host.metrics.protocol_errors == 1
@@ -271,22 +252,22 @@ def test_the_keep_alive_deadline_follows_the_time_passed_in() -> None:
     client = Client(host)
     client.connect(keep_alive=10)
     host.now += 9
-    client.send(PingReq())
+    client.send(mqtt.PingReq())
     client.channel.check_deadline(host.now + 6)  # 6 s after the last read: 9 s are left
     assert not client.io.closed and client.io.deadline == 9
     client.channel.check_deadline(host.now + 15)
     host.flush()
     assert client.io.closed
     assert [(type(p), p.reason_code) for p in client.new()] == \
-        [(Disconnect, RC.KEEP_ALIVE_TIMEOUT)]
+        [(mqtt.Disconnect, RC.KEEP_ALIVE_TIMEOUT)]
 
 
 def test_ping_and_qos0_need_nothing_waited_for() -> None:
     host = Host()
     client = Client(host)
     client.connect()
-    assert [type(p) for p in client.send(PingReq())] == [PingResp]
-    assert client.send(Publish("a/b", b"x", 0)) == []
+    assert [type(p) for p in client.send(mqtt.PingReq())] == [mqtt.PingResp]
+    assert client.send(mqtt.Publish("a/b", b"x", 0)) == []
     assert [(m.topic, m.payload, m.qos) for m in host.published] == [("a/b", b"x", 0)]
     assert host.steps == [] and host.commits == 0
 
@@ -296,14 +277,15 @@ def test_pubacks_wait_for_one_commit_and_keep_their_order() -> None:
     host.commit_gate = Gate()
     client = Client(host)
     client.connect()
-    assert client.send(Publish("a", b"1", 1, packet_id=1), Publish("a", b"2", 1, packet_id=2),
-                       Publish("a", b"3", 1, packet_id=3)) == []
+    assert client.send(mqtt.Publish("a", b"1", 1, packet_id=1),
+                       mqtt.Publish("a", b"2", 1, packet_id=2),
+                       mqtt.Publish("a", b"3", 1, packet_id=3)) == []
     host.run_steps()
     assert client.new() == [] and host.commits == 1  # routed, not acknowledged before the disk
     host.commit_gate.open = True
     host.run_steps()
     assert [(type(p), p.packet_id) for p in client.new()] == \
-        [(PubAck, 1), (PubAck, 2), (PubAck, 3)]
+        [(mqtt.PubAck, 1), (mqtt.PubAck, 2), (mqtt.PubAck, 3)]
     assert host.commits == 1 and len(host.published) == 3
 
 
@@ -312,7 +294,7 @@ def test_no_matching_subscribers_is_said_in_the_puback() -> None:
     host.matched = False
     client = Client(host)
     client.connect()
-    client.send(Publish("a", b"1", 1, packet_id=7))
+    client.send(mqtt.Publish("a", b"1", 1, packet_id=7))
     host.run_steps()
     [ack] = client.new()
     assert (ack.packet_id, ack.reason_code) == (7, RC.NO_MATCHING_SUBSCRIBERS)
@@ -322,27 +304,27 @@ def test_inbound_qos2_is_routed_once_until_released() -> None:
     host = Host()
     client = Client(host)
     client.connect("q2", clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 60})
-    client.send(Publish("t", b"once", 2, packet_id=5))
-    client.send(Publish("t", b"once", 2, packet_id=5, dup=True))
-    client.send(Publish("t", b"once", 2, packet_id=5))  # resent without DUP: still a resend
+    client.send(mqtt.Publish("t", b"once", 2, packet_id=5))
+    client.send(mqtt.Publish("t", b"once", 2, packet_id=5, dup=True))
+    client.send(mqtt.Publish("t", b"once", 2, packet_id=5))  # resent without DUP: still a resend
     host.run_steps()
-    assert [type(p) for p in client.new()] == [PubRec, PubRec, PubRec]
+    assert [type(p) for p in client.new()] == [mqtt.PubRec, mqtt.PubRec, mqtt.PubRec]
     assert len(host.published) == 1
-    client.send(PubRel(5))
+    client.send(mqtt.PubRel(5))
     host.run_steps()
     [comp] = client.new()
-    assert isinstance(comp, PubComp) and comp.reason_code == RC.SUCCESS
+    assert isinstance(comp, mqtt.PubComp) and comp.reason_code == RC.SUCCESS
     assert host.records.writes == [("received", 5), ("released", 5)]
-    client.send(Publish("t", b"next", 2, packet_id=5))  # the id is free again: a new message
+    client.send(mqtt.Publish("t", b"next", 2, packet_id=5))  # the id is free again: a new message
     host.run_steps()
-    assert len(host.published) == 2 and [type(p) for p in client.new()] == [PubRec]
+    assert len(host.published) == 2 and [type(p) for p in client.new()] == [mqtt.PubRec]
 
 
 def test_a_pubrel_for_an_unknown_id_is_answered_with_0x92() -> None:
     host = Host()
     client = Client(host)
     client.connect()
-    [comp] = client.send(PubRel(9))  # nothing to commit: at once
+    [comp] = client.send(mqtt.PubRel(9))  # nothing to commit: at once
     assert (comp.packet_id, comp.reason_code) == (9, RC.PACKET_IDENTIFIER_NOT_FOUND)
 
 
@@ -350,11 +332,11 @@ def test_topic_aliases_resolve_and_one_past_the_maximum_is_refused() -> None:
     host = Host(topic_alias_maximum=2)
     client = Client(host)
     client.connect()
-    client.send(Publish("long/topic", b"1", 0, properties={P.TOPIC_ALIAS: 1}))
-    client.send(Publish("", b"2", 0, properties={P.TOPIC_ALIAS: 1}))
+    client.send(mqtt.Publish("long/topic", b"1", 0, properties={P.TOPIC_ALIAS: 1}))
+    client.send(mqtt.Publish("", b"2", 0, properties={P.TOPIC_ALIAS: 1}))
     assert [m.topic for m in host.published] == ["long/topic", "long/topic"]
-    answer = client.send(Publish("x", b"3", 0, properties={P.TOPIC_ALIAS: 3}))
-    assert [(type(p), p.reason_code) for p in answer] == [(Disconnect, RC.TOPIC_ALIAS_INVALID)]
+    answer = client.send(mqtt.Publish("x", b"3", 0, properties={P.TOPIC_ALIAS: 3}))
+    assert [(type(p), p.reason_code) for p in answer] == [(mqtt.Disconnect, RC.TOPIC_ALIAS_INVALID)]
     assert client.io.closed and len(host.published) == 2
 
 
@@ -362,7 +344,7 @@ def test_clients_may_not_publish_under_sys() -> None:
     host = Host()
     client = Client(host)
     client.connect()
-    [ack] = client.send(Publish("$SYS/broker/uptime", b"0", 1, packet_id=2))
+    [ack] = client.send(mqtt.Publish("$SYS/broker/uptime", b"0", 1, packet_id=2))
     assert ack.reason_code == RC.NOT_AUTHORIZED and host.published == []
 
 
@@ -371,7 +353,7 @@ def test_past_the_receive_maximum_a_throttled_client_is_read_again_after_its_ack
     host.commit_gate = Gate()
     client = Client(host)
     client.connect()
-    client.send(*(Publish("a", b"x", 1, packet_id=i) for i in (1, 2, 3)))
+    client.send(*(mqtt.Publish("a", b"x", 1, packet_id=i) for i in (1, 2, 3)))
     assert not client.io.reading and host.metrics.receive_maximum_throttled == 1
     assert len(host.published) == 3  # handled: nothing the client sent is lost
     host.commit_gate.open = True
@@ -383,8 +365,8 @@ def test_a_qos_above_the_maximum_is_refused_with_0x9b() -> None:
     host = Host(maximum_qos=1)
     client = Client(host)
     client.connect()
-    answer = client.send(Publish("a", b"x", 2, packet_id=1))
-    assert [(type(p), p.reason_code) for p in answer] == [(Disconnect, RC.QOS_NOT_SUPPORTED)]
+    answer = client.send(mqtt.Publish("a", b"x", 2, packet_id=1))
+    assert [(type(p), p.reason_code) for p in answer] == [(mqtt.Disconnect, RC.QOS_NOT_SUPPORTED)]
     assert host.published == []
 
 
@@ -395,11 +377,12 @@ def test_acknowledgements_of_deliveries_go_to_the_outbound_window() -> None:
     session = host.sessions["sub"]
     message = Message("t", b"x", 2, False, {}, "pub")
     session.window()[4] = Outbound(Pending(message, 2, None, False))
-    [rel] = client.send(PubAck(3), PubRec(4), PubComp(4))  # nothing to commit: at once
+    # nothing to commit: at once
+    [rel] = client.send(mqtt.PubAck(3), mqtt.PubRec(4), mqtt.PubComp(4))
     assert host.outbox.calls[1:] == [("acknowledged", "sub", 3), ("released", "sub", 4),
                                      ("acknowledged", "sub", 4)]
-    assert isinstance(rel, PubRel) and rel.packet_id == 4
-    [rel] = client.send(PubRec(8))  # nothing in flight with that id
+    assert isinstance(rel, mqtt.PubRel) and rel.packet_id == 4
+    [rel] = client.send(mqtt.PubRec(8))  # nothing in flight with that id
     assert (rel.packet_id, rel.reason_code) == (8, RC.PACKET_IDENTIFIER_NOT_FOUND)
 
 
@@ -407,22 +390,23 @@ def test_subscribe_and_unsubscribe_are_answered_with_the_hosts_codes() -> None:
     host = Host()
     client = Client(host, version=4)
     client.connect()
-    [ack] = client.send(Subscribe(1, [SubscriptionRequest("a/#", 1),
-                                      SubscriptionRequest("bad/+", 2)]))
-    assert isinstance(ack, SubAck) and ack.reason_codes == [1, 0x80]  # MQTT 3: 0x80, any failure
+    [ack] = client.send(mqtt.Subscribe(1, [mqtt.SubscriptionRequest("a/#", 1),
+                                           mqtt.SubscriptionRequest("bad/+", 2)]))
+    # MQTT 3: 0x80, any failure
+    assert isinstance(ack, mqtt.SubAck) and ack.reason_codes == [1, 0x80]
     assert host.subscribed == [("c", "a/#", 1), ("c", "bad/+", 2)]
-    [ack] = client.send(Unsubscribe(2, ["a/#"]))
-    assert isinstance(ack, UnsubAck) and ack.packet_id == 2
+    [ack] = client.send(mqtt.Unsubscribe(2, ["a/#"]))
+    assert isinstance(ack, mqtt.UnsubAck) and ack.packet_id == 2
 
 
 def test_subscription_identifiers_when_disabled_close_with_0xa1() -> None:
     host = Host(subscription_identifiers=False)
     client = Client(host)
     client.connect()
-    answer = client.send(Subscribe(1, [SubscriptionRequest("a", 0)],
-                                   {P.SUBSCRIPTION_IDENTIFIER: [3]}))
+    answer = client.send(mqtt.Subscribe(1, [mqtt.SubscriptionRequest("a", 0)],
+                                        {P.SUBSCRIPTION_IDENTIFIER: [3]}))
     assert [(type(p), p.reason_code) for p in answer] == \
-        [(Disconnect, RC.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED)]
+        [(mqtt.Disconnect, RC.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED)]
     assert host.subscribed == []
 
 
@@ -431,7 +415,7 @@ def test_disconnect_says_whether_the_will_goes() -> None:
     for reason, discarded in ((RC.SUCCESS, True), (RC.DISCONNECT_WITH_WILL_MESSAGE, False)):
         client = Client(host)
         client.connect(f"w{reason}")
-        client.send(Disconnect(reason))
+        client.send(mqtt.Disconnect(reason))
         assert client.io.closed
         assert host.closed[-1] == (f"w{reason}", True, discarded)
 
@@ -440,8 +424,8 @@ def test_a_session_expiry_raised_from_zero_at_disconnect_is_a_protocol_error() -
     host = Host()
     client = Client(host)
     client.connect()
-    answer = client.send(Disconnect(RC.SUCCESS, {P.SESSION_EXPIRY_INTERVAL: 30}))
-    assert [(type(p), p.reason_code) for p in answer] == [(Disconnect, RC.PROTOCOL_ERROR)]
+    answer = client.send(mqtt.Disconnect(RC.SUCCESS, {P.SESSION_EXPIRY_INTERVAL: 30}))
+    assert [(type(p), p.reason_code) for p in answer] == [(mqtt.Disconnect, RC.PROTOCOL_ERROR)]
     assert host.closed == [("c", False, False)]
 
 
@@ -449,34 +433,37 @@ def test_a_second_connect_is_a_protocol_error() -> None:
     host = Host()
     client = Client(host)
     client.connect()
-    answer = client.send(Connect("c", 5))
-    assert [(type(p), p.reason_code) for p in answer] == [(Disconnect, RC.PROTOCOL_ERROR)]
+    answer = client.send(mqtt.Connect("c", 5))
+    assert [(type(p), p.reason_code) for p in answer] == [(mqtt.Disconnect, RC.PROTOCOL_ERROR)]
 
 
-def test_input_after_a_pause_waits_for_the_fence_and_keeps_its_order() -> None:
+def fenced_client() -> tuple[Host, Client]:
+    """A connected client on a node that has just paused: its input waits on the fence."""
     host = Host()
     client = Client(host)
     client.connect()
     host.fence_gate = Gate()
     host.input_fence.up = True
-    client.send(Publish("a", b"1", 0), Publish("a", b"2", 1, packet_id=1), PingReq())
-    client.send(Publish("a", b"3", 0))
+    return host, client
+
+
+def test_input_after_a_pause_waits_for_the_fence_and_keeps_its_order() -> None:
+    host, client = fenced_client()
+    client.send(mqtt.Publish("a", b"1", 0), mqtt.Publish("a", b"2", 1, packet_id=1), mqtt.PingReq())
+    client.send(mqtt.Publish("a", b"3", 0))
     host.run_steps()
     assert host.published == [] and client.new() == []
     host.input_fence.up = False
     host.fence_gate.open = True
     host.run_steps()
     assert [m.payload for m in host.published] == [b"1", b"2", b"3"]
-    assert [type(p) for p in client.new()] == [PingResp, PubAck]  # the PUBACK after its commit
+    # the PUBACK after its commit
+    assert [type(p) for p in client.new()] == [mqtt.PingResp, mqtt.PubAck]
 
 
 def test_input_of_a_client_gone_while_fenced_is_dropped() -> None:
-    host = Host()
-    client = Client(host)
-    client.connect()
-    host.fence_gate = Gate()
-    host.input_fence.up = True
-    client.send(Publish("a", b"1", 1, packet_id=1))
+    host, client = fenced_client()
+    client.send(mqtt.Publish("a", b"1", 1, packet_id=1))
     client.channel.connection_lost()
     host.fence_gate.open = True
     host.run_steps()
@@ -493,5 +480,5 @@ def test_a_malformed_packet_after_connect_closes_with_its_reason() -> None:
     client.channel.receive_data(bytes([0x36, 0x04, 0x00, 0x01, 0x61, 0x00]))  # PUBLISH, QoS 3
     host.flush()
     [answer] = client.new()
-    assert (type(answer), answer.reason_code) == (Disconnect, RC.MALFORMED_PACKET)
+    assert (type(answer), answer.reason_code) == (mqtt.Disconnect, RC.MALFORMED_PACKET)
     assert client.io.closed and host.published == []

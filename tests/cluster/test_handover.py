@@ -22,21 +22,10 @@ from cluster.test_membership import (
     settle,
     until,
 )
+from hive_core import mqtt
 from hive_core.broker import ClientConnection, Message, snapshot_records
 from hive_core.broker._records import session_from
 from hive_core.cluster import _session_frames
-from hive_core.mqtt import (
-    ConnAck,
-    Connect,
-    PacketDecoder,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    ReasonCode,
-    encode_packet,
-)
 from hive_core.persistence import MemorySessionStore, StoredMessage
 from hive_core.plugins import ExtensionManager, Extensions
 from hive_ext_api import AuthDecision, ConnectInfo, hookimpl
@@ -54,12 +43,18 @@ def offline_subscriber(node: Node, client_id: str, topic: str) -> None:
     client.connection.connection_lost(None)
 
 
+async def offline_subscriber_on_n1(n1: Node, n3: Node, client_id: str, topic: str) -> None:
+    """``offline_subscriber`` on n1, once n3 routes ``topic`` to n1."""
+    offline_subscriber(n1, client_id, topic)
+    await until(lambda: n3.cluster.table.filters_of("n1") == {topic})
+
+
 def publish_qos1(client: Client, topic: str, payload: bytes) -> None:
-    client.send(Publish(topic, payload, 1, packet_id=next(_pids)))
+    client.send(mqtt.Publish(topic, payload, 1, packet_id=next(_pids)))
 
 
-def connack(client: Client) -> ConnAck | None:
-    acks = [p for p in client.wire.packets if isinstance(p, ConnAck)]
+def connack(client: Client) -> mqtt.ConnAck | None:
+    acks = [p for p in client.wire.packets if isinstance(p, mqtt.ConnAck)]
     return acks[0] if acks else None
 
 
@@ -74,8 +69,7 @@ def stall(node: Node) -> list[tuple[Any, ...]]:
 def test_a_queued_session_moves_whole_and_the_old_node_forgets_it() -> None:
     async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
         n1, n2, n3 = nodes
-        offline_subscriber(n1, "dev", "q")
-        await until(lambda: n3.cluster.table.filters_of("n1") == {"q"})
+        await offline_subscriber_on_n1(n1, n3, "dev", "q")
         await until(lambda: n2.cluster.owner_of("dev") == "n1", what="the directory")
         publisher = n3.client("pub")
         for i in range(20):
@@ -96,8 +90,7 @@ def test_a_stalled_owner_gets_the_client_refused_and_keeps_the_session() -> None
     """The old node keeps the session until the new one confirms: a late answer is declined."""
     async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
         n1, n2, n3 = nodes
-        offline_subscriber(n1, "dev", "q")
-        await until(lambda: n3.cluster.table.filters_of("n1") == {"q"})
+        await offline_subscriber_on_n1(n1, n3, "dev", "q")
         publisher = n3.client("pub")
         for i in range(30):
             publish_qos1(publisher, "q", b"%d" % i)
@@ -147,12 +140,11 @@ def test_a_session_and_retained_messages_larger_than_a_frame_cross_in_parts(
 
     async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
         n1, n2, n3 = nodes
-        offline_subscriber(n1, "dev", "big")
-        await until(lambda: n3.cluster.table.filters_of("n1") == {"big"})
+        await offline_subscriber_on_n1(n1, n3, "dev", "big")
         publisher = n3.client("pub")
         for i in range(30):
             publish_qos1(publisher, "big", b"%03d" % i + b"x" * 1000)
-            publisher.send(Publish(f"kept/{i}", b"r" * 1000, 0, retain=True))
+            publisher.send(mqtt.Publish(f"kept/{i}", b"r" * 1000, 0, retain=True))
         await until(lambda: len(n1.broker.sessions["dev"].queue) == 30)
         before = n2.cluster.metrics.frames_in["SESSION"]
         back = n2.client("dev", clean=False)
@@ -207,8 +199,8 @@ def _connect(node: Node, client_id: str, password: bytes) -> Client:
     client.wire = _Wire()
     client.connection = ClientConnection(node.broker)
     client.connection.connection_made(client.wire)
-    client.send(Connect(client_id, 4, clean_start=False, keep_alive=0, username="u",
-                        password=password))
+    client.send(mqtt.Connect(client_id, 4, clean_start=False, keep_alive=0, username="u",
+                             password=password))
     return client
 
 
@@ -222,14 +214,14 @@ def test_an_mqtt5_client_refused_during_a_session_fetch_gets_an_mqtt5_connack() 
         await until(lambda: n2.cluster.owner_of("dev5") == "n1")
         stall(n1)
         wire = _Wire()
-        wire.decoder = PacketDecoder(protocol_version=5, server=False)
+        wire.decoder = mqtt.PacketDecoder(protocol_version=5, server=False)
         connection = ClientConnection(n2.broker)
         connection.connection_made(wire)
-        connection.data_received(encode_packet(Connect("dev5", 5, clean_start=False), 5))
-        await until(lambda: any(isinstance(p, ConnAck) for p in wire.packets), timeout=3,
+        connection.data_received(mqtt.encode_packet(mqtt.Connect("dev5", 5, clean_start=False), 5))
+        await until(lambda: any(isinstance(p, mqtt.ConnAck) for p in wire.packets), timeout=3,
                     what="a CONNACK")
-        ack = next(p for p in wire.packets if isinstance(p, ConnAck))
-        assert ack.reason_code == ReasonCode.SERVER_UNAVAILABLE
+        ack = next(p for p in wire.packets if isinstance(p, mqtt.ConnAck))
+        assert ack.reason_code == mqtt.ReasonCode.SERVER_UNAVAILABLE
         assert wire.closed
 
     run_cluster(scenario)
@@ -240,8 +232,7 @@ def test_a_session_handed_over_carries_the_identities_it_took() -> None:
     that reaches it again on its new node (a merge, a rescue, a late route) is not taken."""
     async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
         n1, n2, n3 = nodes
-        offline_subscriber(n1, "carrier", "id/#")
-        await until(lambda: n3.cluster.table.filters_of("n1") == {"id/#"})
+        await offline_subscriber_on_n1(n1, n3, "carrier", "id/#")
         publisher = n3.client("pub")
         publish_qos1(publisher, "id/a", b"once")
         await until(lambda: len(n1.broker.sessions["carrier"].queue) == 1)
@@ -276,7 +267,7 @@ def test_a_merge_finishes_with_pubrel_a_qos2_delivery_the_other_copys_client_had
     async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
         _n1, n2, n3 = nodes
         subscriber = await qos2_subscriber_on_n2(n2, n3, "twice", "m")
-        n3.client("pub2").send(Publish("m/a", b"one", 2, packet_id=next(_pids)))
+        n3.client("pub2").send(mqtt.Publish("m/a", b"one", 2, packet_id=next(_pids)))
         await until(lambda: len(subscriber.received) == 1, what="the QoS 2 delivery")
         session = n2.broker.sessions["twice"]
         ((pid, outbound),) = session.inflight.items()
@@ -286,7 +277,7 @@ def test_a_merge_finishes_with_pubrel_a_qos2_delivery_the_other_copys_client_had
         n2.broker.custody.merge_queue("twice", [], taken=[mid])
         await settle()
         assert outbound.state == "pubrel"
-        assert [p.packet_id for p in subscriber.wire.packets if isinstance(p, PubRel)] == [pid]
+        assert [p.packet_id for p in subscriber.wire.packets if isinstance(p, mqtt.PubRel)] == [pid]
         assert len(subscriber.received) == 1  # no PUBLISH again
 
     run_cluster(scenario)
@@ -301,21 +292,21 @@ def test_a_completed_qos2_delivery_is_remembered_on_disk_and_not_taken_again() -
     async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
         _n1, n2, n3 = nodes
         subscriber = await qos2_subscriber_on_n2(n2, n3, "done", "d")
-        n3.client("pub").send(Publish("d/a", b"two", 2, packet_id=next(_pids)))
-        n3.client("pub1").send(Publish("d/b", b"one", 1, packet_id=next(_pids)))
+        n3.client("pub").send(mqtt.Publish("d/a", b"two", 2, packet_id=next(_pids)))
+        n3.client("pub1").send(mqtt.Publish("d/b", b"one", 1, packet_id=next(_pids)))
         await until(lambda: len(subscriber.received) == 2, what="both deliveries")
         session = n2.broker.sessions["done"]
         (two,) = [p for p in subscriber.received if p.qos == 2]
         (one,) = [p for p in subscriber.received if p.qos == 1]
         mid = session.inflight[two.packet_id].pending.message.mid
         assert mid is not None
-        subscriber.send(PubRec(two.packet_id))
-        await until(lambda: any(isinstance(p, PubRel) for p in subscriber.wire.packets))
+        subscriber.send(mqtt.PubRec(two.packet_id))
+        await until(lambda: any(isinstance(p, mqtt.PubRel) for p in subscriber.wire.packets))
         store = n2.broker.records.store
         assert isinstance(store, MemorySessionStore)
         assert store.contents().taken == {}  # still in flight: its row holds the identity
-        subscriber.send(PubComp(two.packet_id))
-        subscriber.send(PubAck(one.packet_id))
+        subscriber.send(mqtt.PubComp(two.packet_id))
+        subscriber.send(mqtt.PubAck(one.packet_id))
         await until(lambda: not session.inflight)
         assert store.contents().taken == {"done": [mid]}  # the QoS 1 one is not kept
         (records,) = snapshot_records(store.contents())
@@ -368,8 +359,7 @@ def test_a_stale_copy_here_is_folded_into_the_session_fetched_for_its_client() -
     that it had completed on the keeper)."""
     async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
         n1, n2, n3 = nodes
-        offline_subscriber(n1, "carrier", "id/#")
-        await until(lambda: n3.cluster.table.filters_of("n1") == {"id/#"})
+        await offline_subscriber_on_n1(n1, n3, "carrier", "id/#")
         publish_qos1(n3.client("pub"), "id/a", b"both")
         await until(lambda: len(n1.broker.sessions["carrier"].queue) == 1)
         (both,) = n1.broker.sessions["carrier"].seen or {}

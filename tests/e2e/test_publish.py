@@ -8,26 +8,18 @@ import subprocess
 import threading
 import time
 import uuid
+from typing import Any
 
-import paho.mqtt.client as mqtt
+import paho.mqtt.client as paho
 import pytest
 from e2e.rawclient import RawClient
 
-from hive_core.mqtt import (
-    PropertyId,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    ReasonCode,
-    encode_packet,
-)
+from hive_core import mqtt
 
 pytestmark = pytest.mark.timeout(30)
 
-P = PropertyId
-RC = ReasonCode
+P = mqtt.PropertyId
+RC = mqtt.ReasonCode
 WAIT = 5.0
 
 PASS_THROUGH = {
@@ -38,6 +30,14 @@ PASS_THROUGH = {
     "USER_PROPERTY": [("a", "1"), ("b", "2"), ("a", "3"), ("a", "1"), ("", "")],
 }
 PASS_THROUGH_IDS = {P[name]: value for name, value in PASS_THROUGH.items()}
+
+
+def offline_subscriber(port: int, client_id: str, topic_filter: str, **props: Any) -> None:
+    """A persistent MQTT 5 session subscribed to ``topic_filter`` at QoS 1, then disconnected."""
+    sub = RawClient(port)
+    sub.connect(5, client_id, SESSION_EXPIRY_INTERVAL=300, **props)
+    sub.subscribe(topic_filter, 1)
+    sub.disconnect()
 
 
 def small_packets(size: int) -> str:
@@ -53,7 +53,7 @@ def test_publish_above_max_packet_size_disconnects_0x95(hive_factory):
         connack = pub.connect(5, "big-pub")
         assert connack.properties[P.MAXIMUM_PACKET_SIZE] == 1000
         pub.publish("big", b"x" * 900, 1)  # fits
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
         pub.publish("big", b"x" * 2000, 1)
         pub.expect_disconnect(RC.PACKET_TOO_LARGE)
 
@@ -75,26 +75,26 @@ def test_client_maximum_packet_size_skips_larger_messages(hive, qos):
         for payload in (b"L" * 500, b"small", b"L" * 190, b"after"):
             pub.publish("sized", payload, qos)
             if qos:
-                pub.expect(PubAck)
+                pub.expect(mqtt.PubAck)
         got = []
         for _ in range(2):
-            packet = sub.expect(Publish)
+            packet = sub.expect(mqtt.Publish)
             got.append(packet.payload)
             if qos:
-                sub.send(PubAck(packet.packet_id))
+                sub.send(mqtt.PubAck(packet.packet_id))
         sub.expect_nothing(0.5)
         assert got == [b"small", b"after"]
 
 
 def test_max_packet_size_boundary_inbound(hive_factory):
     node = hive_factory(body=small_packets(1000))
-    exact = Publish("edge", b"x" * 900, 1, False, False, 1)
-    exact.payload += b"x" * (1000 - len(encode_packet(exact, 5)))
-    assert len(encode_packet(exact, 5)) == 1000
+    exact = mqtt.Publish("edge", b"x" * 900, 1, False, False, 1)
+    exact.payload += b"x" * (1000 - len(mqtt.encode_packet(exact, 5)))
+    assert len(mqtt.encode_packet(exact, 5)) == 1000
     with RawClient(node.port) as pub:
         pub.connect(5, "edge-pub")
         pub.send(exact)
-        assert pub.expect(PubAck).packet_id == 1
+        assert pub.expect(mqtt.PubAck).packet_id == 1
         pub.publish("edge", exact.payload + b"x", 1)
         pub.expect_disconnect(RC.PACKET_TOO_LARGE)
 
@@ -104,34 +104,31 @@ def test_max_packet_size_boundary_outbound(hive):
         sub.connect(5, "edge-sub", MAXIMUM_PACKET_SIZE=100)
         sub.subscribe("edge", 1)
         pub.connect(5, "edge-pub")
-        sized = Publish("edge", b"", 1, False, False, 1)
-        fits = b"f" * (100 - len(encode_packet(sized, 5)))
+        sized = mqtt.Publish("edge", b"", 1, False, False, 1)
+        fits = b"f" * (100 - len(mqtt.encode_packet(sized, 5)))
         pub.publish("edge", fits + b"+", 1)
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
         pub.publish("edge", fits, 1)
-        pub.expect(PubAck)
-        packet = sub.expect(Publish)
+        pub.expect(mqtt.PubAck)
+        packet = sub.expect(mqtt.Publish)
         assert packet.payload == fits
-        assert len(encode_packet(packet, 5)) == 100
+        assert len(mqtt.encode_packet(packet, 5)) == 100
 
 
 def test_client_maximum_packet_size_applies_to_queued_messages(hive):
-    sub = RawClient(hive.port)
-    sub.connect(5, "small-offline", SESSION_EXPIRY_INTERVAL=300, MAXIMUM_PACKET_SIZE=200)
-    sub.subscribe("sized/offline", 1)
-    sub.disconnect()
+    offline_subscriber(hive.port, "small-offline", "sized/offline", MAXIMUM_PACKET_SIZE=200)
     with RawClient(hive.port) as pub:
         pub.connect(5, "sized-offline-pub")
         for payload in (b"L" * 500, b"small", b"L" * 400, b"after"):
             pub.publish("sized/offline", payload, 1)
-            pub.expect(PubAck)
+            pub.expect(mqtt.PubAck)
     with RawClient(hive.port) as sub:
         sub.connect(5, "small-offline", clean_start=False, SESSION_EXPIRY_INTERVAL=300,
                     MAXIMUM_PACKET_SIZE=200)
         got = []
         for _ in range(2):
-            packet = sub.expect(Publish)
-            sub.send(PubAck(packet.packet_id))
+            packet = sub.expect(mqtt.Publish)
+            sub.send(mqtt.PubAck(packet.packet_id))
             got.append(packet.payload)
         sub.expect_nothing(0.5)
         assert got == [b"small", b"after"]
@@ -144,7 +141,7 @@ def test_skipped_large_message_does_not_spend_a_topic_alias(hive):
         pub.connect(5, "alias-size-pub")
         pub.publish("sized/alias", b"L" * 500)
         pub.publish("sized/alias", b"small")
-        packet = sub.expect(Publish)
+        packet = sub.expect(mqtt.Publish)
         assert packet.payload == b"small"
         # The client never saw the large one, so it must learn the topic from this one.
         assert packet.topic == "sized/alias"
@@ -160,17 +157,17 @@ def test_inbound_topic_alias_resolves_for_subscribers(hive):
         connack = pub.connect(5, "alias-in-pub")
         assert connack.properties[P.TOPIC_ALIAS_MAXIMUM] == 5
         pub.publish("alias/one", b"1", 1, TOPIC_ALIAS=3)
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
         pub.publish("", b"2", 1, TOPIC_ALIAS=3)
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
         pub.publish("alias/two", b"3", 1, TOPIC_ALIAS=3)  # re-map alias 3
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
         pub.publish("", b"4", 1, TOPIC_ALIAS=3)
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
         got = []
         for _ in range(4):
-            packet = sub.expect(Publish)
-            sub.send(PubAck(packet.packet_id))
+            packet = sub.expect(mqtt.Publish)
+            sub.send(mqtt.PubAck(packet.packet_id))
             got.append((packet.topic, packet.payload))
         assert got == [("alias/one", b"1"), ("alias/one", b"2"), ("alias/two", b"3"),
                        ("alias/two", b"4")]
@@ -184,7 +181,7 @@ def test_inbound_topic_alias_not_forwarded_to_v5_subscriber(hive):
         pub.publish("alias/fwd", b"1", TOPIC_ALIAS=1)
         pub.publish("", b"2", TOPIC_ALIAS=1)
         for payload in (b"1", b"2"):
-            packet = sub.expect(Publish)
+            packet = sub.expect(mqtt.Publish)
             assert (packet.topic, packet.payload) == ("alias/fwd", payload)
             assert P.TOPIC_ALIAS not in packet.properties
 
@@ -221,12 +218,12 @@ def test_outbound_topic_alias(hive, qos):
         for topic in ("out/a", "out/a", "out/b", "out/a", "out/b"):
             pub.publish(topic, topic.encode(), qos)
             if qos:
-                pub.expect(PubAck)
+                pub.expect(mqtt.PubAck)
         seen: dict[int, str] = {}
         for topic in ("out/a", "out/a", "out/b", "out/a", "out/b"):
-            packet = sub.expect(Publish)
+            packet = sub.expect(mqtt.Publish)
             if qos:
-                sub.send(PubAck(packet.packet_id))
+                sub.send(mqtt.PubAck(packet.packet_id))
             alias = packet.properties[P.TOPIC_ALIAS]
             assert 1 <= alias <= 5
             if alias in seen:
@@ -248,7 +245,7 @@ def test_outbound_topic_aliases_start_over_on_reconnect(hive):
                             SESSION_EXPIRY_INTERVAL=60)
                 sub.subscribe("re/alias", 0)
                 pub.publish("re/alias", b"x")
-                packet = sub.expect(Publish)
+                packet = sub.expect(mqtt.Publish)
                 assert packet.topic == "re/alias"
                 assert P.TOPIC_ALIAS in packet.properties
 
@@ -264,7 +261,7 @@ def test_outbound_topic_aliases_run_out(hive_factory):
             pub.publish(topic, b"x")
         aliases = []
         for topic in ("few/1", "few/2", "few/3", "few/3"):
-            packet = sub.expect(Publish)
+            packet = sub.expect(mqtt.Publish)
             assert packet.topic == topic  # 3 has no alias: always the full topic
             aliases.append(packet.properties.get(P.TOPIC_ALIAS))
         assert aliases[:2] == [1, 2] and aliases[2:] == [None, None]
@@ -274,27 +271,24 @@ def test_outbound_topic_aliases_run_out(hive_factory):
 
 
 def test_queued_message_expires_for_offline_session(hive):
-    sub = RawClient(hive.port)
-    sub.connect(5, "expiry-sub", SESSION_EXPIRY_INTERVAL=300)
-    sub.subscribe("exp", 1)
-    sub.disconnect()
+    offline_subscriber(hive.port, "expiry-sub", "exp")
     with RawClient(hive.port) as pub:
         pub.connect(5, "expiry-pub")
         pub.publish("exp", b"short", 1, MESSAGE_EXPIRY_INTERVAL=1)
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
         pub.publish("exp", b"long", 1, MESSAGE_EXPIRY_INTERVAL=100)
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
         pub.publish("exp", b"forever", 1)
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
     time.sleep(2.2)
     with RawClient(hive.port) as sub:
         sub.connect(5, "expiry-sub", clean_start=False, SESSION_EXPIRY_INTERVAL=300)
-        long = sub.expect(Publish)
-        sub.send(PubAck(long.packet_id))
+        long = sub.expect(mqtt.Publish)
+        sub.send(mqtt.PubAck(long.packet_id))
         assert long.payload == b"long"
         assert 90 <= long.properties[P.MESSAGE_EXPIRY_INTERVAL] <= 98
-        forever = sub.expect(Publish)
-        sub.send(PubAck(forever.packet_id))
+        forever = sub.expect(mqtt.Publish)
+        sub.send(mqtt.PubAck(forever.packet_id))
         assert forever.payload == b"forever"
         assert P.MESSAGE_EXPIRY_INTERVAL not in forever.properties
         sub.expect_nothing(0.5)
@@ -306,7 +300,7 @@ def test_live_delivery_carries_expiry_interval(hive):
         sub.subscribe("exp/live", 0)
         pub.connect(5, "expiry-live-pub")
         pub.publish("exp/live", b"x", MESSAGE_EXPIRY_INTERVAL=60)
-        packet = sub.expect(Publish)
+        packet = sub.expect(mqtt.Publish)
         assert 59 <= packet.properties[P.MESSAGE_EXPIRY_INTERVAL] <= 60
 
 
@@ -314,14 +308,14 @@ def test_retained_message_expires(hive):
     with RawClient(hive.port) as pub:
         pub.connect(5, "retain-exp-pub")
         pub.publish("exp/retained", b"soon gone", 1, retain=True, MESSAGE_EXPIRY_INTERVAL=1)
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
         pub.publish("exp/kept", b"kept", 1, retain=True, MESSAGE_EXPIRY_INTERVAL=100)
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
     time.sleep(2.2)
     with RawClient(hive.port) as sub:
         sub.connect(5, "retain-exp-sub")
         sub.subscribe("exp/#", 0)
-        packet = sub.expect(Publish)
+        packet = sub.expect(mqtt.Publish)
         assert (packet.topic, packet.retain) == ("exp/kept", True)
         assert packet.properties[P.MESSAGE_EXPIRY_INTERVAL] <= 98
         sub.expect_nothing(0.5)
@@ -337,48 +331,42 @@ def test_publish_properties_pass_through_unchanged(hive, qos):
         sub.subscribe("props", 2)
         pub.connect(5, "props-pub")
         pub.publish("props", b"{}", qos, **PASS_THROUGH)
-        packet = sub.expect(Publish)
+        packet = sub.expect(mqtt.Publish)
         assert packet.qos == qos
         assert packet.properties == PASS_THROUGH_IDS
         assert list(packet.properties[P.USER_PROPERTY]) == PASS_THROUGH["USER_PROPERTY"]
 
 
 def test_publish_properties_pass_through_to_offline_session(hive):
-    sub = RawClient(hive.port)
-    sub.connect(5, "props-offline", SESSION_EXPIRY_INTERVAL=300)
-    sub.subscribe("props/offline", 1)
-    sub.disconnect()
+    offline_subscriber(hive.port, "props-offline", "props/offline")
     with RawClient(hive.port) as pub:
         pub.connect(5, "props-offline-pub")
         pub.publish("props/offline", b"{}", 1, **PASS_THROUGH)
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
     with RawClient(hive.port) as sub:
         sub.connect(5, "props-offline", clean_start=False, SESSION_EXPIRY_INTERVAL=300)
-        packet = sub.expect(Publish)
+        packet = sub.expect(mqtt.Publish)
         assert packet.properties == PASS_THROUGH_IDS
 
 
 def test_publish_properties_survive_a_restart(hive):
-    sub = RawClient(hive.port)
-    sub.connect(5, "props-restart", SESSION_EXPIRY_INTERVAL=300)
-    sub.subscribe("props/restart", 1)
-    sub.disconnect()
+    offline_subscriber(hive.port, "props-restart", "props/restart")
     with RawClient(hive.port) as pub:
         pub.connect(5, "props-restart-pub")
         pub.publish("props/restart", b"{}", 1, **PASS_THROUGH)
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
         pub.publish("props/retained", b"r", 1, retain=True, **PASS_THROUGH)
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
     hive.restart()
     with RawClient(hive.port) as sub:
         assert sub.connect(5, "props-restart", clean_start=False,
                            SESSION_EXPIRY_INTERVAL=300).session_present
-        packet = sub.expect(Publish)
+        packet = sub.expect(mqtt.Publish)
         assert packet.payload == b"{}"
         assert packet.properties == PASS_THROUGH_IDS
-        sub.send(PubAck(packet.packet_id))
+        sub.send(mqtt.PubAck(packet.packet_id))
         sub.subscribe("props/retained", 0)
-        retained = sub.expect(Publish)
+        retained = sub.expect(mqtt.Publish)
         assert retained.retain and retained.properties == PASS_THROUGH_IDS
 
 
@@ -388,8 +376,8 @@ def test_v311_subscriber_gets_payload_without_properties(hive):
         sub.subscribe("props/311", 1)
         pub.connect(5, "props-311-pub")
         pub.publish("props/311", b"plain", 1, MESSAGE_EXPIRY_INTERVAL=30, **PASS_THROUGH)
-        pub.expect(PubAck)
-        packet = sub.expect(Publish)
+        pub.expect(mqtt.PubAck)
+        packet = sub.expect(mqtt.Publish)
         assert (packet.topic, packet.payload, packet.qos) == ("props/311", b"plain", 1)
 
 
@@ -408,28 +396,28 @@ def test_multibyte_topic_and_odd_payloads(hive, version, qos):
         for payload in payloads:
             pid = pub.publish(topic, payload, qos)
             if qos == 1:
-                pub.expect(PubAck)
+                pub.expect(mqtt.PubAck)
             elif qos == 2:
-                pub.expect(PubRec)
-                pub.send(PubRel(pid))
-                pub.expect(PubComp)
-        got = [sub.expect(Publish) for _ in payloads]
+                pub.expect(mqtt.PubRec)
+                pub.send(mqtt.PubRel(pid))
+                pub.expect(mqtt.PubComp)
+        got = [sub.expect(mqtt.Publish) for _ in payloads]
         assert [(p.topic, p.payload, p.qos) for p in got] == [(topic, b, qos) for b in payloads]
         for packet in got:
             if qos == 1:
-                sub.send(PubAck(packet.packet_id))
+                sub.send(mqtt.PubAck(packet.packet_id))
             elif qos == 2:
-                sub.send(PubRec(packet.packet_id))
-                assert sub.expect(PubRel).packet_id == packet.packet_id
-                sub.send(PubComp(packet.packet_id))
+                sub.send(mqtt.PubRec(packet.packet_id))
+                assert sub.expect(mqtt.PubRel).packet_id == packet.packet_id
+                sub.send(mqtt.PubComp(packet.packet_id))
         sub.expect_nothing(0.2)
 
 
 def test_megabyte_payload_with_paho(hive):
     client, messages = paho_subscriber(hive.port, "big/payload", version=5)
     try:
-        publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="big-paho",
-                                protocol=mqtt.MQTTv311)
+        publisher = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="big-paho",
+                                protocol=paho.MQTTv311)
         publisher.connect("127.0.0.1", hive.port, 30)
         publisher.loop_start()
         payload = bytes(range(256)) * 4096  # 1 MiB
@@ -469,16 +457,16 @@ def test_request_response_round_trip(hive):
 
         requester.publish("service/calc", b"6*7", 1, RESPONSE_TOPIC=reply_to,
                           CORRELATION_DATA=b"req-1")
-        requester.expect(PubAck)
-        request = responder.expect(Publish)
-        responder.send(PubAck(request.packet_id))
+        requester.expect(mqtt.PubAck)
+        request = responder.expect(mqtt.Publish)
+        responder.send(mqtt.PubAck(request.packet_id))
         assert request.properties[P.RESPONSE_TOPIC] == reply_to
         assert request.properties[P.CORRELATION_DATA] == b"req-1"
 
         responder.publish(request.properties[P.RESPONSE_TOPIC], b"42", 1,
                           CORRELATION_DATA=request.properties[P.CORRELATION_DATA])
-        responder.expect(PubAck)
-        response = requester.expect(Publish)
+        responder.expect(mqtt.PubAck)
+        response = requester.expect(mqtt.Publish)
         assert (response.topic, response.payload) == (reply_to, b"42")
         assert response.properties[P.CORRELATION_DATA] == b"req-1"
 
@@ -492,11 +480,11 @@ needs_mosquitto = pytest.mark.skipif(
 )
 
 
-def paho_subscriber(port: int, topic: str, version: int = 4) -> tuple[mqtt.Client, queue.Queue]:
-    messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
+def paho_subscriber(port: int, topic: str, version: int = 4) -> tuple[paho.Client, queue.Queue]:
+    messages: queue.Queue[paho.MQTTMessage] = queue.Queue()
     subscribed = threading.Event()
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"p-{uuid.uuid4().hex[:8]}",
-                         protocol=mqtt.MQTTv5 if version == 5 else mqtt.MQTTv311)
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"p-{uuid.uuid4().hex[:8]}",
+                         protocol=paho.MQTTv5 if version == 5 else paho.MQTTv311)
     client.on_message = lambda c, u, m: messages.put(m)
     client.on_subscribe = lambda *args: subscribed.set()
     client.on_connect = lambda c, u, f, rc, p: c.subscribe(topic, 2)
@@ -546,8 +534,8 @@ def test_paho_to_mosquitto_sub(hive, version):
         deadline = time.monotonic() + WAIT
         while "SUBACK" not in lines.get(timeout=max(0.01, deadline - time.monotonic())):
             pass
-        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="paho-interop",
-                             protocol=mqtt.MQTTv311)
+        client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="paho-interop",
+                             protocol=paho.MQTTv311)
         client.connect("127.0.0.1", hive.port, 30)
         client.loop_start()
         for qos in (0, 1, 2):
@@ -594,4 +582,4 @@ def test_message_expiry_capped_by_node_maximum(hive_factory):
         sub.subscribe("cap", 0)
         pub.connect(5, "cap-pub")
         pub.publish("cap", b"x", MESSAGE_EXPIRY_INTERVAL=100)
-        assert 9 <= sub.expect(Publish).properties[P.MESSAGE_EXPIRY_INTERVAL] <= 10
+        assert 9 <= sub.expect(mqtt.Publish).properties[P.MESSAGE_EXPIRY_INTERVAL] <= 10

@@ -6,29 +6,17 @@ import queue
 import threading
 import uuid
 
-import paho.mqtt.client as mqtt
+import paho.mqtt.client as paho
 import pytest
 from e2e.rawclient import RawClient
 from paho.mqtt.reasoncodes import ReasonCode as PahoReasonCode
 
-from hive_core.mqtt import (
-    ConnAck,
-    PropertyId,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    ReasonCode,
-    SubAck,
-    Will,
-    encode_packet,
-)
+from hive_core import mqtt
 
 pytestmark = pytest.mark.timeout(30)
 
-P = PropertyId
-RC = ReasonCode
+P = mqtt.PropertyId
+RC = mqtt.ReasonCode
 WAIT = 5.0
 
 
@@ -37,12 +25,12 @@ class Paho:
 
     def __init__(self, port: int, version: int = 5, client_id: str | None = None,
                  clean: bool = True) -> None:
-        protocol = mqtt.MQTTv5 if version == 5 else mqtt.MQTTv311
+        protocol = paho.MQTTv5 if version == 5 else paho.MQTTv311
         self.client_id = client_id or f"paho-{uuid.uuid4().hex[:8]}"
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id,
+        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=self.client_id,
                                   protocol=protocol,
                                   clean_session=None if version == 5 else clean)
-        self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
+        self.messages: queue.Queue[paho.MQTTMessage] = queue.Queue()
         self.subacks: queue.Queue[list[int]] = queue.Queue()
         self.connected = threading.Event()
         self.client.on_message = lambda c, u, m: self.messages.put(m)
@@ -63,7 +51,7 @@ class Paho:
         info.wait_for_publish(WAIT)
         assert info.is_published()
 
-    def get(self, timeout: float = WAIT) -> mqtt.MQTTMessage:
+    def get(self, timeout: float = WAIT) -> paho.MQTTMessage:
         return self.messages.get(timeout=timeout)
 
     def nothing(self, timeout: float = 0.5) -> None:
@@ -114,17 +102,17 @@ def test_qos1_flow_on_the_wire(hive, version):
         assert sub.subscribe("q1", 1).reason_codes == [1]
         pub.connect(version, "pub1")
         pub.publish("q1", b"one", 1, packet_id=0x1234)
-        ack = pub.expect(PubAck)
+        ack = pub.expect(mqtt.PubAck)
         assert ack.packet_id == 0x1234 and ack.reason_code == 0
-        first = sub.expect(Publish)
+        first = sub.expect(mqtt.Publish)
         assert (first.topic, first.payload, first.qos, first.dup) == ("q1", b"one", 1, False)
         assert first.packet_id
         pub.publish("q1", b"two", 1, packet_id=0x1235)
-        pub.expect(PubAck)
-        second = sub.expect(Publish)
+        pub.expect(mqtt.PubAck)
+        second = sub.expect(mqtt.Publish)
         assert second.packet_id and second.packet_id != first.packet_id  # both in flight
-        sub.send(PubAck(first.packet_id))
-        sub.send(PubAck(second.packet_id))
+        sub.send(mqtt.PubAck(first.packet_id))
+        sub.send(mqtt.PubAck(second.packet_id))
         sub.expect_nothing(0.3)
 
 
@@ -135,19 +123,19 @@ def test_qos2_flow_on_the_wire(hive, version):
         assert sub.subscribe("q2", 2).reason_codes == [2]
         pub.connect(version, "pub2")
         pub.publish("q2", b"exactly", 2, packet_id=77)
-        rec = pub.expect(PubRec)
+        rec = pub.expect(mqtt.PubRec)
         assert rec.packet_id == 77 and rec.reason_code == 0
-        pub.send(PubRel(77))
-        assert pub.expect(PubComp).packet_id == 77
-        delivered = sub.expect(Publish)
+        pub.send(mqtt.PubRel(77))
+        assert pub.expect(mqtt.PubComp).packet_id == 77
+        delivered = sub.expect(mqtt.Publish)
         assert (delivered.payload, delivered.qos) == (b"exactly", 2)
-        sub.send(PubRec(delivered.packet_id))
-        assert sub.expect(PubRel).packet_id == delivered.packet_id
-        sub.send(PubComp(delivered.packet_id))
+        sub.send(mqtt.PubRec(delivered.packet_id))
+        assert sub.expect(mqtt.PubRel).packet_id == delivered.packet_id
+        sub.send(mqtt.PubComp(delivered.packet_id))
         sub.expect_nothing(0.3)
 
 
-@pytest.mark.parametrize("qos, ack", [(1, PubAck), (2, PubRec)])
+@pytest.mark.parametrize("qos, ack", [(1, mqtt.PubAck), (2, mqtt.PubRec)])
 def test_no_matching_subscribers_reason_v5(hive, qos, ack):
     with RawClient(hive.port) as pub:
         pub.connect(5, "lonely")
@@ -161,7 +149,7 @@ def test_no_matching_subscribers_v311_plain_ack(hive):
     with RawClient(hive.port) as pub:
         pub.connect(4, "lonely311")
         pub.publish("nobody/listens", b"x", 1, packet_id=9)
-        reply = pub.expect(PubAck)
+        reply = pub.expect(mqtt.PubAck)
         assert (reply.packet_id, reply.reason_code) == (9, 0)
 
 
@@ -177,35 +165,35 @@ def test_unacked_messages_redelivered_with_dup_after_reconnect(hive, version):
     with RawClient(hive.port) as pub:
         pub.connect(version, "re-pub")
         pub.publish("re/1", b"q1", 1)
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
         pub.publish("re/2", b"q2", 2, packet_id=50)
-        pub.expect(PubRec)
-        pub.send(PubRel(50))
-        pub.expect(PubComp)
-    first = {p.payload: p for p in (sub.expect(Publish), sub.expect(Publish))}
+        pub.expect(mqtt.PubRec)
+        pub.send(mqtt.PubRel(50))
+        pub.expect(mqtt.PubComp)
+    first = {p.payload: p for p in (sub.expect(mqtt.Publish), sub.expect(mqtt.Publish))}
     assert not any(p.dup for p in first.values())
     sub.close()  # no acks at all
 
     sub = RawClient(hive.port)
     connack = sub.connect(version, "redeliver", clean_start=False, **persistent)
     assert connack.session_present
-    again = {p.payload: p for p in (sub.expect(Publish), sub.expect(Publish))}
+    again = {p.payload: p for p in (sub.expect(mqtt.Publish), sub.expect(mqtt.Publish))}
     assert set(again) == {b"q1", b"q2"}
     for payload, packet in again.items():
         assert packet.dup, packet
         assert packet.packet_id == first[payload].packet_id
         assert packet.qos == first[payload].qos
     # Finish QoS 1, and take QoS 2 as far as PUBREC, then go away again.
-    sub.send(PubAck(again[b"q1"].packet_id))
+    sub.send(mqtt.PubAck(again[b"q1"].packet_id))
     qos2_id = again[b"q2"].packet_id
-    sub.send(PubRec(qos2_id))
-    assert sub.expect(PubRel).packet_id == qos2_id
+    sub.send(mqtt.PubRec(qos2_id))
+    assert sub.expect(mqtt.PubRel).packet_id == qos2_id
     sub.close()
 
     sub = RawClient(hive.port)
     sub.connect(version, "redeliver", clean_start=False, **persistent)
-    assert sub.expect(PubRel).packet_id == qos2_id  # the release is resent, not the PUBLISH
-    sub.send(PubComp(qos2_id))
+    assert sub.expect(mqtt.PubRel).packet_id == qos2_id  # the release is resent, not the PUBLISH
+    sub.send(mqtt.PubComp(qos2_id))
     sub.expect_nothing(0.5)
     sub.close()
 
@@ -216,16 +204,16 @@ def test_inbound_qos2_duplicate_routed_once(hive, paho_clients):
     with RawClient(hive.port) as pub:
         pub.connect(5, "dup-pub")
         pub.publish("once", b"only once", 2, packet_id=7)
-        assert pub.expect(PubRec).packet_id == 7
-        pub.send(Publish("once", b"only once", 2, False, True, 7))  # DUP resend before PUBREL
-        assert pub.expect(PubRec).packet_id == 7
-        pub.send(PubRel(7))
-        assert pub.expect(PubComp).packet_id == 7
+        assert pub.expect(mqtt.PubRec).packet_id == 7
+        pub.send(mqtt.Publish("once", b"only once", 2, False, True, 7))  # DUP resend before PUBREL
+        assert pub.expect(mqtt.PubRec).packet_id == 7
+        pub.send(mqtt.PubRel(7))
+        assert pub.expect(mqtt.PubComp).packet_id == 7
         # The id is free again: a new message with it is a new message.
         pub.publish("once", b"next", 2, packet_id=7)
-        pub.expect(PubRec)
-        pub.send(PubRel(7))
-        pub.expect(PubComp)
+        pub.expect(mqtt.PubRec)
+        pub.send(mqtt.PubRel(7))
+        pub.expect(mqtt.PubComp)
     assert subscriber.get().payload == b"only once"
     assert subscriber.get().payload == b"next"
     subscriber.nothing(0.5)
@@ -241,17 +229,17 @@ def test_client_receive_maximum_limits_unacked_deliveries(hive):
         pub.connect(5, "rm-pub")
         for i in range(5):
             pub.publish("rm", str(i).encode(), 1)
-            pub.expect(PubAck)
-        got = [sub.expect(Publish), sub.expect(Publish)]
+            pub.expect(mqtt.PubAck)
+        got = [sub.expect(mqtt.Publish), sub.expect(mqtt.Publish)]
         sub.expect_nothing(0.5)
         assert [p.payload for p in got] == [b"0", b"1"]
-        sub.send(PubAck(got[0].packet_id))
-        third = sub.expect(Publish)
+        sub.send(mqtt.PubAck(got[0].packet_id))
+        third = sub.expect(mqtt.Publish)
         assert third.payload == b"2"
         sub.expect_nothing(0.3)
-        sub.send(PubAck(got[1].packet_id))
-        sub.send(PubAck(third.packet_id))
-        rest = [sub.expect(Publish), sub.expect(Publish)]
+        sub.send(mqtt.PubAck(got[1].packet_id))
+        sub.send(mqtt.PubAck(third.packet_id))
+        rest = [sub.expect(mqtt.Publish), sub.expect(mqtt.Publish)]
         assert [p.payload for p in rest] == [b"3", b"4"]
 
 
@@ -263,9 +251,9 @@ def test_exceeding_server_receive_maximum_disconnects_0x93(hive_factory):
         connack = pub.connect(5, "greedy")
         assert connack.properties[P.RECEIVE_MAXIMUM] == 2
         pub.publish("rx", b"1", 2)
-        pub.expect(PubRec)
+        pub.expect(mqtt.PubRec)
         pub.publish("rx", b"2", 2)
-        pub.expect(PubRec)
+        pub.expect(mqtt.PubRec)
         pub.publish("rx", b"3", 2)
         pub.expect_disconnect(RC.RECEIVE_MAXIMUM_EXCEEDED)
 
@@ -280,7 +268,7 @@ def test_flow_control2_a_default_node_disconnects_past_its_receive_maximum_0x93(
         server_receive_maximum = connack.properties.get(P.RECEIVE_MAXIMUM, 65535)
         assert server_receive_maximum == 100
         client.send_raw(b"".join(
-            encode_packet(Publish("flow/t", b"message %d" % i, 2, False, False, i), 5)
+            mqtt.encode_packet(mqtt.Publish("flow/t", b"message %d" % i, 2, False, False, i), 5)
             for i in range(1, server_receive_maximum + 2)))
         disconnect = client.expect_disconnect(RC.RECEIVE_MAXIMUM_EXCEEDED)
         assert disconnect.reason_code == 0x93
@@ -327,9 +315,9 @@ def test_server_receive_maximum_frees_slots_on_pubrel(hive_factory):
         pub.connect(5, "polite")
         for i in range(6):
             pid = pub.publish("rx", str(i).encode(), 2)
-            pub.expect(PubRec)
-            pub.send(PubRel(pid))
-            pub.expect(PubComp)
+            pub.expect(mqtt.PubRec)
+            pub.send(mqtt.PubRel(pid))
+            pub.expect(mqtt.PubComp)
 
 
 def test_inflight_window_v311(hive_factory):
@@ -341,12 +329,12 @@ def test_inflight_window_v311(hive_factory):
         pub.connect(4, "window-pub")
         for i in range(4):
             pub.publish("win", str(i).encode(), 1)
-            pub.expect(PubAck)
-        got = [sub.expect(Publish), sub.expect(Publish)]
+            pub.expect(mqtt.PubAck)
+        got = [sub.expect(mqtt.Publish), sub.expect(mqtt.Publish)]
         sub.expect_nothing(0.5)
-        sub.send(PubAck(got[0].packet_id))
-        sub.send(PubAck(got[1].packet_id))
-        rest = [sub.expect(Publish), sub.expect(Publish)]
+        sub.send(mqtt.PubAck(got[0].packet_id))
+        sub.send(mqtt.PubAck(got[1].packet_id))
+        rest = [sub.expect(mqtt.Publish), sub.expect(mqtt.Publish)]
         assert [p.payload for p in got + rest] == [b"0", b"1", b"2", b"3"]
 
 
@@ -381,8 +369,8 @@ def test_max_qos_qos1_publish_still_accepted(hive_factory):
         sub.subscribe("mq", 2)
         pub.connect(5, "mq-pub")
         pub.publish("mq", b"x", 1, packet_id=3)
-        assert pub.expect(PubAck).packet_id == 3
-        assert sub.expect(Publish).qos == 1
+        assert pub.expect(mqtt.PubAck).packet_id == 3
+        assert sub.expect(mqtt.Publish).qos == 1
 
 
 # ---------------------------------------------------------------------- queued messages
@@ -407,15 +395,15 @@ def test_queue_limit_for_offline_session(hive_factory, strategy, expected):
         pub.connect(5, "queue-pub")
         for i in range(6):
             pub.publish("qq", str(i).encode(), 1)
-            pub.expect(PubAck)
+            pub.expect(mqtt.PubAck)
     with RawClient(node.port) as sub:
         assert sub.connect(5, "queued", clean_start=False,
                            SESSION_EXPIRY_INTERVAL=300).session_present
         got = []
         for _ in expected:
-            packet = sub.expect(Publish)
+            packet = sub.expect(mqtt.Publish)
             got.append(packet.payload)
-            sub.send(PubAck(packet.packet_id))
+            sub.send(mqtt.PubAck(packet.packet_id))
         sub.expect_nothing(0.5)
         assert got == expected
 
@@ -429,10 +417,10 @@ def test_connack_is_first(hive):
     with RawClient(hive.port) as pub:
         pub.connect(4, "first-pub")
         pub.publish("f", b"queued", 1)
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
     with RawClient(hive.port) as sub:
-        assert isinstance(sub.connect(4, "first", clean_start=False), ConnAck)
-        assert sub.expect(Publish).payload == b"queued"
+        assert isinstance(sub.connect(4, "first", clean_start=False), mqtt.ConnAck)
+        assert sub.expect(mqtt.Publish).payload == b"queued"
 
 
 def test_suback_packet_id_echoed(hive):
@@ -440,7 +428,7 @@ def test_suback_packet_id_echoed(hive):
         sub.connect(5, "sid")
         sub._next_id = 4999
         ack = sub.subscribe("x", 1)
-        assert isinstance(ack, SubAck) and ack.packet_id == 5000
+        assert isinstance(ack, mqtt.SubAck) and ack.packet_id == 5000
 
 
 def test_server_receive_maximum_pipelined_qos2_from_persistent_session(hive_factory):
@@ -450,12 +438,12 @@ def test_server_receive_maximum_pipelined_qos2_from_persistent_session(hive_fact
                              "</server-receive-maximum></receive-maximum></mqtt>")
     with RawClient(node.port) as pub:
         pub.connect(5, "pipelined", SESSION_EXPIRY_INTERVAL=300)
-        pub.send_raw(encode_packet(Publish("rx", b"1", 2, False, False, 1), 5)
-                     + encode_packet(Publish("rx", b"2", 2, False, False, 2), 5))
-        assert {pub.expect(PubRec).packet_id, pub.expect(PubRec).packet_id} == {1, 2}
+        pub.send_raw(mqtt.encode_packet(mqtt.Publish("rx", b"1", 2, False, False, 1), 5)
+                     + mqtt.encode_packet(mqtt.Publish("rx", b"2", 2, False, False, 2), 5))
+        assert {pub.expect(mqtt.PubRec).packet_id, pub.expect(mqtt.PubRec).packet_id} == {1, 2}
         for pid in (1, 2):
-            pub.send(PubRel(pid))
-            assert pub.expect(PubComp).packet_id == pid
+            pub.send(mqtt.PubRel(pid))
+            assert pub.expect(mqtt.PubComp).packet_id == pid
 
 
 @pytest.mark.parametrize("version", [4, 5])
@@ -466,15 +454,15 @@ def test_inbound_qos2_exactly_once_across_reconnect(hive, paho_clients, version)
     pub = RawClient(hive.port)
     pub.connect(version, "once-re", clean_start=False, **persistent)
     pub.publish("once/re", b"m", 2, packet_id=11)
-    pub.expect(PubRec)
+    pub.expect(mqtt.PubRec)
     pub.close()  # gone before PUBREL
     assert subscriber.get().payload == b"m"
     with RawClient(hive.port) as pub:
         assert pub.connect(version, "once-re", clean_start=False, **persistent).session_present
-        pub.send(Publish("once/re", b"m", 2, False, True, 11))  # the client's resend
-        assert pub.expect(PubRec).packet_id == 11
-        pub.send(PubRel(11))
-        assert pub.expect(PubComp).packet_id == 11
+        pub.send(mqtt.Publish("once/re", b"m", 2, False, True, 11))  # the client's resend
+        assert pub.expect(mqtt.PubRec).packet_id == 11
+        pub.send(mqtt.PubRel(11))
+        assert pub.expect(mqtt.PubComp).packet_id == 11
     subscriber.nothing(0.5)
 
 
@@ -485,14 +473,14 @@ def test_unacked_messages_redelivered_after_takeover(hive):
     with RawClient(hive.port) as pub:
         pub.connect(5, "take-pub")
         pub.publish("take", b"m", 1)
-        pub.expect(PubAck)
-    first = old.expect(Publish)
+        pub.expect(mqtt.PubAck)
+    first = old.expect(mqtt.Publish)
     with RawClient(hive.port) as new:
         assert new.connect(5, "taken", clean_start=False,
                            SESSION_EXPIRY_INTERVAL=300).session_present
-        again = new.expect(Publish)
+        again = new.expect(mqtt.Publish)
         assert (again.payload, again.dup, again.packet_id) == (b"m", True, first.packet_id)
-        new.send(PubAck(again.packet_id))
+        new.send(mqtt.PubAck(again.packet_id))
         old.expect_disconnect(RC.SESSION_TAKEN_OVER)
         new.expect_nothing(0.3)
     old.close()
@@ -505,24 +493,24 @@ def test_unacked_messages_redelivered_after_restart(hive):
     with RawClient(hive.port) as pub:
         pub.connect(5, "rs-pub")
         pub.publish("rs/1", b"q1", 1)
-        pub.expect(PubAck)
+        pub.expect(mqtt.PubAck)
         pub.publish("rs/2", b"q2", 2, packet_id=5)
-        pub.expect(PubRec)
-        pub.send(PubRel(5))
-        pub.expect(PubComp)
-    first = {p.payload: p.packet_id for p in (sub.expect(Publish), sub.expect(Publish))}
+        pub.expect(mqtt.PubRec)
+        pub.send(mqtt.PubRel(5))
+        pub.expect(mqtt.PubComp)
+    first = {p.payload: p.packet_id for p in (sub.expect(mqtt.Publish), sub.expect(mqtt.Publish))}
     sub.close()
     hive.restart()
     with RawClient(hive.port) as sub:
         assert sub.connect(5, "restarted", clean_start=False,
                            SESSION_EXPIRY_INTERVAL=300).session_present
-        again = {p.payload: p for p in (sub.expect(Publish), sub.expect(Publish))}
+        again = {p.payload: p for p in (sub.expect(mqtt.Publish), sub.expect(mqtt.Publish))}
         assert {k: p.packet_id for k, p in again.items()} == first
         assert all(p.dup for p in again.values())
-        sub.send(PubAck(again[b"q1"].packet_id))
-        sub.send(PubRec(again[b"q2"].packet_id))
-        assert sub.expect(PubRel).packet_id == again[b"q2"].packet_id
-        sub.send(PubComp(again[b"q2"].packet_id))
+        sub.send(mqtt.PubAck(again[b"q1"].packet_id))
+        sub.send(mqtt.PubRec(again[b"q2"].packet_id))
+        assert sub.expect(mqtt.PubRel).packet_id == again[b"q2"].packet_id
+        sub.send(mqtt.PubComp(again[b"q2"].packet_id))
         sub.expect_nothing(0.3)
 
 
@@ -532,14 +520,14 @@ def test_unacked_messages_redelivered_after_restart(hive):
 def test_unknown_packet_ids_in_acks_v5(hive):
     with RawClient(hive.port) as client:
         client.connect(5, "odd-acks")
-        client.send(PubRel(321))
-        comp = client.expect(PubComp)
+        client.send(mqtt.PubRel(321))
+        comp = client.expect(mqtt.PubComp)
         assert (comp.packet_id, comp.reason_code) == (321, RC.PACKET_IDENTIFIER_NOT_FOUND)
-        client.send(PubRec(322))
-        rel = client.expect(PubRel)
+        client.send(mqtt.PubRec(322))
+        rel = client.expect(mqtt.PubRel)
         assert (rel.packet_id, rel.reason_code) == (322, RC.PACKET_IDENTIFIER_NOT_FOUND)
-        client.send(PubAck(323))  # nothing to answer, and no reason to close
-        client.send(PubComp(324))
+        client.send(mqtt.PubAck(323))  # nothing to answer, and no reason to close
+        client.send(mqtt.PubComp(324))
         client.expect_nothing(0.3)
         assert client.subscribe("still/here", 1).reason_codes == [1]
 
@@ -548,9 +536,9 @@ def test_qos2_without_subscribers_completes(hive):
     with RawClient(hive.port) as pub:
         pub.connect(5, "q2-lonely")
         pub.publish("nobody", b"x", 2, packet_id=4)
-        assert pub.expect(PubRec).reason_code == RC.NO_MATCHING_SUBSCRIBERS
-        pub.send(PubRel(4))
-        comp = pub.expect(PubComp)
+        assert pub.expect(mqtt.PubRec).reason_code == RC.NO_MATCHING_SUBSCRIBERS
+        pub.send(mqtt.PubRel(4))
+        comp = pub.expect(mqtt.PubComp)
         assert (comp.packet_id, comp.reason_code) == (4, 0)
 
 
@@ -565,7 +553,7 @@ def test_max_qos_v311_publish_qos2_closes(hive_factory):
 def test_max_qos_will_qos2_refused_v5(hive_factory):
     node = hive_factory(body=MAX_QOS_1)
     with RawClient(node.port) as client:
-        connack = client.connect(5, "will-too-high", will=Will("w", b"x", 2))
+        connack = client.connect(5, "will-too-high", will=mqtt.Will("w", b"x", 2))
         assert connack.reason_code == RC.QOS_NOT_SUPPORTED
         client.expect_closed()
 
@@ -579,12 +567,12 @@ def test_inflight_window_caps_a_larger_receive_maximum(hive_factory):
         pub.connect(5, "window-v5-pub")
         for i in range(3):
             pub.publish("win5", str(i).encode(), 1)
-            pub.expect(PubAck)
-        first = sub.expect(Publish)
-        sub.expect(Publish)
+            pub.expect(mqtt.PubAck)
+        first = sub.expect(mqtt.Publish)
+        sub.expect(mqtt.Publish)
         sub.expect_nothing(0.5)
-        sub.send(PubAck(first.packet_id))
-        assert sub.expect(Publish).payload == b"2"
+        sub.send(mqtt.PubAck(first.packet_id))
+        assert sub.expect(mqtt.Publish).payload == b"2"
 
 
 def test_message_expires_while_waiting_for_the_window(hive):
@@ -596,11 +584,11 @@ def test_message_expires_while_waiting_for_the_window(hive):
         pub.publish("slow", b"expires", 1, MESSAGE_EXPIRY_INTERVAL=1)
         pub.publish("slow", b"last", 1)
         for _ in range(3):
-            pub.expect(PubAck)
-        first = sub.expect(Publish)
+            pub.expect(mqtt.PubAck)
+        first = sub.expect(mqtt.Publish)
         sub.expect_nothing(2.2)
-        sub.send(PubAck(first.packet_id))
-        last = sub.expect(Publish)
+        sub.send(mqtt.PubAck(first.packet_id))
+        last = sub.expect(mqtt.Publish)
         assert last.payload == b"last"
 
 
@@ -612,12 +600,12 @@ def test_queue_limit_applies_to_a_slow_online_client(hive_factory):
         pub.connect(5, "slowq-pub")
         for i in range(6):
             pub.publish("slowq", str(i).encode(), 1)
-            pub.expect(PubAck)
+            pub.expect(mqtt.PubAck)
         got = []
         for _ in range(4):  # one in flight, three queued
-            packet = sub.expect(Publish)
+            packet = sub.expect(mqtt.Publish)
             got.append(packet.payload)
-            sub.send(PubAck(packet.packet_id))
+            sub.send(mqtt.PubAck(packet.packet_id))
         sub.expect_nothing(0.5)
         assert got == [b"0", b"1", b"2", b"3"]
 
@@ -627,9 +615,9 @@ def test_dup_flag_not_propagated_to_subscribers(hive):
         sub.connect(5, "dup-sub")
         sub.subscribe("dup", 1)
         pub.connect(5, "dup-pub")
-        pub.send(Publish("dup", b"resent", 1, False, True, 8))
-        assert pub.expect(PubAck).packet_id == 8
-        packet = sub.expect(Publish)
+        pub.send(mqtt.Publish("dup", b"resent", 1, False, True, 8))
+        assert pub.expect(mqtt.PubAck).packet_id == 8
+        packet = sub.expect(mqtt.Publish)
         assert (packet.payload, packet.dup) == (b"resent", False)
 
 
@@ -641,23 +629,23 @@ def test_inbound_qos2_exactly_once_across_restart(hive):
     pub = RawClient(hive.port)
     pub.connect(5, "once-restart", **persistent)
     pub.publish("once/restart", b"m", 2, packet_id=12)
-    pub.expect(PubRec)
+    pub.expect(mqtt.PubRec)
     pub.close()
-    delivered = sub.expect(Publish)
+    delivered = sub.expect(mqtt.Publish)
     assert delivered.payload == b"m"
-    sub.send(PubRec(delivered.packet_id))
-    sub.expect(PubRel)
-    sub.send(PubComp(delivered.packet_id))
+    sub.send(mqtt.PubRec(delivered.packet_id))
+    sub.expect(mqtt.PubRel)
+    sub.send(mqtt.PubComp(delivered.packet_id))
     sub.expect_nothing(0.3)
     sub.close()
     hive.restart()
     with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
         assert sub.connect(5, "once-restart-sub", clean_start=False, **persistent).session_present
         assert pub.connect(5, "once-restart", clean_start=False, **persistent).session_present
-        pub.send(Publish("once/restart", b"m", 2, False, True, 12))
-        assert pub.expect(PubRec).packet_id == 12
-        pub.send(PubRel(12))
-        assert pub.expect(PubComp).packet_id == 12
+        pub.send(mqtt.Publish("once/restart", b"m", 2, False, True, 12))
+        assert pub.expect(mqtt.PubRec).packet_id == 12
+        pub.send(mqtt.PubRel(12))
+        assert pub.expect(mqtt.PubComp).packet_id == 12
         sub.expect_nothing(0.5)
 
 
@@ -671,20 +659,21 @@ def test_queue_order_survives_restart(hive):
         for i in range(5):
             pid = pub.publish("ord", str(i).encode(), 1 + i % 2)
             if i % 2:
-                pub.expect(PubRec)
-                pub.send(PubRel(pid))
-                pub.expect(PubComp)
+                pub.expect(mqtt.PubRec)
+                pub.send(mqtt.PubRel(pid))
+                pub.expect(mqtt.PubComp)
             else:
-                pub.expect(PubAck)
+                pub.expect(mqtt.PubAck)
     hive.restart()
     with RawClient(hive.port) as sub:
         assert sub.connect(4, "ordered", clean_start=False).session_present
-        got = [sub.expect(Publish) for _ in range(5)]  # all fit in the window
+        got = [sub.expect(mqtt.Publish) for _ in range(5)]  # all fit in the window
         for packet in got:
-            sub.send(PubAck(packet.packet_id) if packet.qos == 1 else PubRec(packet.packet_id))
+            ack = mqtt.PubAck if packet.qos == 1 else mqtt.PubRec
+            sub.send(ack(packet.packet_id))
         for packet in got[1::2]:
-            assert sub.expect(PubRel).packet_id == packet.packet_id
-            sub.send(PubComp(packet.packet_id))
+            assert sub.expect(mqtt.PubRel).packet_id == packet.packet_id
+            sub.send(mqtt.PubComp(packet.packet_id))
         sub.expect_nothing(0.3)
         assert [(p.payload, p.qos) for p in got] == [(str(i).encode(), 1 + i % 2) for i in range(5)]
 
@@ -711,20 +700,20 @@ def test_redelivery_respects_receive_maximum_of_the_new_connection(hive):
         pub.connect(5, "rm-again-pub")
         for i in range(4):
             pub.publish("rma", str(i).encode(), 1)
-            pub.expect(PubAck)
+            pub.expect(mqtt.PubAck)
     for _ in range(4):
-        sub.expect(Publish)
+        sub.expect(mqtt.Publish)
     sub.close()
     with RawClient(hive.port) as sub:
         sub.connect(5, "rm-again", clean_start=False, RECEIVE_MAXIMUM=2, **persistent)
-        first = [sub.expect(Publish), sub.expect(Publish)]
+        first = [sub.expect(mqtt.Publish), sub.expect(mqtt.Publish)]
         sub.expect_nothing(0.5)
-        sub.send(PubAck(first[0].packet_id))
-        held = sub.expect(Publish)
+        sub.send(mqtt.PubAck(first[0].packet_id))
+        held = sub.expect(mqtt.Publish)
         assert (held.payload, held.dup) == (b"2", True)
         sub.expect_nothing(0.3)
-        sub.send(PubAck(first[1].packet_id))
-        assert sub.expect(Publish).payload == b"3"
+        sub.send(mqtt.PubAck(first[1].packet_id))
+        assert sub.expect(mqtt.Publish).payload == b"3"
 
 
 @pytest.mark.parametrize("strategy", ["<strategy>throttle</strategy>", ""])

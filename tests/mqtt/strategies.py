@@ -6,40 +6,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from hive_core.mqtt import (
-    WILL_PROPERTIES,
-    Auth,
-    ConnAck,
-    Connect,
-    Disconnect,
-    Packet,
-    PacketType,
-    PingReq,
-    PingResp,
-    PropertyId,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    SubAck,
-    Subscribe,
-    SubscriptionRequest,
-    UnsubAck,
-    Unsubscribe,
-    Will,
-)
+from hive_core import mqtt
+from hive_core.mqtt import WILL_PROPERTIES, PacketType, PropertyId, _types
 from hive_core.mqtt._properties import _PROPERTY_SPEC
-from hive_core.mqtt._types import (
-    AUTH_REASON_CODES,
-    CONNACK_REASON_CODES,
-    DISCONNECT_REASON_CODES,
-    PUBACK_REASON_CODES,
-    PUBREL_REASON_CODES,
-    SUBACK_REASON_CODES,
-    SUBACK_V3_RETURN_CODES,
-    UNSUBACK_REASON_CODES,
-)
 
 VERSIONS = (3, 4, 5)
 
@@ -108,8 +77,8 @@ def properties(
 
 
 @st.composite
-def wills(draw: st.DrawFn, version: int) -> Will:
-    return Will(
+def wills(draw: st.DrawFn, version: int) -> mqtt.Will:
+    return mqtt.Will(
         draw(topic_names),
         draw(binary),
         draw(st.integers(0, 2)),
@@ -119,7 +88,7 @@ def wills(draw: st.DrawFn, version: int) -> Will:
 
 
 @st.composite
-def connects(draw: st.DrawFn, version: int) -> Connect:
+def connects(draw: st.DrawFn, version: int) -> mqtt.Connect:
     username = draw(st.none() | text)
     password = draw(st.none() | binary)
     if version < 5 and username is None:
@@ -128,7 +97,7 @@ def connects(draw: st.DrawFn, version: int) -> Connect:
     clean_start = draw(st.booleans())
     if version == 4 and not client_id:
         clean_start = True  # MQTT-3.1.3-8
-    return Connect(
+    return mqtt.Connect(
         client_id=client_id,
         protocol_version=version,
         clean_start=clean_start,
@@ -142,9 +111,9 @@ def connects(draw: st.DrawFn, version: int) -> Connect:
 
 
 @st.composite
-def connacks(draw: st.DrawFn, version: int) -> ConnAck:
-    codes = sorted(CONNACK_REASON_CODES) if version == 5 else list(range(6))
-    return ConnAck(
+def connacks(draw: st.DrawFn, version: int) -> mqtt.ConnAck:
+    codes = sorted(_types.CONNACK_REASON_CODES) if version == 5 else list(range(6))
+    return mqtt.ConnAck(
         draw(st.booleans()),
         draw(st.sampled_from(codes)),
         draw(properties(PacketType.CONNACK, version)),
@@ -152,14 +121,14 @@ def connacks(draw: st.DrawFn, version: int) -> ConnAck:
 
 
 @st.composite
-def publishes(draw: st.DrawFn, version: int, from_client: bool = False) -> Publish:
+def publishes(draw: st.DrawFn, version: int, from_client: bool = False) -> mqtt.Publish:
     qos = draw(st.integers(0, 2))
     exclude = frozenset({PropertyId.SUBSCRIPTION_IDENTIFIER}) if from_client else frozenset()
     props = draw(properties(PacketType.PUBLISH, version, exclude))
     topic = draw(topic_names)
     if PropertyId.TOPIC_ALIAS in props and draw(st.booleans()):
         topic = ""
-    return Publish(
+    return mqtt.Publish(
         topic=topic,
         payload=draw(st.binary(max_size=300)),
         qos=qos,
@@ -171,8 +140,10 @@ def publishes(draw: st.DrawFn, version: int, from_client: bool = False) -> Publi
 
 
 def _acks(
-    cls: type[PubAck | PubRec | PubRel | PubComp], codes: frozenset[int], version: int
-) -> st.SearchStrategy[Packet]:
+    cls: type[mqtt.PubAck | mqtt.PubRec | mqtt.PubRel | mqtt.PubComp],
+    codes: frozenset[int],
+    version: int,
+) -> st.SearchStrategy[mqtt.Packet]:
     if version < 5:
         return st.builds(cls, packet_ids)
     return st.builds(
@@ -181,12 +152,12 @@ def _acks(
 
 
 @st.composite
-def subscribes(draw: st.DrawFn, version: int) -> Subscribe:
+def subscribes(draw: st.DrawFn, version: int) -> mqtt.Subscribe:
     requests = []
     for topic_filter in draw(st.lists(topic_filters, min_size=1, max_size=4)):
         if version == 5:
             requests.append(
-                SubscriptionRequest(
+                mqtt.SubscriptionRequest(
                     topic_filter,
                     draw(st.integers(0, 2)),
                     # no local is a protocol error on a shared subscription (MQTT-3.8.3-4)
@@ -196,14 +167,16 @@ def subscribes(draw: st.DrawFn, version: int) -> Subscribe:
                 )
             )
         else:
-            requests.append(SubscriptionRequest(topic_filter, draw(st.integers(0, 2))))
-    return Subscribe(draw(packet_ids), requests, draw(properties(PacketType.SUBSCRIBE, version)))
+            requests.append(mqtt.SubscriptionRequest(topic_filter, draw(st.integers(0, 2))))
+    return mqtt.Subscribe(
+        draw(packet_ids), requests, draw(properties(PacketType.SUBSCRIBE, version))
+    )
 
 
 @st.composite
-def subacks(draw: st.DrawFn, version: int) -> SubAck:
-    codes = SUBACK_REASON_CODES if version == 5 else SUBACK_V3_RETURN_CODES
-    return SubAck(
+def subacks(draw: st.DrawFn, version: int) -> mqtt.SubAck:
+    codes = _types.SUBACK_REASON_CODES if version == 5 else _types.SUBACK_V3_RETURN_CODES
+    return mqtt.SubAck(
         draw(packet_ids),
         draw(st.lists(st.sampled_from(sorted(codes)), min_size=1, max_size=4)),
         draw(properties(PacketType.SUBACK, version)),
@@ -211,8 +184,8 @@ def subacks(draw: st.DrawFn, version: int) -> SubAck:
 
 
 @st.composite
-def unsubscribes(draw: st.DrawFn, version: int) -> Unsubscribe:
-    return Unsubscribe(
+def unsubscribes(draw: st.DrawFn, version: int) -> mqtt.Unsubscribe:
+    return mqtt.Unsubscribe(
         draw(packet_ids),
         draw(st.lists(topic_filters, min_size=1, max_size=4)),
         draw(properties(PacketType.UNSUBSCRIBE, version)),
@@ -220,44 +193,54 @@ def unsubscribes(draw: st.DrawFn, version: int) -> Unsubscribe:
 
 
 @st.composite
-def unsubacks(draw: st.DrawFn, version: int) -> UnsubAck:
+def unsubacks(draw: st.DrawFn, version: int) -> mqtt.UnsubAck:
     if version < 5:
-        return UnsubAck(draw(packet_ids))
-    return UnsubAck(
+        return mqtt.UnsubAck(draw(packet_ids))
+    return mqtt.UnsubAck(
         draw(packet_ids),
-        draw(st.lists(st.sampled_from(sorted(UNSUBACK_REASON_CODES)), min_size=1, max_size=4)),
+        draw(
+            st.lists(st.sampled_from(sorted(_types.UNSUBACK_REASON_CODES)), min_size=1, max_size=4)
+        ),
         draw(properties(PacketType.UNSUBACK, version)),
     )
 
 
 @st.composite
-def disconnects(draw: st.DrawFn, version: int) -> Disconnect:
+def disconnects(draw: st.DrawFn, version: int) -> mqtt.Disconnect:
     if version < 5:
-        return Disconnect()
-    return Disconnect(
-        draw(st.sampled_from(sorted(DISCONNECT_REASON_CODES))),
+        return mqtt.Disconnect()
+    return mqtt.Disconnect(
+        draw(st.sampled_from(sorted(_types.DISCONNECT_REASON_CODES))),
         draw(properties(PacketType.DISCONNECT, version)),
     )
 
 
 @st.composite
-def auths(draw: st.DrawFn) -> Auth:
-    return Auth(
-        draw(st.sampled_from(sorted(AUTH_REASON_CODES))), draw(properties(PacketType.AUTH, 5))
+def auths(draw: st.DrawFn) -> mqtt.Auth:
+    return mqtt.Auth(
+        draw(st.sampled_from(sorted(_types.AUTH_REASON_CODES))),
+        draw(properties(PacketType.AUTH, 5)),
     )
 
 
-def client_packets(version: int) -> st.SearchStrategy[Packet]:
+def _qos_acknowledgements(version: int) -> list[st.SearchStrategy[mqtt.Packet]]:
+    """PUBACK, PUBREC, PUBREL and PUBCOMP: clients and servers both send them."""
+    return [
+        _acks(mqtt.PubAck, _types.PUBACK_REASON_CODES, version),
+        _acks(mqtt.PubRec, _types.PUBACK_REASON_CODES, version),
+        _acks(mqtt.PubRel, _types.PUBREL_REASON_CODES, version),
+        _acks(mqtt.PubComp, _types.PUBREL_REASON_CODES, version),
+    ]
+
+
+def client_packets(version: int) -> st.SearchStrategy[mqtt.Packet]:
     """What a client sends after CONNECT."""
     options: list[st.SearchStrategy[Any]] = [
         publishes(version, from_client=True),
-        _acks(PubAck, PUBACK_REASON_CODES, version),
-        _acks(PubRec, PUBACK_REASON_CODES, version),
-        _acks(PubRel, PUBREL_REASON_CODES, version),
-        _acks(PubComp, PUBREL_REASON_CODES, version),
+        *_qos_acknowledgements(version),
         subscribes(version),
         unsubscribes(version),
-        st.just(PingReq()),
+        st.just(mqtt.PingReq()),
         disconnects(version),
     ]
     if version == 5:
@@ -265,23 +248,20 @@ def client_packets(version: int) -> st.SearchStrategy[Packet]:
     return st.one_of(options)
 
 
-def server_packets(version: int) -> st.SearchStrategy[Packet]:
+def server_packets(version: int) -> st.SearchStrategy[mqtt.Packet]:
     """What a server sends."""
     options: list[st.SearchStrategy[Any]] = [
         connacks(version),
         publishes(version),
-        _acks(PubAck, PUBACK_REASON_CODES, version),
-        _acks(PubRec, PUBACK_REASON_CODES, version),
-        _acks(PubRel, PUBREL_REASON_CODES, version),
-        _acks(PubComp, PUBREL_REASON_CODES, version),
+        *_qos_acknowledgements(version),
         subacks(version),
         unsubacks(version),
-        st.just(PingResp()),
+        st.just(mqtt.PingResp()),
     ]
     if version == 5:
         options += [disconnects(version), auths()]
     return st.one_of(options)
 
 
-def any_packet(version: int) -> st.SearchStrategy[Packet]:
+def any_packet(version: int) -> st.SearchStrategy[mqtt.Packet]:
     return st.one_of(connects(version), client_packets(version), server_packets(version))

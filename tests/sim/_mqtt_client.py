@@ -18,21 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hive_core.mqtt import (
-    ConnAck,
-    Disconnect,
-    PacketDecoder,
-    PingReq,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    SubAck,
-    Subscribe,
-    SubscriptionRequest,
-    encode_packet,
-)
+from hive_core import mqtt
 
 
 @dataclass
@@ -78,7 +64,7 @@ class RecordingClient:
         self.connected = False
         self.connecting = False
         self.had_session = False
-        self.decoder = PacketDecoder(protocol_version=5, server=False)
+        self.decoder = mqtt.PacketDecoder(protocol_version=5, server=False)
         self.pids = itertools.cycle(range(1, 65536))
         self.outgoing: dict[int, tuple[int, str]] = {}  # pid -> (seq, "publish" | "pubrel")
         self.unsent: list[int] = []  # seqs published while down or refused: sent at connect
@@ -110,11 +96,11 @@ class RecordingClient:
 
     def send(self, packet: Any) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(encode_packet(packet, 5))
+            self.transport.write(mqtt.encode_packet(packet, 5))
 
     def on_packet(self, packet: Any) -> None:
         record = self.record
-        if isinstance(packet, ConnAck):
+        if isinstance(packet, mqtt.ConnAck):
             self.connecting = False
             if packet.reason_code != 0:
                 record.refusals += 1
@@ -129,58 +115,58 @@ class RecordingClient:
             self.had_session = True
             if self.role == "sub" and (not packet.session_present
                                        or self.client_id not in record.subscribed_at):
-                self.send(Subscribe(self._pid(), [SubscriptionRequest(f"{self.topic}/#",
-                                                                      self.qos)]))
+                request = mqtt.SubscriptionRequest(f"{self.topic}/#", self.qos)
+                self.send(mqtt.Subscribe(self._pid(), [request]))
             self._resend(packet.session_present)
             self.later(self.keep_alive, self._keep_alive, self.transport)
-        elif isinstance(packet, SubAck):
+        elif isinstance(packet, mqtt.SubAck):
             record.subscribed_at.setdefault(self.client_id, self.now)
-        elif isinstance(packet, Publish):
+        elif isinstance(packet, mqtt.Publish):
             self._on_publish(packet)
-        elif isinstance(packet, PubAck):
+        elif isinstance(packet, mqtt.PubAck):
             entry = self.outgoing.pop(packet.packet_id, None)
             if entry is not None and packet.reason_code < 0x80:
                 record.acked.add((self.client_id, entry[0]))
             elif entry is not None:
                 self.unsent.append(entry[0])
-        elif isinstance(packet, PubRec):
+        elif isinstance(packet, mqtt.PubRec):
             entry = self.outgoing.get(packet.packet_id)
             if entry is not None and packet.reason_code < 0x80:
                 record.acked.add((self.client_id, entry[0]))
                 self.outgoing[packet.packet_id] = (entry[0], "pubrel")
-                self.send(PubRel(packet.packet_id))
+                self.send(mqtt.PubRel(packet.packet_id))
             elif entry is not None:
                 del self.outgoing[packet.packet_id]
                 self.unsent.append(entry[0])
-        elif isinstance(packet, PubComp):
+        elif isinstance(packet, mqtt.PubComp):
             self.outgoing.pop(packet.packet_id, None)
-        elif isinstance(packet, PubRel):
+        elif isinstance(packet, mqtt.PubRel):
             if self.role == "sub" and self.qos < 2:
                 # Never sent a QoS 2 PUBLISH: a client that answers nothing to such a PUBREL
                 # (bench/failover.py's) would have the node keep the id in its window for good.
                 record.errors.append(f"{self.client_id}: PUBREL for packet id "
                                      f"{packet.packet_id}, subscribed at QoS {self.qos}")
             self.awaiting_rel.discard(packet.packet_id)
-            self.send(PubComp(packet.packet_id))
-        elif isinstance(packet, Disconnect):
+            self.send(mqtt.PubComp(packet.packet_id))
+        elif isinstance(packet, mqtt.Disconnect):
             self.drop()
 
-    def _on_publish(self, packet: Publish) -> None:
+    def _on_publish(self, packet: mqtt.Publish) -> None:
         if packet.retain:  # a retained message sent at SUBSCRIBE, not a delivery: acknowledged
             if packet.qos == 1:
-                self.send(PubAck(packet.packet_id))  # type: ignore[arg-type]
+                self.send(mqtt.PubAck(packet.packet_id))  # type: ignore[arg-type]
             elif packet.qos == 2:
                 self.awaiting_rel.add(packet.packet_id)  # type: ignore[arg-type]
-                self.send(PubRec(packet.packet_id))  # type: ignore[arg-type]
+                self.send(mqtt.PubRec(packet.packet_id))  # type: ignore[arg-type]
             return
         publisher, _, seq = packet.payload.decode().partition(":")
         new = True
         if packet.qos == 2:
             new = packet.packet_id not in self.awaiting_rel
             self.awaiting_rel.add(packet.packet_id)  # type: ignore[arg-type]
-            self.send(PubRec(packet.packet_id))  # type: ignore[arg-type]
+            self.send(mqtt.PubRec(packet.packet_id))  # type: ignore[arg-type]
         elif packet.qos == 1:
-            self.send(PubAck(packet.packet_id))  # type: ignore[arg-type]
+            self.send(mqtt.PubAck(packet.packet_id))  # type: ignore[arg-type]
         self.record.deliveries.setdefault(self.client_id, []).append(
             Delivery(publisher, int(seq), packet.qos, new, self.now, self.node or "",
                      packet.packet_id, packet.dup))
@@ -188,7 +174,7 @@ class RecordingClient:
     def _resend(self, session_present: bool) -> None:
         for pid, (seq, step) in sorted(self.outgoing.items()):
             if step == "pubrel" and session_present:
-                self.send(PubRel(pid))
+                self.send(mqtt.PubRel(pid))
             elif step == "publish":
                 self._send_publish(seq, pid, dup=session_present)
             else:  # the broker forgot the exchange: the message is sent again as new
@@ -205,7 +191,7 @@ class RecordingClient:
             self.refused()
             self.drop()  # no answer to the last PINGREQ: the node is gone for this client
             return
-        self.send(PingReq())
+        self.send(mqtt.PingReq())
         self.later(self.keep_alive, self._keep_alive, transport)
 
     # -- publishing
@@ -230,8 +216,8 @@ class RecordingClient:
         self._send_publish(seq, pid, dup=False)
 
     def _send_publish(self, seq: int, pid: int, dup: bool) -> None:
-        self.send(Publish(f"{self.topic}/{self.client_id}", f"{self.client_id}:{seq}".encode(),
-                          self.qos, retain=self.retain, dup=dup, packet_id=pid))
+        self.send(mqtt.Publish(f"{self.topic}/{self.client_id}", f"{self.client_id}:{seq}".encode(),
+                               self.qos, retain=self.retain, dup=dup, packet_id=pid))
 
     @property
     def pending(self) -> int:
