@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+import hive_ext_api as api
 from hive_core.broker._handover import SEEN_MAX, MessageId, had, takes
 from hive_core.broker._message import Message
 from hive_core.broker._session import Outbound, Pending, Session, Subscription
@@ -25,14 +26,6 @@ from hive_core.mqtt import (
     encode_properties,
     parse_shared_subscription,
 )
-from hive_core.persistence import (
-    SessionStore,
-    Snapshot,
-    StoredInflight,
-    StoredMessage,
-    StoredSession,
-    StoredSubscription,
-)
 
 P = PropertyId
 
@@ -41,34 +34,34 @@ P = PropertyId
 class SessionRecords:
     """One session's whole state in store records: what moves between nodes as one thing."""
 
-    session: StoredSession
-    queue: list[tuple[int, StoredMessage]] = field(default_factory=list)  # (seq, message)
-    inflight: list[StoredInflight] = field(default_factory=list)
+    session: api.StoredSession
+    queue: list[tuple[int, api.StoredMessage]] = field(default_factory=list)  # (seq, message)
+    inflight: list[api.StoredInflight] = field(default_factory=list)
     # The identities of the messages from the cluster the session took (see _handover.py):
     # they move with it, so that no way brings one of them to it again. None: not known.
     seen: list[tuple[str, int]] | None = None
 
 
-def snapshot_records(snapshot: Snapshot) -> list[SessionRecords]:
+def snapshot_records(snapshot: api.Snapshot) -> list[SessionRecords]:
     """Each session a store's snapshot holds, as one thing."""
     return [SessionRecords(session, snapshot.queues.get(client_id, []),
                            snapshot.inflight.get(client_id, []), snapshot.taken.get(client_id))
             for client_id, session in snapshot.sessions.items()]
 
 
-def stored_message(pending: Pending) -> StoredMessage:
+def stored_message(pending: Pending) -> api.StoredMessage:
     """A queued or in-flight delivery as a record (its subscription ids travel as a property)."""
     message = pending.message
     props = dict(message.properties) if message.properties else {}
     if pending.subscription_ids:
         props[P.SUBSCRIPTION_IDENTIFIER] = list(pending.subscription_ids)
     origin, serial = message.mid or ("", 0)
-    return StoredMessage(message.topic, message.payload, pending.qos, pending.retain,
-                         encode_properties(props) if props else b"", message.expiry_at,
-                         message.publisher_id, origin, serial)
+    return api.StoredMessage(message.topic, message.payload, pending.qos, pending.retain,
+                             encode_properties(props) if props else b"", message.expiry_at,
+                             message.publisher_id, origin, serial)
 
 
-def pending_from(stored: StoredMessage) -> Pending:
+def pending_from(stored: api.StoredMessage) -> Pending:
     props = decode_properties(stored.properties) if stored.properties else {}
     sub_ids = props.pop(P.SUBSCRIPTION_IDENTIFIER, None)
     message = Message(stored.topic, stored.payload, stored.qos, stored.retain, props,
@@ -78,13 +71,13 @@ def pending_from(stored: StoredMessage) -> Pending:
     return Pending(message, stored.qos, tuple(sub_ids) if sub_ids else None, stored.retain)
 
 
-def stored_retained(message: Message) -> StoredMessage:
+def stored_retained(message: Message) -> api.StoredMessage:
     props = encode_properties(message.properties) if message.properties else b""
-    return StoredMessage(message.topic, message.payload, message.qos, True, props,
-                         message.expiry_at, message.publisher_id)
+    return api.StoredMessage(message.topic, message.payload, message.qos, True, props,
+                             message.expiry_at, message.publisher_id)
 
 
-def properties_problem(stored: StoredMessage) -> str | None:
+def properties_problem(stored: api.StoredMessage) -> str | None:
     """Why the codec cannot read a stored message's properties as a PUBLISH's, or None."""
     if not stored.properties:
         return None
@@ -95,7 +88,7 @@ def properties_problem(stored: StoredMessage) -> str | None:
     return None
 
 
-def retained_from(stored: StoredMessage) -> Message:
+def retained_from(stored: api.StoredMessage) -> Message:
     props = decode_properties(stored.properties) if stored.properties else {}
     return Message(stored.topic, stored.payload, stored.qos, True, props, stored.publisher_id,
                    stored.expiry_at)
@@ -118,28 +111,30 @@ def will_from(fields: list[Any]) -> tuple[Will, float, float | None]:
             float(delay), disconnected_at)
 
 
-def stored_session(session: Session) -> StoredSession:
-    return StoredSession(
+def stored_session(session: Session) -> api.StoredSession:
+    return api.StoredSession(
         session.client_id, session.protocol_version, session.expiry_interval,
         session.disconnected_at,
-        {f: StoredSubscription(f, s.qos, s.no_local, s.retain_as_published, s.retain_handling,
-                               s.subscription_id)
+        {f: api.StoredSubscription(f, s.qos, s.no_local, s.retain_as_published, s.retain_handling,
+                                   s.subscription_id)
          for f, s in session.subscriptions.items()},
     )
 
 
-def outbound_record(client_id: str, packet_id: int, outbound: Outbound) -> StoredInflight:
+def outbound_record(client_id: str, packet_id: int, outbound: Outbound) -> api.StoredInflight:
     if outbound.state == "pubrel":
         return _released_record(client_id, packet_id, outbound)
-    return StoredInflight(client_id, packet_id, "out", "publish", stored_message(outbound.pending))
+    return api.StoredInflight(client_id, packet_id, "out", "publish",
+                              stored_message(outbound.pending))
 
 
-def _released_record(client_id: str, packet_id: int, outbound: Outbound | None) -> StoredInflight:
+def _released_record(client_id: str, packet_id: int,
+                     outbound: Outbound | None) -> api.StoredInflight:
     """A QoS 2 delivery the client has (PUBREC): no message left to send, but its identity,
     so that a copy of it (a merge, a rescue) is not delivered as a new one."""
     mid = outbound.pending.message.mid if outbound is not None else None
-    stub = StoredMessage("", b"", 2, origin=mid[0], serial=mid[1]) if mid else None
-    return StoredInflight(client_id, packet_id, "out", "pubrel", stub)
+    stub = api.StoredMessage("", b"", 2, origin=mid[0], serial=mid[1]) if mid else None
+    return api.StoredInflight(client_id, packet_id, "out", "pubrel", stub)
 
 
 def session_from(records: SessionRecords, now: float) -> Session:
@@ -181,7 +176,7 @@ class Records:
     written before it durable.
     """
 
-    def __init__(self, store: SessionStore) -> None:
+    def __init__(self, store: api.SessionStore) -> None:
         self.store = store
         # The highest queue position handed out. Positions start from the clock (in µs) so
         # they keep growing across restarts even when every queue was empty at the restart.
@@ -231,7 +226,7 @@ class Records:
             self.save_session(session)
             return
         s = subscription
-        save(session.client_id, StoredSubscription(
+        save(session.client_id, api.StoredSubscription(
             s.topic_filter, s.qos, s.no_local, s.retain_as_published, s.retain_handling,
             s.subscription_id))
 
@@ -289,7 +284,7 @@ class Records:
 
     def received_qos2(self, session: Session, packet_id: int) -> None:
         """An inbound QoS 2 PUBLISH was routed; its PUBREL is awaited."""
-        self.store.save_inflight(StoredInflight(session.client_id, packet_id, "in", "pubrec"))
+        self.store.save_inflight(api.StoredInflight(session.client_id, packet_id, "in", "pubrec"))
 
     def released_qos2(self, session: Session, packet_id: int) -> None:
         self.store.delete_inflight(session.client_id, packet_id, "in")
@@ -321,7 +316,7 @@ class Records:
         client_id = session.client_id
         queue = [(index, stored_message(p)) for index, p in enumerate(session.queue, 1)]
         inflight = [outbound_record(client_id, pid, o) for pid, o in session.inflight.items()]
-        inflight += [StoredInflight(client_id, pid, "in", "pubrec")
+        inflight += [api.StoredInflight(client_id, pid, "in", "pubrec")
                      for pid in session.inbound_qos2]
         seen = list(session.seen) if session.seen else None
         return SessionRecords(stored_session(session), queue, inflight, seen)

@@ -36,20 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import hive_ext_api as api
 from hive_core.broker import SessionRecords, snapshot_records
 from hive_core.cluster._kept import Row, is_kept, kept_rows
 from hive_core.cluster._latency import Latencies, Probe
-from hive_core.persistence import (
-    Direction,
-    FileSessionStore,
-    PersistenceError,
-    SessionStore,
-    Snapshot,
-    StoredInflight,
-    StoredMessage,
-    StoredSession,
-    StoredSubscription,
-)
+from hive_core.persistence import FileSessionStore
 
 log = logging.getLogger("hive.cluster")
 
@@ -59,7 +50,7 @@ Watermarks = dict[str, list[int]]  # peer id -> [its incarnation, data frames ha
 
 # ---------------------------------------------------------------------- records as frame bodies
 
-def message_fields(m: StoredMessage, identified: bool = False) -> list[Any]:
+def message_fields(m: api.StoredMessage, identified: bool = False) -> list[Any]:
     """A message as a frame's list; ``identified`` (the receiver reads nine fields, its HELLO
     said ``identities``): with its cluster identity when it has one."""
     fields = [m.topic, m.payload, m.qos, m.retain, m.properties, m.expiry_at, m.publisher_id]
@@ -68,31 +59,31 @@ def message_fields(m: StoredMessage, identified: bool = False) -> list[Any]:
     return fields
 
 
-def subscription_fields(s: StoredSubscription) -> list[Any]:
+def subscription_fields(s: api.StoredSubscription) -> list[Any]:
     return [s.topic_filter, s.qos, s.no_local, s.retain_as_published, s.retain_handling,
             s.subscription_id]
 
 
-def session_fields(s: StoredSession) -> list[Any]:
+def session_fields(s: api.StoredSession) -> list[Any]:
     return [s.client_id, s.protocol_version, s.expiry_interval, s.disconnected_at,
             [subscription_fields(sub) for sub in s.subscriptions.values()]]
 
 
-def session_of(fields: list[Any]) -> StoredSession:
+def session_of(fields: list[Any]) -> api.StoredSession:
     client_id, version, expiry, disconnected_at, subscriptions = fields
-    return StoredSession(client_id, version, expiry, disconnected_at, {
-        s[0]: StoredSubscription(*s) for s in subscriptions})
+    return api.StoredSession(client_id, version, expiry, disconnected_at, {
+        s[0]: api.StoredSubscription(*s) for s in subscriptions})
 
 
-def inflight_fields(i: StoredInflight, identified: bool = False) -> list[Any]:
+def inflight_fields(i: api.StoredInflight, identified: bool = False) -> list[Any]:
     return [i.client_id, i.packet_id, i.direction, i.state,
             message_fields(i.message, identified) if i.message is not None else None]
 
 
-def inflight_of(fields: list[Any]) -> StoredInflight:
+def inflight_of(fields: list[Any]) -> api.StoredInflight:
     client_id, packet_id, direction, state, message = fields
-    return StoredInflight(client_id, packet_id, direction, state,
-                          StoredMessage(*message) if message is not None else None)
+    return api.StoredInflight(client_id, packet_id, direction, state,
+                              api.StoredMessage(*message) if message is not None else None)
 
 
 def records_fields(records: SessionRecords, identified: bool = False,
@@ -109,7 +100,7 @@ def records_fields(records: SessionRecords, identified: bool = False,
 def records_of(fields: list[Any]) -> SessionRecords:
     session, queue, inflight, *taken = fields
     return SessionRecords(session_of(session),
-                          [(seq, StoredMessage(*m)) for seq, m in queue],
+                          [(seq, api.StoredMessage(*m)) for seq, m in queue],
                           [inflight_of(i) for i in inflight],
                           [(str(o), int(n)) for o, n in taken[0]] if taken else None)
 
@@ -121,11 +112,11 @@ WILL = "w"  # [client id, will fields or None]: not a store write; the replica k
 TAKEN = "t"  # [client id, origin, serial]: remember_taken (to a backup whose HELLO said taken_ops)
 
 
-def apply_op(store: SessionStore, op: Op) -> None:
+def apply_op(store: api.SessionStore, op: Op) -> None:
     """Make one write of the origin's on a replica store."""
     code = op[0]
     if code == ENQUEUE:
-        store.enqueue(op[1], op[2], StoredMessage(*op[3]))
+        store.enqueue(op[1], op[2], api.StoredMessage(*op[3]))
     elif code == DEQUEUE:
         store.dequeue(op[1], op[2])
     elif code == SAVE_INFLIGHT:
@@ -135,7 +126,7 @@ def apply_op(store: SessionStore, op: Op) -> None:
     elif code == SAVE_SESSION:
         store.save_session(session_of(op[1]))
     elif code == SAVE_SUB:
-        store.save_subscription(op[1], StoredSubscription(*op[2]))
+        store.save_subscription(op[1], api.StoredSubscription(*op[2]))
     elif code == DELETE_SUB:
         store.delete_subscription(op[1], op[2])
     elif code == DELETE_SESSION:
@@ -156,7 +147,7 @@ class ReplicatingStore:
     Retained messages are not ops: every node holds every retained message already.
     """
 
-    def __init__(self, inner: SessionStore) -> None:
+    def __init__(self, inner: api.SessionStore) -> None:
         self.inner = inner
         self.seq = 0  # ops recorded so far (only while there are backups to send them to)
         self.pending: list[Op] = []  # recorded, not yet sent
@@ -181,17 +172,17 @@ class ReplicatingStore:
         if len(self.pending) == 1:
             replicator.ship_soon()
 
-    async def open(self) -> Snapshot:
+    async def open(self) -> api.Snapshot:
         return await self.inner.open()
 
     async def close(self) -> None:
         await self.inner.close()
 
-    def save_session(self, session: StoredSession) -> None:
+    def save_session(self, session: api.StoredSession) -> None:
         self.inner.save_session(session)
         self._op([SAVE_SESSION, session_fields(session)])
 
-    def save_subscription(self, client_id: str, subscription: StoredSubscription) -> None:
+    def save_subscription(self, client_id: str, subscription: api.StoredSubscription) -> None:
         self.inner.save_subscription(client_id, subscription)
         self._op([SAVE_SUB, client_id, subscription_fields(subscription)])
 
@@ -203,7 +194,7 @@ class ReplicatingStore:
         self.inner.delete_session(client_id)
         self._op([DELETE_SESSION, client_id])
 
-    def enqueue(self, client_id: str, seq: int, message: StoredMessage) -> None:
+    def enqueue(self, client_id: str, seq: int, message: api.StoredMessage) -> None:
         self.inner.enqueue(client_id, seq, message)
         self._op([ENQUEUE, client_id, seq, message_fields(message, self.identities)])
 
@@ -211,11 +202,11 @@ class ReplicatingStore:
         self.inner.dequeue(client_id, seq)
         self._op([DEQUEUE, client_id, seq])
 
-    def save_inflight(self, inflight: StoredInflight) -> None:
+    def save_inflight(self, inflight: api.StoredInflight) -> None:
         self.inner.save_inflight(inflight)
         self._op([SAVE_INFLIGHT, inflight_fields(inflight, self.identities)])
 
-    def delete_inflight(self, client_id: str, packet_id: int, direction: Direction) -> None:
+    def delete_inflight(self, client_id: str, packet_id: int, direction: api.Direction) -> None:
         self.inner.delete_inflight(client_id, packet_id, direction)
         self._op([DELETE_INFLIGHT, client_id, packet_id, direction])
 
@@ -229,7 +220,7 @@ class ReplicatingStore:
         """A client's will changed (see ``Records.will``): only the backups keep wills."""
         self._op([WILL, client_id, fields])
 
-    def save_retained(self, message: StoredMessage) -> None:
+    def save_retained(self, message: api.StoredMessage) -> None:
         self.inner.save_retained(message)
 
     def delete_retained(self, topic: str) -> None:
@@ -390,7 +381,7 @@ class Replica:
     """The copy of one origin node's sessions held here."""
 
     origin: str
-    store: SessionStore | None = None
+    store: api.SessionStore | None = None
     applied: int = 0  # the last op written to the store
     complete: bool = False  # its snapshot has arrived whole
     watermarks: Watermarks = field(default_factory=dict)
@@ -573,7 +564,7 @@ class Replicas:
                 # After the acknowledgement: marks that lag the store (a crash in between)
                 # mean messages delivered twice after a takeover, never lost.
                 await self.shelf.keep_marks(replica.origin, watermarks, wills)
-        except PersistenceError:
+        except api.PersistenceError:
             log.exception("could not write the replica of node %s; it is not acknowledged",
                           replica.origin)
         finally:
@@ -602,7 +593,7 @@ class Replicas:
                 await replica.committing
         if replica.store is not None:
             store, replica.store = replica.store, None
-            with contextlib.suppress(PersistenceError):
+            with contextlib.suppress(api.PersistenceError):
                 await store.close()
 
     async def close(self) -> None:
@@ -620,7 +611,7 @@ class ReplicaShelf(Protocol):
         """The replicas found at start: origin, watermarks, wills."""
         ...
 
-    async def create(self, origin: str) -> SessionStore:
+    async def create(self, origin: str) -> api.SessionStore:
         """An empty, open store for ``origin``'s replica (an older one is dropped first)."""
         ...
 
@@ -629,7 +620,7 @@ class ReplicaShelf(Protocol):
         """Write what the replica keeps beside its store (after the store's commit)."""
         ...
 
-    async def read(self, origin: str) -> Snapshot:
+    async def read(self, origin: str) -> api.Snapshot:
         """What ``origin``'s replica store holds (its store closed)."""
         ...
 
@@ -649,7 +640,7 @@ class ReplicaFolder:
         return [(child.name, *_read_sidecar(child)) for child in sorted(self.folder.iterdir())
                 if (child / "persistence" / "sessions.db").exists()]
 
-    async def create(self, origin: str) -> SessionStore:
+    async def create(self, origin: str) -> api.SessionStore:
         folder = self.folder / origin
         await asyncio.to_thread(shutil.rmtree, folder, True)
         store = FileSessionStore(folder)
@@ -660,7 +651,7 @@ class ReplicaFolder:
                          wills: dict[str, list[Any]]) -> None:
         await asyncio.to_thread(_write_sidecar, self.folder / origin, watermarks, wills)
 
-    async def read(self, origin: str) -> Snapshot:
+    async def read(self, origin: str) -> api.Snapshot:
         reader = FileSessionStore(self.folder / origin)
         snapshot = await reader.open()
         await reader.close()

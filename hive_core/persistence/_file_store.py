@@ -20,15 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hive_ext_api import (
-    Direction,
-    PersistenceError,
-    Snapshot,
-    StoredInflight,
-    StoredMessage,
-    StoredSession,
-    StoredSubscription,
-)
+import hive_ext_api as api
 
 from . import _sqlite_schema as schema
 from ._batch import InflightKey, PendingBatch
@@ -94,11 +86,11 @@ class FileSessionStore:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def open(self) -> Snapshot:
+    async def open(self) -> api.Snapshot:
         if self._state is not _State.NEW:
-            raise PersistenceError(f"store is {self._state.value}; a store opens once")
+            raise api.PersistenceError(f"store is {self._state.value}; a store opens once")
         loop = asyncio.get_running_loop()
-        opened: asyncio.Future[Snapshot] = loop.create_future()
+        opened: asyncio.Future[api.Snapshot] = loop.create_future()
         self._stopped = loop.create_future()
         self._state = _State.OPENING
         threading.Thread(
@@ -124,19 +116,19 @@ class FileSessionStore:
         await self._stopped
         self._state = _State.CLOSED
         if self._close_error is not None:
-            raise PersistenceError(
+            raise api.PersistenceError(
                 f"{self.path}: could not write the last batch before closing"
             ) from self._close_error
 
     # -- writes: called on the event loop, no I/O --------------------------------------------
 
-    def save_session(self, session: StoredSession) -> None:
+    def save_session(self, session: api.StoredSession) -> None:
         with self._lock:
             self._check_open()
             self._pending.save_session(session)
             self._touch()
 
-    def save_subscription(self, client_id: str, subscription: StoredSubscription) -> None:
+    def save_subscription(self, client_id: str, subscription: api.StoredSubscription) -> None:
         with self._lock:
             self._check_open()
             self._pending.save_subscription(client_id, subscription)
@@ -156,7 +148,7 @@ class FileSessionStore:
             self._high_seq.pop(client_id, None)
             self._touch()
 
-    def enqueue(self, client_id: str, seq: int, message: StoredMessage) -> None:
+    def enqueue(self, client_id: str, seq: int, message: api.StoredMessage) -> None:
         with self._lock:
             self._check_open()
             high = self._high_seq.get(client_id, -1)
@@ -171,7 +163,7 @@ class FileSessionStore:
             self._pending.dequeue(client_id, seq)
             self._touch()
 
-    def save_inflight(self, inflight: StoredInflight) -> None:
+    def save_inflight(self, inflight: api.StoredInflight) -> None:
         with self._lock:
             self._check_open()
             kept = self._inflight_kept.get(inflight.client_id)
@@ -179,7 +171,7 @@ class FileSessionStore:
                 (inflight.packet_id, inflight.direction) not in kept))
             self._touch()
 
-    def delete_inflight(self, client_id: str, packet_id: int, direction: Direction) -> None:
+    def delete_inflight(self, client_id: str, packet_id: int, direction: api.Direction) -> None:
         with self._lock:
             self._check_open()
             self._pending.delete_inflight(client_id, packet_id, direction)
@@ -191,7 +183,7 @@ class FileSessionStore:
             self._pending.remember_taken(client_id, origin, serial)
             self._touch()
 
-    def save_retained(self, message: StoredMessage) -> None:
+    def save_retained(self, message: api.StoredMessage) -> None:
         with self._lock:
             self._check_open()
             self._pending.save_retained(message)
@@ -231,7 +223,7 @@ class FileSessionStore:
 
     def _check_open(self) -> None:
         if self._state is not _State.OPEN:
-            raise PersistenceError(f"store is {self._state.value}")
+            raise api.PersistenceError(f"store is {self._state.value}")
 
     def _touch(self) -> None:
         if self._pending_since is None:
@@ -240,20 +232,21 @@ class FileSessionStore:
 
     # -- the writer thread -------------------------------------------------------------------
 
-    def _run(self, loop: asyncio.AbstractEventLoop, opened: asyncio.Future[Snapshot]) -> None:
+    def _run(self, loop: asyncio.AbstractEventLoop, opened: asyncio.Future[api.Snapshot]) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = schema.connect(str(self.path), sync=self._sync)
         except BaseException as exc:
             log.exception("cannot open the sessions database %s", self.path)
-            _settle_threadsafe(opened, PersistenceError(f"cannot open {self.path}: {exc}"), exc)
+            _settle_threadsafe(opened, api.PersistenceError(f"cannot open {self.path}: {exc}"), exc)
             return
         try:
             try:
                 snapshot = schema.load(db, time.time())
             except BaseException as exc:
                 log.exception("cannot read the sessions database %s", self.path)
-                _settle_threadsafe(opened, PersistenceError(f"cannot read {self.path}: {exc}"), exc)
+                failure = api.PersistenceError(f"cannot read {self.path}: {exc}")
+                _settle_threadsafe(opened, failure, exc)
                 return
             self._high_seq = {c: queue[-1][0] for c, queue in snapshot.queues.items() if queue}
             self._inflight_kept = {c: {(row.packet_id, row.direction) for row in rows}
@@ -273,7 +266,7 @@ class FileSessionStore:
                 orphans = self._pending_waiters + self._writing_waiters
                 self._pending_waiters, self._writing_waiters = [], []
             for waiter in orphans:
-                _settle_threadsafe(waiter, PersistenceError("the writer thread stopped"), None)
+                _settle_threadsafe(waiter, api.PersistenceError("the writer thread stopped"), None)
             if self._stopped is not None:
                 _call_threadsafe(loop, _set_result, self._stopped, None)
 
@@ -339,7 +332,7 @@ class FileSessionStore:
                 if error is None:
                     _call_threadsafe(waiter.get_loop(), _set_result, waiter, None)
                 else:
-                    failure = PersistenceError(f"{self.path}: commit failed: {error}")
+                    failure = api.PersistenceError(f"{self.path}: commit failed: {error}")
                     _settle_threadsafe(waiter, failure, error)
             if stopping:
                 self._close_error = error
@@ -364,7 +357,7 @@ class FileSessionStore:
 
 
 def _settle_threadsafe(
-    future: asyncio.Future[Any], error: PersistenceError, cause: BaseException | None
+    future: asyncio.Future[Any], error: api.PersistenceError, cause: BaseException | None
 ) -> None:
     error.__cause__ = cause
     _call_threadsafe(future.get_loop(), _set_exception, future, error)

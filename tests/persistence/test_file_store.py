@@ -11,31 +11,21 @@ from pathlib import Path
 import anyio
 import pytest
 
-from hive_core.persistence import (
-    FileSessionStore,
-    MemorySessionStore,
-    PersistenceError,
-    Snapshot,
-    StoredInflight,
-    StoredMessage,
-    StoredSession,
-    StoredSubscription,
-    _file_store,
-    _sqlite_schema,
-)
+import hive_ext_api as api
+from hive_core.persistence import FileSessionStore, MemorySessionStore, _file_store, _sqlite_schema
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(20)]
 
 
-def message(topic: str = "t", payload: bytes = b"p", **kwargs: object) -> StoredMessage:
-    return StoredMessage(topic, payload, 1, **kwargs)  # type: ignore[arg-type]
+def message(topic: str = "t", payload: bytes = b"p", **kwargs: object) -> api.StoredMessage:
+    return api.StoredMessage(topic, payload, 1, **kwargs)  # type: ignore[arg-type]
 
 
-def session(client_id: str = "c1", **kwargs: object) -> StoredSession:
-    return StoredSession(client_id, 5, 3600, **kwargs)  # type: ignore[arg-type]
+def session(client_id: str = "c1", **kwargs: object) -> api.StoredSession:
+    return api.StoredSession(client_id, 5, 3600, **kwargs)  # type: ignore[arg-type]
 
 
-async def reopen(store: FileSessionStore) -> tuple[FileSessionStore, Snapshot]:
+async def reopen(store: FileSessionStore) -> tuple[FileSessionStore, api.Snapshot]:
     await store.close()
     again = FileSessionStore(store.path.parent.parent, sync=False)
     return again, await again.open()
@@ -43,17 +33,17 @@ async def reopen(store: FileSessionStore) -> tuple[FileSessionStore, Snapshot]:
 
 async def test_every_record_kind_round_trips(tmp_path: Path) -> None:
     store = FileSessionStore(tmp_path)
-    assert await store.open() == Snapshot()
+    assert await store.open() == api.Snapshot()
     subscriptions = {
-        "a/+": StoredSubscription("a/+", 1),
-        "$share/g/b/#": StoredSubscription("$share/g/b/#", 2, True, True, 2, 7),
+        "a/+": api.StoredSubscription("a/+", 1),
+        "$share/g/b/#": api.StoredSubscription("$share/g/b/#", 2, True, True, 2, 7),
     }
     alice = session("alice", disconnected_at=1234.5, subscriptions=subscriptions)
-    bob = StoredSession("bob", 4, 0xFFFFFFFF)
-    full = StoredMessage("a/ü", b"\x00\xff" * 50, 2, True, b"\x01\x02", 4e9, "pub")
-    publish = StoredInflight("alice", 1, "out", "publish", full)
-    pubrel = StoredInflight("alice", 2, "out", "pubrel", None)
-    pubrec = StoredInflight("alice", 2, "in", "pubrec")
+    bob = api.StoredSession("bob", 4, 0xFFFFFFFF)
+    full = api.StoredMessage("a/ü", b"\x00\xff" * 50, 2, True, b"\x01\x02", 4e9, "pub")
+    publish = api.StoredInflight("alice", 1, "out", "publish", full)
+    pubrel = api.StoredInflight("alice", 2, "out", "pubrel", None)
+    pubrec = api.StoredInflight("alice", 2, "in", "pubrec")
     store.save_session(alice)
     store.save_session(bob)
     store.enqueue("alice", 2, message("q2"))
@@ -61,15 +51,15 @@ async def test_every_record_kind_round_trips(tmp_path: Path) -> None:
     store.enqueue("bob", 1, message("q1", b""))
     for inflight in (publish, pubrel, pubrec):
         store.save_inflight(inflight)
-    store.save_retained(StoredMessage("r/1", b"kept", 1, True))
+    store.save_retained(api.StoredMessage("r/1", b"kept", 1, True))
     await store.commit()
 
     store, loaded = await reopen(store)
-    assert loaded == Snapshot(
+    assert loaded == api.Snapshot(
         sessions={"alice": alice, "bob": bob},
         queues={"alice": [(1, full), (2, message("q2"))], "bob": [(1, message("q1", b""))]},
         inflight={"alice": [publish, pubrel, pubrec]},
-        retained={"r/1": StoredMessage("r/1", b"kept", 1, True)},
+        retained={"r/1": api.StoredMessage("r/1", b"kept", 1, True)},
     )
     await store.close()
 
@@ -82,9 +72,9 @@ async def test_deletes_survive_a_restart(tmp_path: Path) -> None:
     for seq in range(3):
         store.enqueue("c1", seq, message(f"q{seq}"))
         store.enqueue("c2", seq, message(f"q{seq}"))
-    store.save_inflight(StoredInflight("c1", 1, "out", "publish", message()))
-    store.save_inflight(StoredInflight("c1", 1, "in", "pubrec"))
-    store.save_inflight(StoredInflight("c2", 1, "out", "publish", message()))
+    store.save_inflight(api.StoredInflight("c1", 1, "out", "publish", message()))
+    store.save_inflight(api.StoredInflight("c1", 1, "in", "pubrec"))
+    store.save_inflight(api.StoredInflight("c2", 1, "out", "publish", message()))
     store.save_retained(message("r/1"))
     store.save_retained(message("r/2"))
     await store.commit()
@@ -97,7 +87,7 @@ async def test_deletes_survive_a_restart(tmp_path: Path) -> None:
 
     assert loaded.sessions == {"c1": session("c1")}
     assert loaded.queues == {"c1": [(0, message("q0")), (2, message("q2"))]}
-    assert loaded.inflight == {"c1": [StoredInflight("c1", 1, "out", "publish", message())]}
+    assert loaded.inflight == {"c1": [api.StoredInflight("c1", 1, "out", "publish", message())]}
     assert loaded.retained == {"r/2": message("r/2")}
     await store.close()
 
@@ -112,11 +102,11 @@ async def test_writes_after_delete_session_in_the_same_batch_survive(tmp_path: P
     store.delete_session("c1")
     store.save_session(session("c1", disconnected_at=9.0))
     store.enqueue("c1", 1, message("new"))
-    store.save_inflight(StoredInflight("c1", 5, "in", "pubrec"))
+    store.save_inflight(api.StoredInflight("c1", 5, "in", "pubrec"))
     store, loaded = await reopen(store)
     assert loaded.sessions == {"c1": session("c1", disconnected_at=9.0)}
     assert loaded.queues == {"c1": [(1, message("new"))]}
-    assert loaded.inflight == {"c1": [StoredInflight("c1", 5, "in", "pubrec")]}
+    assert loaded.inflight == {"c1": [api.StoredInflight("c1", 5, "in", "pubrec")]}
     await store.close()
 
 
@@ -144,7 +134,7 @@ async def test_expired_messages_are_dropped_on_load(tmp_path: Path) -> None:
     store.save_retained(message("r/stale", expiry_at=past))
     store.save_retained(message("r/fresh", expiry_at=future))
     # Delivery already started: an expired in-flight message must still be re-sent.
-    store.save_inflight(StoredInflight("c1", 1, "out", "publish", message(expiry_at=past)))
+    store.save_inflight(api.StoredInflight("c1", 1, "out", "publish", message(expiry_at=past)))
     store, loaded = await reopen(store)
     assert [seq for seq, _ in loaded.queues["c1"]] == [2, 3]
     assert list(loaded.retained) == ["r/fresh"]
@@ -158,12 +148,13 @@ async def test_inflight_keeps_the_order_exchanges_started(tmp_path: Path) -> Non
     store = FileSessionStore(tmp_path)
     await store.open()
     for packet_id in (7, 3, 5):
-        store.save_inflight(StoredInflight("c1", packet_id, "out", "publish", message()))
+        store.save_inflight(api.StoredInflight("c1", packet_id, "out", "publish", message()))
     await store.commit()
-    store.save_inflight(StoredInflight("c1", 7, "out", "pubrel"))  # same exchange: keeps its place
+    # The same exchange keeps its place; a new one goes last.
+    store.save_inflight(api.StoredInflight("c1", 7, "out", "pubrel"))
     store.delete_inflight("c1", 3, "out")
-    store.save_inflight(StoredInflight("c1", 3, "out", "publish", message()))  # a new one: last
-    store.save_inflight(StoredInflight("c1", 1, "out", "publish", message()))
+    store.save_inflight(api.StoredInflight("c1", 3, "out", "publish", message()))
+    store.save_inflight(api.StoredInflight("c1", 1, "out", "publish", message()))
     store, loaded = await reopen(store)
     assert [(i.packet_id, i.state) for i in loaded.inflight["c1"]] == [
         (7, "pubrel"),
@@ -243,22 +234,23 @@ async def test_a_delivery_acknowledged_before_the_commit_writes_nothing(tmp_path
     store = FileSessionStore(tmp_path, commit_interval=30)
     await store.open()
     for packet_id in range(1, 101):
-        store.save_inflight(StoredInflight("c1", packet_id, "out", "publish", message()))
+        store.save_inflight(api.StoredInflight("c1", packet_id, "out", "publish", message()))
         store.delete_inflight("c1", packet_id, "out")
     await store.commit()
     assert (store.stats.transactions, store.stats.rows) == (0, 0)
-    store.save_inflight(StoredInflight("c1", 1, "out", "publish", message("kept")))
-    store.save_inflight(StoredInflight("c1", 2, "out", "publish", message("kept")))
-    store.save_inflight(StoredInflight("c1", 3, "in", "pubrec"))
+    store.save_inflight(api.StoredInflight("c1", 1, "out", "publish", message("kept")))
+    store.save_inflight(api.StoredInflight("c1", 2, "out", "publish", message("kept")))
+    store.save_inflight(api.StoredInflight("c1", 3, "in", "pubrec"))
     await store.commit()
-    store.save_inflight(StoredInflight("c1", 1, "out", "pubrel", None))  # on disk: an update
+    store.save_inflight(api.StoredInflight("c1", 1, "out", "pubrel", None))  # on disk: an update
     store.delete_inflight("c1", 1, "out")
     store.delete_inflight("c1", 2, "out")  # its packet id used again at once
-    store.save_inflight(StoredInflight("c1", 2, "out", "publish", message("again")))
+    store.save_inflight(api.StoredInflight("c1", 2, "out", "publish", message("again")))
     store, loaded = await reopen(store)
-    assert loaded.inflight == {"c1": [StoredInflight("c1", 3, "in", "pubrec"),
-                                      StoredInflight("c1", 2, "out", "publish", message("again"))]}
-    store.save_inflight(StoredInflight("c1", 3, "in", "pubrec"))  # loaded: on disk
+    assert loaded.inflight == {"c1": [
+        api.StoredInflight("c1", 3, "in", "pubrec"),
+        api.StoredInflight("c1", 2, "out", "publish", message("again"))]}
+    store.save_inflight(api.StoredInflight("c1", 3, "in", "pubrec"))  # loaded: on disk
     store.delete_inflight("c1", 3, "in")
     store.delete_inflight("c1", 2, "out")
     store, loaded = await reopen(store)
@@ -291,7 +283,7 @@ async def test_a_failed_commit_raises_is_logged_and_is_retried(
     store = FileSessionStore(tmp_path, commit_interval=30)
     await store.open()
     store.enqueue("c1", 1, message("one"))
-    with caplog.at_level(logging.ERROR), pytest.raises(PersistenceError) as failed:
+    with caplog.at_level(logging.ERROR), pytest.raises(api.PersistenceError) as failed:
         await store.commit()
     assert isinstance(failed.value.__cause__, sqlite3.OperationalError)
     assert "could not commit a batch" in caplog.text
@@ -315,9 +307,9 @@ async def test_close_reports_a_batch_it_could_not_write(
     await store.open()
     monkeypatch.setattr(_sqlite_schema, "write", broken_write)
     store.enqueue("c1", 1, message())
-    with pytest.raises(PersistenceError):
+    with pytest.raises(api.PersistenceError):
         await store.close()
-    with pytest.raises(PersistenceError):
+    with pytest.raises(api.PersistenceError):
         store.enqueue("c1", 2, message())
 
 
@@ -336,14 +328,14 @@ async def test_a_cancelled_commit_leaves_the_store_working(tmp_path: Path) -> No
 
 async def test_misuse_is_refused(tmp_path: Path) -> None:
     store = FileSessionStore(tmp_path)
-    with pytest.raises(PersistenceError):
+    with pytest.raises(api.PersistenceError):
         store.save_retained(message())  # not open yet
     await store.open()
-    with pytest.raises(PersistenceError):
+    with pytest.raises(api.PersistenceError):
         await store.open()
     await store.close()
     await store.close()  # closing twice is harmless
-    with pytest.raises(PersistenceError):
+    with pytest.raises(api.PersistenceError):
         await store.commit()
 
 
@@ -353,7 +345,7 @@ async def test_a_database_from_another_schema_version_is_refused(tmp_path: Path)
     await store.close()
     with sqlite3.connect(store.path) as db:
         db.execute("UPDATE schema_version SET version = 99")
-    with pytest.raises(PersistenceError, match="schema version 99"):
+    with pytest.raises(api.PersistenceError, match="schema version 99"):
         await FileSessionStore(tmp_path).open()
 
 
@@ -379,8 +371,8 @@ async def test_a_version_1_database_is_migrated_with_its_subscriptions(tmp_path:
     migrated = FileSessionStore(tmp_path, sync=False)
     snapshot = await migrated.open()
     assert snapshot.sessions["c1"].subscriptions == {
-        "a/+": StoredSubscription("a/+", 1),
-        "$share/g/b": StoredSubscription("$share/g/b", 2, False, True, 1, 7),
+        "a/+": api.StoredSubscription("a/+", 1),
+        "$share/g/b": api.StoredSubscription("$share/g/b", 2, False, True, 1, 7),
     }
     migrated.delete_subscription("c1", "a/+")
     reopened, again = await reopen(migrated)
@@ -396,11 +388,11 @@ async def test_queued_and_in_flight_messages_keep_their_cluster_identity(tmp_pat
     that a copy of one (a merge after a split, a rescue) is not taken a second time."""
     store = FileSessionStore(tmp_path, sync=False)
     await store.open()
-    store.save_session(StoredSession("c1", 5, 3600))
-    store.enqueue("c1", 1, StoredMessage("t", b"q", 2, origin="n2", serial=41))
-    store.enqueue("c1", 2, StoredMessage("t", b"plain", 1))
-    store.save_inflight(StoredInflight("c1", 7, "out", "publish",
-                                       StoredMessage("t", b"f", 2, origin="n3", serial=9)))
+    store.save_session(api.StoredSession("c1", 5, 3600))
+    store.enqueue("c1", 1, api.StoredMessage("t", b"q", 2, origin="n2", serial=41))
+    store.enqueue("c1", 2, api.StoredMessage("t", b"plain", 1))
+    store.save_inflight(api.StoredInflight("c1", 7, "out", "publish",
+                                           api.StoredMessage("t", b"f", 2, origin="n3", serial=9)))
     await store.commit()
     reopened, snapshot = await reopen(store)
     await reopened.close()
@@ -420,7 +412,7 @@ async def test_the_identities_of_completed_qos2_deliveries_are_kept_newest_last(
     store = FileSessionStore(tmp_path, sync=False)
     await store.open()
     for client_id in ("c1", "c2"):
-        store.save_session(StoredSession(client_id, 5, 3600))
+        store.save_session(api.StoredSession(client_id, 5, 3600))
     for serial in range(1, 8):
         store.remember_taken("c1", "n2", serial)
         await store.commit()
@@ -509,14 +501,14 @@ async def test_writes_made_while_a_batch_fails_are_retried_with_it(
         getattr(memory, method)(*args)
 
     for packet_id in (1, 2, 3):
-        both("save_inflight", StoredInflight("c1", packet_id, "out", "publish", message()))
+        both("save_inflight", api.StoredInflight("c1", packet_id, "out", "publish", message()))
     both("enqueue", "c1", 1, message("one"))
     both("save_retained", message("r", b"old"))
     await file.commit()
 
     # The failing batch: exchange 1 starts again (moves last), 3 ends, seq 1 goes, seq 2 comes.
     both("delete_inflight", "c1", 1, "out")
-    both("save_inflight", StoredInflight("c1", 1, "out", "publish", message("again")))
+    both("save_inflight", api.StoredInflight("c1", 1, "out", "publish", message("again")))
     both("delete_inflight", "c1", 3, "out")
     both("dequeue", "c1", 1)
     both("enqueue", "c1", 2, message("two"))
@@ -524,15 +516,15 @@ async def test_writes_made_while_a_batch_fails_are_retried_with_it(
     async with anyio.create_task_group() as tg:
 
         async def failed_commit() -> None:
-            with pytest.raises(PersistenceError):
+            with pytest.raises(api.PersistenceError):
                 await file.commit()
 
         tg.start_soon(failed_commit)
         await anyio.to_thread.run_sync(entered.wait, 5)
         # Meanwhile: later writes to the same keys, and to new ones.
-        both("save_inflight", StoredInflight("c1", 1, "out", "pubrel"))
+        both("save_inflight", api.StoredInflight("c1", 1, "out", "pubrel"))
         both("delete_inflight", "c1", 2, "out")
-        both("save_inflight", StoredInflight("c1", 3, "out", "publish", message("later")))
+        both("save_inflight", api.StoredInflight("c1", 3, "out", "publish", message("later")))
         both("enqueue", "c1", 3, message("three"))
         both("dequeue", "c1", 2)
         both("save_retained", message("r", b"new"))
