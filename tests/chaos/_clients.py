@@ -89,7 +89,7 @@ class RealClient(RecordingClient, asyncio.Protocol):
         ports = self.ports()
         if not ports:
             self.connecting = False
-            self._retry()
+            self.reconnect_later()
             return
         if self.avoid in ports and len(ports) > 1:
             del ports[self.avoid]
@@ -103,7 +103,7 @@ class RealClient(RecordingClient, asyncio.Protocol):
         except (TimeoutError, OSError):
             self.connecting = False
             self.avoid = name
-            self._retry()
+            self.reconnect_later()
             return
         self.send(Connect(self.client_id, 5, clean_start=False, keep_alive=KEEP_ALIVE,
                           properties={PropertyId.SESSION_EXPIRY_INTERVAL: 3600}))
@@ -113,17 +113,7 @@ class RealClient(RecordingClient, asyncio.Protocol):
             self.avoid = name
             self.drop()
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
-        self.last_heard = self.clock.now
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        self.connected = False
-        self.connecting = False
-        self._retry()
-
-    def _retry(self) -> None:
+    def reconnect_later(self) -> None:
         if not self.stopped:
             asyncio.get_running_loop().call_later(self.rng.uniform(0.3, 1.5), self.connect)
 

@@ -1,6 +1,6 @@
 """What a node keeps for a silent peer goes to disk (cluster/_kept.py): the wait of a local
 publisher's PUBACK ends at the commit, not at the peer's acknowledgement; the rows go as the
-peer acknowledges. Forwarding and KeptOnDisk on a memory store, in one event loop."""
+peer acknowledges. Forwarding and KeptOnDisk on a memory store, in the test's event loop."""
 
 from __future__ import annotations
 
@@ -13,7 +13,12 @@ from hive_core.cluster._kept import KEPT_PREFIX, KeptOnDisk, kept_rows, message_
 from hive_core.cluster._wire import FrameKind, encode_frame, encode_publish_frame
 from hive_core.persistence import MemorySessionStore
 
-pytestmark = pytest.mark.timeout(10)
+pytestmark = [pytest.mark.timeout(10), pytest.mark.anyio]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
 
 
 def publish(n: int) -> bytes:
@@ -42,72 +47,64 @@ def rows_of(store: MemorySessionStore) -> list[tuple[str, int, str, int]]:
             for client_id, seq, m in kept_rows(store.contents(now=0.0))]
 
 
-def test_a_silent_peer_gets_its_frames_written_and_the_wait_ends_at_the_commit() -> None:
-    async def main() -> None:
-        store, forwarding = on_disk()
-        for n in range(3):
-            forwarding.sent("p", publish(n))
-        assert not await waited(forwarding, 0.03)  # a live peer would have answered by now
-        assert await waited(forwarding, 0.5)  # silent: on disk, and the wait is over
-        rows = rows_of(store)
-        assert [(c, t, s) for c, _seq, t, s in rows] == [
-            (KEPT_PREFIX + "p", "t/0", 100), (KEPT_PREFIX + "p", "t/1", 101),
-            (KEPT_PREFIX + "p", "t/2", 102)]
-        forwarding.sent("p", publish(3))  # written as it is sent, while the peer is silent
-        assert await waited(forwarding, 0.01)
-        assert len(rows_of(store)) == 4
-        forwarding.acknowledged_by("p", 2)
-        assert [t for _c, _s, t, _n in rows_of(store)] == ["t/2", "t/3"]
-        forwarding.acknowledged_by("p", 4)  # everything: no longer on disk
-        assert rows_of(store) == [] and forwarding.disk is not None
-        assert "p" not in forwarding.disk.peers and forwarding.disk.rows == 0
-        forwarding.sent("p", publish(4))  # a live peer again: nothing written
-        assert rows_of(store) == []
-    asyncio.run(main())
+async def test_a_silent_peer_gets_its_frames_written_and_the_wait_ends_at_the_commit() -> None:
+    store, forwarding = on_disk()
+    for n in range(3):
+        forwarding.sent("p", publish(n))
+    assert not await waited(forwarding, 0.03)  # a live peer would have answered by now
+    assert await waited(forwarding, 0.5)  # silent: on disk, and the wait is over
+    rows = rows_of(store)
+    assert [(c, t, s) for c, _seq, t, s in rows] == [
+        (KEPT_PREFIX + "p", "t/0", 100), (KEPT_PREFIX + "p", "t/1", 101),
+        (KEPT_PREFIX + "p", "t/2", 102)]
+    forwarding.sent("p", publish(3))  # written as it is sent, while the peer is silent
+    assert await waited(forwarding, 0.01)
+    assert len(rows_of(store)) == 4
+    forwarding.acknowledged_by("p", 2)
+    assert [t for _c, _s, t, _n in rows_of(store)] == ["t/2", "t/3"]
+    forwarding.acknowledged_by("p", 4)  # everything: no longer on disk
+    assert rows_of(store) == [] and forwarding.disk is not None
+    assert "p" not in forwarding.disk.peers and forwarding.disk.rows == 0
+    forwarding.sent("p", publish(4))  # a live peer again: nothing written
+    assert rows_of(store) == []
 
 
-def test_a_frame_that_cannot_be_written_keeps_the_wait_for_the_peer() -> None:
-    async def main() -> None:
-        store, forwarding = on_disk()
-        forwarding.sent("p", publish(0))
-        forwarding.sent("p", encode_frame(FrameKind.SHARED_PUBLISH, ["g", "t/#", []]))
-        assert not await waited(forwarding, 0.3)  # a shared-subscription frame: not on disk
-        assert len(rows_of(store)) == 1
-        forwarding.acknowledged_by("p", 2)
-        assert await waited(forwarding, 0.01)
-        assert rows_of(store) == []
-    asyncio.run(main())
+async def test_a_frame_that_cannot_be_written_keeps_the_wait_for_the_peer() -> None:
+    store, forwarding = on_disk()
+    forwarding.sent("p", publish(0))
+    forwarding.sent("p", encode_frame(FrameKind.SHARED_PUBLISH, ["g", "t/#", []]))
+    assert not await waited(forwarding, 0.3)  # a shared-subscription frame: not on disk
+    assert len(rows_of(store)) == 1
+    forwarding.acknowledged_by("p", 2)
+    assert await waited(forwarding, 0.01)
+    assert rows_of(store) == []
 
 
-def test_rows_outlive_the_process_and_a_forgotten_peer_takes_its_rows_along() -> None:
-    async def main() -> None:
-        store, forwarding = on_disk()
-        forwarding.sent("p", publish(7))
-        assert await waited(forwarding, 0.5)
-        restarted = KeptOnDisk("me", store)  # the next run of the node reads them back
-        restarted.restore(store.contents(now=0.0))
-        [(_client, _seq, stored)] = restarted.restored
-        message = message_of(stored)
-        assert (message.topic, message.payload, message.mid) == ("t/7", b"7", ("me", 107))
-        forwarding.abandon("p")  # the peer is forgotten (or taken over): its rows go
-        assert rows_of(store) == []
-    asyncio.run(main())
+async def test_rows_outlive_the_process_and_a_forgotten_peer_takes_its_rows_along() -> None:
+    store, forwarding = on_disk()
+    forwarding.sent("p", publish(7))
+    assert await waited(forwarding, 0.5)
+    restarted = KeptOnDisk("me", store)  # the next run of the node reads them back
+    restarted.restore(store.contents(now=0.0))
+    [(_client, _seq, stored)] = restarted.restored
+    message = message_of(stored)
+    assert (message.topic, message.payload, message.mid) == ("t/7", b"7", ("me", 107))
+    forwarding.abandon("p")  # the peer is forgotten (or taken over): its rows go
+    assert rows_of(store) == []
 
 
-def test_once_the_peer_has_caught_up_new_frames_are_not_written_and_it_is_waited_for_again() -> None:  # noqa: E501
-    async def main() -> None:
-        store, forwarding = on_disk()
-        for n in range(3):
-            forwarding.sent("p", publish(n))
-        assert await waited(forwarding, 0.5)  # silent: written
-        forwarding.sent("p", publish(3))  # written as it is sent
-        forwarding.acknowledged_by("p", 3)  # what was kept when it fell silent: it is back
-        assert [t for _c, _s, t, _n in rows_of(store)] == ["t/3"]
-        forwarding.sent("p", publish(4))  # not written: a live peer is waited for
-        assert [t for _c, _s, t, _n in rows_of(store)] == ["t/3"]
-        assert not await waited(forwarding, 0.02)
-        forwarding.acknowledged_by("p", 5)
-        assert await waited(forwarding, 0.01)
-        assert rows_of(store) == [] and forwarding.disk is not None
-        assert forwarding.disk.peers == {}
-    asyncio.run(main())
+async def test_once_the_peer_has_caught_up_new_frames_are_not_written_and_it_is_waited_for_again() -> None:  # noqa: E501
+    store, forwarding = on_disk()
+    for n in range(3):
+        forwarding.sent("p", publish(n))
+    assert await waited(forwarding, 0.5)  # silent: written
+    forwarding.sent("p", publish(3))  # written as it is sent
+    forwarding.acknowledged_by("p", 3)  # what was kept when it fell silent: it is back
+    assert [t for _c, _s, t, _n in rows_of(store)] == ["t/3"]
+    forwarding.sent("p", publish(4))  # not written: a live peer is waited for
+    assert [t for _c, _s, t, _n in rows_of(store)] == ["t/3"]
+    assert not await waited(forwarding, 0.02)
+    forwarding.acknowledged_by("p", 5)
+    assert await waited(forwarding, 0.01)
+    assert rows_of(store) == [] and forwarding.disk is not None
+    assert forwarding.disk.peers == {}

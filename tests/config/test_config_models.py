@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
 from pathlib import Path
 
 import pydantic
@@ -38,21 +39,35 @@ def test_default_config_is_one_plain_tcp_listener_and_no_cluster() -> None:
     assert config == parse_config("<hivemq></hivemq>")
 
 
+MQTT_SETTINGS: dict[str, tuple[object, object]] = {
+    # <mqtt> setting: (its default, its value in test_full_mqtt_section's document)
+    "queued_messages.max_queue_size": (1000, 5),
+    "queued_messages.strategy": ("discard", "discard-oldest"),
+    "topic_alias.enabled": (True, False),
+    "topic_alias.max_per_client": (5, 9),
+    "message_expiry.max_interval": (4294967296, 60),
+    "session_expiry.max_interval": (4294967295, 0),
+    "packets.max_packet_size": (268435460, 1024),
+    "receive_maximum.server_receive_maximum": (100, 3),
+    "keep_alive.allow_unlimited": (True, False),
+    "keep_alive.max_keep_alive": (65535, 60),
+    "subscription_identifier.enabled": (True, False),
+    "wildcard_subscriptions.enabled": (True, False),
+    "shared_subscriptions.enabled": (True, False),
+    "retained_messages.enabled": (True, False),
+    "quality_of_service.max_qos": (2, 1),
+    "inflight_window.max_messages": (32, 4),
+}
+
+
+def mqtt_settings(config: HiveConfig) -> dict[str, object]:
+    """The values of MQTT_SETTINGS' settings in ``config``."""
+    return {name: attrgetter(name)(config.mqtt) for name in MQTT_SETTINGS}
+
+
 def test_mqtt_defaults() -> None:
-    mqtt = default_config().mqtt
-    assert (mqtt.queued_messages.max_queue_size, mqtt.queued_messages.strategy) == (1000, "discard")
-    assert (mqtt.topic_alias.enabled, mqtt.topic_alias.max_per_client) == (True, 5)
-    assert mqtt.message_expiry.max_interval == 4294967296
-    assert mqtt.session_expiry.max_interval == 4294967295
-    assert mqtt.packets.max_packet_size == 268435460
-    assert mqtt.receive_maximum.server_receive_maximum == 100
-    assert (mqtt.keep_alive.allow_unlimited, mqtt.keep_alive.max_keep_alive) == (True, 65535)
-    assert mqtt.subscription_identifier.enabled
-    assert mqtt.wildcard_subscriptions.enabled
-    assert mqtt.shared_subscriptions.enabled
-    assert mqtt.retained_messages.enabled
-    assert mqtt.quality_of_service.max_qos == 2
-    assert mqtt.inflight_window.max_messages == 32
+    defaults = {name: default for name, (default, _) in MQTT_SETTINGS.items()}
+    assert mqtt_settings(default_config()) == defaults
 
 
 def test_restrictions_persistence_extensions_defaults() -> None:
@@ -146,23 +161,8 @@ def test_full_mqtt_section() -> None:
             <extension>static-discovery</extension></disabled></extensions>
         </hivemq>"""
     )
-    mqtt = config.mqtt
-    assert (mqtt.queued_messages.max_queue_size, mqtt.queued_messages.strategy) == (
-        5,
-        "discard-oldest",
-    )
-    assert (mqtt.topic_alias.enabled, mqtt.topic_alias.max_per_client) == (False, 9)
-    assert mqtt.message_expiry.max_interval == 60
-    assert mqtt.session_expiry.max_interval == 0
-    assert mqtt.packets.max_packet_size == 1024
-    assert mqtt.receive_maximum.server_receive_maximum == 3
-    assert (mqtt.keep_alive.allow_unlimited, mqtt.keep_alive.max_keep_alive) == (False, 60)
-    assert not mqtt.subscription_identifier.enabled
-    assert not mqtt.wildcard_subscriptions.enabled
-    assert not mqtt.shared_subscriptions.enabled
-    assert not mqtt.retained_messages.enabled
-    assert mqtt.quality_of_service.max_qos == 1
-    assert mqtt.inflight_window.max_messages == 4
+    configured = {name: value for name, (_, value) in MQTT_SETTINGS.items()}
+    assert mqtt_settings(config) == configured
     assert config.restrictions.connection_limit == 100
     assert config.restrictions.max_client_id_length == 23
     assert config.restrictions.max_topic_length == 128

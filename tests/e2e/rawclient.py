@@ -8,6 +8,10 @@ on sys.path through tests/conftest.py)::
     client.send(Subscribe(1, [SubscriptionRequest("t", qos=1)]))
     client.expect(SubAck)
     publish = client.expect(Publish, timeout=5)
+    client.acknowledge(publish)  # PUBACK, or PUBREC, PUBREL, PUBCOMP
+
+    with subscriber_and_publisher(hive.port, "t/#", 1, "c2") as (sub, pub):
+        pub.publish_acknowledged("t/1", b"x", 1)  # sends PUBLISH, waits for the PUBACK
 
 Property keyword arguments are PropertyId names. Every wait has a deadline; nothing retries.
 """
@@ -16,6 +20,8 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from hive_core.mqtt import (
@@ -25,7 +31,11 @@ from hive_core.mqtt import (
     Packet,
     PacketDecoder,
     PropertyId,
+    PubAck,
+    PubComp,
     Publish,
+    PubRec,
+    PubRel,
     SubAck,
     Subscribe,
     SubscriptionRequest,
@@ -33,7 +43,7 @@ from hive_core.mqtt import (
     encode_packet,
 )
 
-__all__ = ["ConnectionClosed", "RawClient"]
+__all__ = ["ConnectionClosed", "RawClient", "subscriber_and_publisher"]
 
 T = TypeVar("T")
 
@@ -91,6 +101,32 @@ class RawClient:
         properties = {PropertyId[name]: value for name, value in props.items()}
         self.send(Publish(topic, payload, qos, retain, False, packet_id, properties))
         return packet_id
+
+    def publish_acknowledged(self, topic: str, payload: bytes = b"", qos: int = 1,
+                             retain: bool = False, packet_id: int | None = None,
+                             **props: Any) -> PubAck | PubRec | None:
+        """Send a PUBLISH and finish the publisher's side of its QoS flow: wait for the PUBACK
+        (QoS 1), or the PUBREC, send the PUBREL and wait for the PUBCOMP (QoS 2). Return the
+        PUBACK or the PUBREC (None at QoS 0, which has no flow)."""
+        packet_id = self.publish(topic, payload, qos, retain, packet_id, **props)
+        if qos == 1:
+            return self.expect(PubAck)
+        if qos == 2:
+            received = self.expect(PubRec)
+            self.send(PubRel(packet_id))  # type: ignore[arg-type]
+            assert self.expect(PubComp).packet_id == packet_id
+            return received
+        return None
+
+    def acknowledge(self, delivery: Publish) -> None:
+        """Finish the receiver's side of ``delivery``'s QoS flow: PUBACK (QoS 1), or PUBREC,
+        the node's PUBREL for the same packet id, PUBCOMP (QoS 2); nothing at QoS 0."""
+        if delivery.qos == 1:
+            self.send(PubAck(delivery.packet_id))  # type: ignore[arg-type]
+        elif delivery.qos == 2:
+            self.send(PubRec(delivery.packet_id))  # type: ignore[arg-type]
+            assert self.expect(PubRel).packet_id == delivery.packet_id
+            self.send(PubComp(delivery.packet_id))  # type: ignore[arg-type]
 
     def disconnect(self, reason_code: int = 0, **props: Any) -> None:
         properties = {PropertyId[name]: value for name, value in props.items()}
@@ -166,3 +202,15 @@ class RawClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def subscriber_and_publisher(port: int, topic_filter: str, qos: int, name: str, version: int = 5,
+                             **props: Any) -> Iterator[tuple[RawClient, RawClient]]:
+    """Two clients of ``version``: ``<name>-sub``, connected with ``props`` (PropertyId names)
+    and granted ``qos`` on ``topic_filter``, and ``<name>-pub``; both closed at the end."""
+    with RawClient(port) as sub, RawClient(port) as pub:
+        sub.connect(version, f"{name}-sub", **props)
+        assert sub.subscribe(topic_filter, qos).reason_codes == [qos]
+        pub.connect(version, f"{name}-pub")
+        yield sub, pub

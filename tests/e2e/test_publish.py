@@ -12,7 +12,7 @@ from typing import Any
 
 import paho.mqtt.client as paho
 import pytest
-from e2e.rawclient import RawClient
+from e2e.rawclient import RawClient, subscriber_and_publisher
 
 from hive_core import mqtt
 
@@ -52,8 +52,7 @@ def test_publish_above_max_packet_size_disconnects_0x95(hive_factory):
     with RawClient(node.port) as pub:
         connack = pub.connect(5, "big-pub")
         assert connack.properties[P.MAXIMUM_PACKET_SIZE] == 1000
-        pub.publish("big", b"x" * 900, 1)  # fits
-        pub.expect(mqtt.PubAck)
+        pub.publish_acknowledged("big", b"x" * 900, 1)  # fits
         pub.publish("big", b"x" * 2000, 1)
         pub.expect_disconnect(RC.PACKET_TOO_LARGE)
 
@@ -68,20 +67,15 @@ def test_publish_above_max_packet_size_closes_v311(hive_factory):
 
 @pytest.mark.parametrize("qos", [0, 1])
 def test_client_maximum_packet_size_skips_larger_messages(hive, qos):
-    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
-        sub.connect(5, "small-sub", MAXIMUM_PACKET_SIZE=200)
-        sub.subscribe("sized", qos)
-        pub.connect(5, "sized-pub")
+    with subscriber_and_publisher(hive.port, "sized", qos, "sized",
+                                  MAXIMUM_PACKET_SIZE=200) as (sub, pub):
         for payload in (b"L" * 500, b"small", b"L" * 190, b"after"):
-            pub.publish("sized", payload, qos)
-            if qos:
-                pub.expect(mqtt.PubAck)
+            pub.publish_acknowledged("sized", payload, qos)
         got = []
         for _ in range(2):
             packet = sub.expect(mqtt.Publish)
             got.append(packet.payload)
-            if qos:
-                sub.send(mqtt.PubAck(packet.packet_id))
+            sub.acknowledge(packet)
         sub.expect_nothing(0.5)
         assert got == [b"small", b"after"]
 
@@ -100,16 +94,12 @@ def test_max_packet_size_boundary_inbound(hive_factory):
 
 
 def test_max_packet_size_boundary_outbound(hive):
-    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
-        sub.connect(5, "edge-sub", MAXIMUM_PACKET_SIZE=100)
-        sub.subscribe("edge", 1)
-        pub.connect(5, "edge-pub")
+    with subscriber_and_publisher(hive.port, "edge", 1, "edge",
+                                  MAXIMUM_PACKET_SIZE=100) as (sub, pub):
         sized = mqtt.Publish("edge", b"", 1, False, False, 1)
         fits = b"f" * (100 - len(mqtt.encode_packet(sized, 5)))
-        pub.publish("edge", fits + b"+", 1)
-        pub.expect(mqtt.PubAck)
-        pub.publish("edge", fits, 1)
-        pub.expect(mqtt.PubAck)
+        pub.publish_acknowledged("edge", fits + b"+", 1)
+        pub.publish_acknowledged("edge", fits, 1)
         packet = sub.expect(mqtt.Publish)
         assert packet.payload == fits
         assert len(mqtt.encode_packet(packet, 5)) == 100
@@ -120,8 +110,7 @@ def test_client_maximum_packet_size_applies_to_queued_messages(hive):
     with RawClient(hive.port) as pub:
         pub.connect(5, "sized-offline-pub")
         for payload in (b"L" * 500, b"small", b"L" * 400, b"after"):
-            pub.publish("sized/offline", payload, 1)
-            pub.expect(mqtt.PubAck)
+            pub.publish_acknowledged("sized/offline", payload, 1)
     with RawClient(hive.port) as sub:
         sub.connect(5, "small-offline", clean_start=False, SESSION_EXPIRY_INTERVAL=300,
                     MAXIMUM_PACKET_SIZE=200)
@@ -135,10 +124,8 @@ def test_client_maximum_packet_size_applies_to_queued_messages(hive):
 
 
 def test_skipped_large_message_does_not_spend_a_topic_alias(hive):
-    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
-        sub.connect(5, "alias-size-sub", MAXIMUM_PACKET_SIZE=200, TOPIC_ALIAS_MAXIMUM=5)
-        sub.subscribe("sized/alias", 0)
-        pub.connect(5, "alias-size-pub")
+    with subscriber_and_publisher(hive.port, "sized/alias", 0, "alias-size",
+                                  MAXIMUM_PACKET_SIZE=200, TOPIC_ALIAS_MAXIMUM=5) as (sub, pub):
         pub.publish("sized/alias", b"L" * 500)
         pub.publish("sized/alias", b"small")
         packet = sub.expect(mqtt.Publish)
@@ -156,14 +143,10 @@ def test_inbound_topic_alias_resolves_for_subscribers(hive):
         sub.subscribe("alias/#", 1)
         connack = pub.connect(5, "alias-in-pub")
         assert connack.properties[P.TOPIC_ALIAS_MAXIMUM] == 5
-        pub.publish("alias/one", b"1", 1, TOPIC_ALIAS=3)
-        pub.expect(mqtt.PubAck)
-        pub.publish("", b"2", 1, TOPIC_ALIAS=3)
-        pub.expect(mqtt.PubAck)
-        pub.publish("alias/two", b"3", 1, TOPIC_ALIAS=3)  # re-map alias 3
-        pub.expect(mqtt.PubAck)
-        pub.publish("", b"4", 1, TOPIC_ALIAS=3)
-        pub.expect(mqtt.PubAck)
+        pub.publish_acknowledged("alias/one", b"1", 1, TOPIC_ALIAS=3)
+        pub.publish_acknowledged("", b"2", 1, TOPIC_ALIAS=3)
+        pub.publish_acknowledged("alias/two", b"3", 1, TOPIC_ALIAS=3)  # re-map alias 3
+        pub.publish_acknowledged("", b"4", 1, TOPIC_ALIAS=3)
         got = []
         for _ in range(4):
             packet = sub.expect(mqtt.Publish)
@@ -174,10 +157,8 @@ def test_inbound_topic_alias_resolves_for_subscribers(hive):
 
 
 def test_inbound_topic_alias_not_forwarded_to_v5_subscriber(hive):
-    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
-        sub.connect(5, "alias-fwd-sub")  # no TOPIC_ALIAS_MAXIMUM: must never get an alias
-        sub.subscribe("alias/fwd", 0)
-        pub.connect(5, "alias-fwd-pub")
+    # no TOPIC_ALIAS_MAXIMUM: the subscriber must never get an alias
+    with subscriber_and_publisher(hive.port, "alias/fwd", 0, "alias-fwd") as (sub, pub):
         pub.publish("alias/fwd", b"1", TOPIC_ALIAS=1)
         pub.publish("", b"2", TOPIC_ALIAS=1)
         for payload in (b"1", b"2"):
@@ -211,19 +192,14 @@ def test_inbound_topic_alias_disabled(hive_factory):
 
 @pytest.mark.parametrize("qos", [0, 1])
 def test_outbound_topic_alias(hive, qos):
-    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
-        sub.connect(5, "alias-out-sub", TOPIC_ALIAS_MAXIMUM=5)
-        sub.subscribe("out/#", qos)
-        pub.connect(5, "alias-out-pub")
+    with subscriber_and_publisher(hive.port, "out/#", qos, "alias-out",
+                                  TOPIC_ALIAS_MAXIMUM=5) as (sub, pub):
         for topic in ("out/a", "out/a", "out/b", "out/a", "out/b"):
-            pub.publish(topic, topic.encode(), qos)
-            if qos:
-                pub.expect(mqtt.PubAck)
+            pub.publish_acknowledged(topic, topic.encode(), qos)
         seen: dict[int, str] = {}
         for topic in ("out/a", "out/a", "out/b", "out/a", "out/b"):
             packet = sub.expect(mqtt.Publish)
-            if qos:
-                sub.send(mqtt.PubAck(packet.packet_id))
+            sub.acknowledge(packet)
             alias = packet.properties[P.TOPIC_ALIAS]
             assert 1 <= alias <= 5
             if alias in seen:
@@ -253,10 +229,8 @@ def test_outbound_topic_aliases_start_over_on_reconnect(hive):
 def test_outbound_topic_aliases_run_out(hive_factory):
     node = hive_factory(body="<mqtt><topic-alias><max-per-client>2</max-per-client>"
                              "</topic-alias></mqtt>")
-    with RawClient(node.port) as sub, RawClient(node.port) as pub:
-        sub.connect(5, "alias-few", TOPIC_ALIAS_MAXIMUM=10)  # the node allows only 2
-        sub.subscribe("few/#", 0)
-        pub.connect(5, "alias-few-pub")
+    with subscriber_and_publisher(node.port, "few/#", 0, "alias-few",
+                                  TOPIC_ALIAS_MAXIMUM=10) as (sub, pub):  # the node allows 2
         for topic in ("few/1", "few/2", "few/3", "few/3"):
             pub.publish(topic, b"x")
         aliases = []
@@ -274,12 +248,9 @@ def test_queued_message_expires_for_offline_session(hive):
     offline_subscriber(hive.port, "expiry-sub", "exp")
     with RawClient(hive.port) as pub:
         pub.connect(5, "expiry-pub")
-        pub.publish("exp", b"short", 1, MESSAGE_EXPIRY_INTERVAL=1)
-        pub.expect(mqtt.PubAck)
-        pub.publish("exp", b"long", 1, MESSAGE_EXPIRY_INTERVAL=100)
-        pub.expect(mqtt.PubAck)
-        pub.publish("exp", b"forever", 1)
-        pub.expect(mqtt.PubAck)
+        pub.publish_acknowledged("exp", b"short", 1, MESSAGE_EXPIRY_INTERVAL=1)
+        pub.publish_acknowledged("exp", b"long", 1, MESSAGE_EXPIRY_INTERVAL=100)
+        pub.publish_acknowledged("exp", b"forever", 1)
     time.sleep(2.2)
     with RawClient(hive.port) as sub:
         sub.connect(5, "expiry-sub", clean_start=False, SESSION_EXPIRY_INTERVAL=300)
@@ -295,10 +266,7 @@ def test_queued_message_expires_for_offline_session(hive):
 
 
 def test_live_delivery_carries_expiry_interval(hive):
-    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
-        sub.connect(5, "expiry-live")
-        sub.subscribe("exp/live", 0)
-        pub.connect(5, "expiry-live-pub")
+    with subscriber_and_publisher(hive.port, "exp/live", 0, "expiry-live") as (sub, pub):
         pub.publish("exp/live", b"x", MESSAGE_EXPIRY_INTERVAL=60)
         packet = sub.expect(mqtt.Publish)
         assert 59 <= packet.properties[P.MESSAGE_EXPIRY_INTERVAL] <= 60
@@ -307,10 +275,9 @@ def test_live_delivery_carries_expiry_interval(hive):
 def test_retained_message_expires(hive):
     with RawClient(hive.port) as pub:
         pub.connect(5, "retain-exp-pub")
-        pub.publish("exp/retained", b"soon gone", 1, retain=True, MESSAGE_EXPIRY_INTERVAL=1)
-        pub.expect(mqtt.PubAck)
-        pub.publish("exp/kept", b"kept", 1, retain=True, MESSAGE_EXPIRY_INTERVAL=100)
-        pub.expect(mqtt.PubAck)
+        pub.publish_acknowledged("exp/retained", b"soon gone", 1, retain=True,
+                                 MESSAGE_EXPIRY_INTERVAL=1)
+        pub.publish_acknowledged("exp/kept", b"kept", 1, retain=True, MESSAGE_EXPIRY_INTERVAL=100)
     time.sleep(2.2)
     with RawClient(hive.port) as sub:
         sub.connect(5, "retain-exp-sub")
@@ -326,10 +293,7 @@ def test_retained_message_expires(hive):
 
 @pytest.mark.parametrize("qos", [0, 1, 2])
 def test_publish_properties_pass_through_unchanged(hive, qos):
-    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
-        sub.connect(5, "props-sub")
-        sub.subscribe("props", 2)
-        pub.connect(5, "props-pub")
+    with subscriber_and_publisher(hive.port, "props", 2, "props") as (sub, pub):
         pub.publish("props", b"{}", qos, **PASS_THROUGH)
         packet = sub.expect(mqtt.Publish)
         assert packet.qos == qos
@@ -341,8 +305,7 @@ def test_publish_properties_pass_through_to_offline_session(hive):
     offline_subscriber(hive.port, "props-offline", "props/offline")
     with RawClient(hive.port) as pub:
         pub.connect(5, "props-offline-pub")
-        pub.publish("props/offline", b"{}", 1, **PASS_THROUGH)
-        pub.expect(mqtt.PubAck)
+        pub.publish_acknowledged("props/offline", b"{}", 1, **PASS_THROUGH)
     with RawClient(hive.port) as sub:
         sub.connect(5, "props-offline", clean_start=False, SESSION_EXPIRY_INTERVAL=300)
         packet = sub.expect(mqtt.Publish)
@@ -353,10 +316,8 @@ def test_publish_properties_survive_a_restart(hive):
     offline_subscriber(hive.port, "props-restart", "props/restart")
     with RawClient(hive.port) as pub:
         pub.connect(5, "props-restart-pub")
-        pub.publish("props/restart", b"{}", 1, **PASS_THROUGH)
-        pub.expect(mqtt.PubAck)
-        pub.publish("props/retained", b"r", 1, retain=True, **PASS_THROUGH)
-        pub.expect(mqtt.PubAck)
+        pub.publish_acknowledged("props/restart", b"{}", 1, **PASS_THROUGH)
+        pub.publish_acknowledged("props/retained", b"r", 1, retain=True, **PASS_THROUGH)
     hive.restart()
     with RawClient(hive.port) as sub:
         assert sub.connect(5, "props-restart", clean_start=False,
@@ -375,8 +336,8 @@ def test_v311_subscriber_gets_payload_without_properties(hive):
         sub.connect(4, "props-311")
         sub.subscribe("props/311", 1)
         pub.connect(5, "props-311-pub")
-        pub.publish("props/311", b"plain", 1, MESSAGE_EXPIRY_INTERVAL=30, **PASS_THROUGH)
-        pub.expect(mqtt.PubAck)
+        pub.publish_acknowledged("props/311", b"plain", 1, MESSAGE_EXPIRY_INTERVAL=30,
+                                 **PASS_THROUGH)
         packet = sub.expect(mqtt.Publish)
         assert (packet.topic, packet.payload, packet.qos) == ("props/311", b"plain", 1)
 
@@ -389,27 +350,13 @@ def test_v311_subscriber_gets_payload_without_properties(hive):
 def test_multibyte_topic_and_odd_payloads(hive, version, qos):
     topic = "größe/蜂/🐝"
     payloads = [b"", b"\x00\xff" * 3, bytes(range(256)) * 600]  # the last needs a 3 byte length
-    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
-        sub.connect(version, "odd-sub")
-        sub.subscribe("größe/+/#", 2)
-        pub.connect(version, "odd-pub")
+    with subscriber_and_publisher(hive.port, "größe/+/#", 2, "odd", version) as (sub, pub):
         for payload in payloads:
-            pid = pub.publish(topic, payload, qos)
-            if qos == 1:
-                pub.expect(mqtt.PubAck)
-            elif qos == 2:
-                pub.expect(mqtt.PubRec)
-                pub.send(mqtt.PubRel(pid))
-                pub.expect(mqtt.PubComp)
+            pub.publish_acknowledged(topic, payload, qos)
         got = [sub.expect(mqtt.Publish) for _ in payloads]
         assert [(p.topic, p.payload, p.qos) for p in got] == [(topic, b, qos) for b in payloads]
         for packet in got:
-            if qos == 1:
-                sub.send(mqtt.PubAck(packet.packet_id))
-            elif qos == 2:
-                sub.send(mqtt.PubRec(packet.packet_id))
-                assert sub.expect(mqtt.PubRel).packet_id == packet.packet_id
-                sub.send(mqtt.PubComp(packet.packet_id))
+            sub.acknowledge(packet)
         sub.expect_nothing(0.2)
 
 
@@ -455,17 +402,15 @@ def test_request_response_round_trip(hive):
         responder.connect(5, "responder")
         responder.subscribe("service/calc", 1)
 
-        requester.publish("service/calc", b"6*7", 1, RESPONSE_TOPIC=reply_to,
-                          CORRELATION_DATA=b"req-1")
-        requester.expect(mqtt.PubAck)
+        requester.publish_acknowledged("service/calc", b"6*7", 1, RESPONSE_TOPIC=reply_to,
+                                       CORRELATION_DATA=b"req-1")
         request = responder.expect(mqtt.Publish)
         responder.send(mqtt.PubAck(request.packet_id))
         assert request.properties[P.RESPONSE_TOPIC] == reply_to
         assert request.properties[P.CORRELATION_DATA] == b"req-1"
 
-        responder.publish(request.properties[P.RESPONSE_TOPIC], b"42", 1,
-                          CORRELATION_DATA=request.properties[P.CORRELATION_DATA])
-        responder.expect(mqtt.PubAck)
+        responder.publish_acknowledged(request.properties[P.RESPONSE_TOPIC], b"42", 1,
+                                       CORRELATION_DATA=request.properties[P.CORRELATION_DATA])
         response = requester.expect(mqtt.Publish)
         assert (response.topic, response.payload) == (reply_to, b"42")
         assert response.properties[P.CORRELATION_DATA] == b"req-1"
@@ -577,9 +522,6 @@ def test_mosquitto_v5_user_properties_reach_paho(hive):
 def test_message_expiry_capped_by_node_maximum(hive_factory):
     node = hive_factory(body="<mqtt><message-expiry><max-interval>10</max-interval>"
                              "</message-expiry></mqtt>")
-    with RawClient(node.port) as sub, RawClient(node.port) as pub:
-        sub.connect(5, "cap-sub")
-        sub.subscribe("cap", 0)
-        pub.connect(5, "cap-pub")
+    with subscriber_and_publisher(node.port, "cap", 0, "cap") as (sub, pub):
         pub.publish("cap", b"x", MESSAGE_EXPIRY_INTERVAL=100)
         assert 9 <= sub.expect(mqtt.Publish).properties[P.MESSAGE_EXPIRY_INTERVAL] <= 10

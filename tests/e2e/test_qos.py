@@ -8,7 +8,7 @@ import uuid
 
 import paho.mqtt.client as paho
 import pytest
-from e2e.rawclient import RawClient
+from e2e.rawclient import RawClient, subscriber_and_publisher
 from paho.mqtt.reasoncodes import ReasonCode as PahoReasonCode
 
 from hive_core import mqtt
@@ -97,18 +97,13 @@ def test_granted_qos_is_min_of_publish_and_subscription(hive, paho_clients, vers
 
 @pytest.mark.parametrize("version", [3, 4, 5])
 def test_qos1_flow_on_the_wire(hive, version):
-    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
-        sub.connect(version, "sub1")
-        assert sub.subscribe("q1", 1).reason_codes == [1]
-        pub.connect(version, "pub1")
-        pub.publish("q1", b"one", 1, packet_id=0x1234)
-        ack = pub.expect(mqtt.PubAck)
+    with subscriber_and_publisher(hive.port, "q1", 1, "q1", version) as (sub, pub):
+        ack = pub.publish_acknowledged("q1", b"one", 1, packet_id=0x1234)
         assert ack.packet_id == 0x1234 and ack.reason_code == 0
         first = sub.expect(mqtt.Publish)
         assert (first.topic, first.payload, first.qos, first.dup) == ("q1", b"one", 1, False)
         assert first.packet_id
-        pub.publish("q1", b"two", 1, packet_id=0x1235)
-        pub.expect(mqtt.PubAck)
+        pub.publish_acknowledged("q1", b"two", 1, packet_id=0x1235)
         second = sub.expect(mqtt.Publish)
         assert second.packet_id and second.packet_id != first.packet_id  # both in flight
         sub.send(mqtt.PubAck(first.packet_id))
@@ -118,20 +113,12 @@ def test_qos1_flow_on_the_wire(hive, version):
 
 @pytest.mark.parametrize("version", [3, 4, 5])
 def test_qos2_flow_on_the_wire(hive, version):
-    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
-        sub.connect(version, "sub2")
-        assert sub.subscribe("q2", 2).reason_codes == [2]
-        pub.connect(version, "pub2")
-        pub.publish("q2", b"exactly", 2, packet_id=77)
-        rec = pub.expect(mqtt.PubRec)
+    with subscriber_and_publisher(hive.port, "q2", 2, "q2", version) as (sub, pub):
+        rec = pub.publish_acknowledged("q2", b"exactly", 2, packet_id=77)  # PUBREL, PUBCOMP 77
         assert rec.packet_id == 77 and rec.reason_code == 0
-        pub.send(mqtt.PubRel(77))
-        assert pub.expect(mqtt.PubComp).packet_id == 77
         delivered = sub.expect(mqtt.Publish)
         assert (delivered.payload, delivered.qos) == (b"exactly", 2)
-        sub.send(mqtt.PubRec(delivered.packet_id))
-        assert sub.expect(mqtt.PubRel).packet_id == delivered.packet_id
-        sub.send(mqtt.PubComp(delivered.packet_id))
+        sub.acknowledge(delivered)  # PUBREC, the node's PUBREL for its packet id, PUBCOMP
         sub.expect_nothing(0.3)
 
 
@@ -164,12 +151,8 @@ def test_unacked_messages_redelivered_with_dup_after_reconnect(hive, version):
     sub.subscribe("re/#", 2)
     with RawClient(hive.port) as pub:
         pub.connect(version, "re-pub")
-        pub.publish("re/1", b"q1", 1)
-        pub.expect(mqtt.PubAck)
-        pub.publish("re/2", b"q2", 2, packet_id=50)
-        pub.expect(mqtt.PubRec)
-        pub.send(mqtt.PubRel(50))
-        pub.expect(mqtt.PubComp)
+        pub.publish_acknowledged("re/1", b"q1", 1)
+        pub.publish_acknowledged("re/2", b"q2", 2, packet_id=50)
     first = {p.payload: p for p in (sub.expect(mqtt.Publish), sub.expect(mqtt.Publish))}
     assert not any(p.dup for p in first.values())
     sub.close()  # no acks at all
@@ -210,10 +193,7 @@ def test_inbound_qos2_duplicate_routed_once(hive, paho_clients):
         pub.send(mqtt.PubRel(7))
         assert pub.expect(mqtt.PubComp).packet_id == 7
         # The id is free again: a new message with it is a new message.
-        pub.publish("once", b"next", 2, packet_id=7)
-        pub.expect(mqtt.PubRec)
-        pub.send(mqtt.PubRel(7))
-        pub.expect(mqtt.PubComp)
+        pub.publish_acknowledged("once", b"next", 2, packet_id=7)
     assert subscriber.get().payload == b"only once"
     assert subscriber.get().payload == b"next"
     subscriber.nothing(0.5)
@@ -223,13 +203,9 @@ def test_inbound_qos2_duplicate_routed_once(hive, paho_clients):
 
 
 def test_client_receive_maximum_limits_unacked_deliveries(hive):
-    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
-        sub.connect(5, "rm-sub", RECEIVE_MAXIMUM=2)
-        sub.subscribe("rm", 1)
-        pub.connect(5, "rm-pub")
+    with subscriber_and_publisher(hive.port, "rm", 1, "rm", RECEIVE_MAXIMUM=2) as (sub, pub):
         for i in range(5):
-            pub.publish("rm", str(i).encode(), 1)
-            pub.expect(mqtt.PubAck)
+            pub.publish_acknowledged("rm", str(i).encode(), 1)
         got = [sub.expect(mqtt.Publish), sub.expect(mqtt.Publish)]
         sub.expect_nothing(0.5)
         assert [p.payload for p in got] == [b"0", b"1"]
@@ -314,22 +290,15 @@ def test_server_receive_maximum_frees_slots_on_pubrel(hive_factory):
     with RawClient(node.port) as pub:
         pub.connect(5, "polite")
         for i in range(6):
-            pid = pub.publish("rx", str(i).encode(), 2)
-            pub.expect(mqtt.PubRec)
-            pub.send(mqtt.PubRel(pid))
-            pub.expect(mqtt.PubComp)
+            pub.publish_acknowledged("rx", str(i).encode(), 2)
 
 
 def test_inflight_window_v311(hive_factory):
     node = hive_factory(body="<mqtt><inflight-window><max-messages>2</max-messages>"
                              "</inflight-window></mqtt>")
-    with RawClient(node.port) as sub, RawClient(node.port) as pub:
-        sub.connect(4, "window-sub")
-        sub.subscribe("win", 1)
-        pub.connect(4, "window-pub")
+    with subscriber_and_publisher(node.port, "win", 1, "window", 4) as (sub, pub):
         for i in range(4):
-            pub.publish("win", str(i).encode(), 1)
-            pub.expect(mqtt.PubAck)
+            pub.publish_acknowledged("win", str(i).encode(), 1)
         got = [sub.expect(mqtt.Publish), sub.expect(mqtt.Publish)]
         sub.expect_nothing(0.5)
         sub.send(mqtt.PubAck(got[0].packet_id))
@@ -368,8 +337,7 @@ def test_max_qos_qos1_publish_still_accepted(hive_factory):
         sub.connect(5, "mq-sub")
         sub.subscribe("mq", 2)
         pub.connect(5, "mq-pub")
-        pub.publish("mq", b"x", 1, packet_id=3)
-        assert pub.expect(mqtt.PubAck).packet_id == 3
+        assert pub.publish_acknowledged("mq", b"x", 1, packet_id=3).packet_id == 3
         assert sub.expect(mqtt.Publish).qos == 1
 
 
@@ -394,8 +362,7 @@ def test_queue_limit_for_offline_session(hive_factory, strategy, expected):
     with RawClient(node.port) as pub:
         pub.connect(5, "queue-pub")
         for i in range(6):
-            pub.publish("qq", str(i).encode(), 1)
-            pub.expect(mqtt.PubAck)
+            pub.publish_acknowledged("qq", str(i).encode(), 1)
     with RawClient(node.port) as sub:
         assert sub.connect(5, "queued", clean_start=False,
                            SESSION_EXPIRY_INTERVAL=300).session_present
@@ -416,8 +383,7 @@ def test_connack_is_first(hive):
     sub.close()
     with RawClient(hive.port) as pub:
         pub.connect(4, "first-pub")
-        pub.publish("f", b"queued", 1)
-        pub.expect(mqtt.PubAck)
+        pub.publish_acknowledged("f", b"queued", 1)
     with RawClient(hive.port) as sub:
         assert isinstance(sub.connect(4, "first", clean_start=False), mqtt.ConnAck)
         assert sub.expect(mqtt.Publish).payload == b"queued"
@@ -472,8 +438,7 @@ def test_unacked_messages_redelivered_after_takeover(hive):
     old.subscribe("take", 1)
     with RawClient(hive.port) as pub:
         pub.connect(5, "take-pub")
-        pub.publish("take", b"m", 1)
-        pub.expect(mqtt.PubAck)
+        pub.publish_acknowledged("take", b"m", 1)
     first = old.expect(mqtt.Publish)
     with RawClient(hive.port) as new:
         assert new.connect(5, "taken", clean_start=False,
@@ -492,12 +457,8 @@ def test_unacked_messages_redelivered_after_restart(hive):
     sub.subscribe("rs/#", 2)
     with RawClient(hive.port) as pub:
         pub.connect(5, "rs-pub")
-        pub.publish("rs/1", b"q1", 1)
-        pub.expect(mqtt.PubAck)
-        pub.publish("rs/2", b"q2", 2, packet_id=5)
-        pub.expect(mqtt.PubRec)
-        pub.send(mqtt.PubRel(5))
-        pub.expect(mqtt.PubComp)
+        pub.publish_acknowledged("rs/1", b"q1", 1)
+        pub.publish_acknowledged("rs/2", b"q2", 2, packet_id=5)
     first = {p.payload: p.packet_id for p in (sub.expect(mqtt.Publish), sub.expect(mqtt.Publish))}
     sub.close()
     hive.restart()
@@ -507,10 +468,8 @@ def test_unacked_messages_redelivered_after_restart(hive):
         again = {p.payload: p for p in (sub.expect(mqtt.Publish), sub.expect(mqtt.Publish))}
         assert {k: p.packet_id for k, p in again.items()} == first
         assert all(p.dup for p in again.values())
-        sub.send(mqtt.PubAck(again[b"q1"].packet_id))
-        sub.send(mqtt.PubRec(again[b"q2"].packet_id))
-        assert sub.expect(mqtt.PubRel).packet_id == again[b"q2"].packet_id
-        sub.send(mqtt.PubComp(again[b"q2"].packet_id))
+        sub.acknowledge(again[b"q1"])  # QoS 1: PUBACK
+        sub.acknowledge(again[b"q2"])  # QoS 2: PUBREC, the node's PUBREL, PUBCOMP
         sub.expect_nothing(0.3)
 
 
@@ -561,13 +520,10 @@ def test_max_qos_will_qos2_refused_v5(hive_factory):
 def test_inflight_window_caps_a_larger_receive_maximum(hive_factory):
     node = hive_factory(body="<mqtt><inflight-window><max-messages>2</max-messages>"
                              "</inflight-window></mqtt>")
-    with RawClient(node.port) as sub, RawClient(node.port) as pub:
-        sub.connect(5, "window-v5", RECEIVE_MAXIMUM=10)
-        sub.subscribe("win5", 1)
-        pub.connect(5, "window-v5-pub")
+    with subscriber_and_publisher(node.port, "win5", 1, "window-v5",
+                                  RECEIVE_MAXIMUM=10) as (sub, pub):
         for i in range(3):
-            pub.publish("win5", str(i).encode(), 1)
-            pub.expect(mqtt.PubAck)
+            pub.publish_acknowledged("win5", str(i).encode(), 1)
         first = sub.expect(mqtt.Publish)
         sub.expect(mqtt.Publish)
         sub.expect_nothing(0.5)
@@ -576,10 +532,7 @@ def test_inflight_window_caps_a_larger_receive_maximum(hive_factory):
 
 
 def test_message_expires_while_waiting_for_the_window(hive):
-    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
-        sub.connect(5, "slow", RECEIVE_MAXIMUM=1)
-        sub.subscribe("slow", 1)
-        pub.connect(5, "slow-pub")
+    with subscriber_and_publisher(hive.port, "slow", 1, "slow", RECEIVE_MAXIMUM=1) as (sub, pub):
         pub.publish("slow", b"first", 1)
         pub.publish("slow", b"expires", 1, MESSAGE_EXPIRY_INTERVAL=1)
         pub.publish("slow", b"last", 1)
@@ -594,13 +547,10 @@ def test_message_expires_while_waiting_for_the_window(hive):
 
 def test_queue_limit_applies_to_a_slow_online_client(hive_factory):
     node = hive_factory(body=_queue_body("discard"))
-    with RawClient(node.port) as sub, RawClient(node.port) as pub:
-        sub.connect(5, "slow-online", RECEIVE_MAXIMUM=1)
-        sub.subscribe("slowq", 1)
-        pub.connect(5, "slowq-pub")
+    with subscriber_and_publisher(node.port, "slowq", 1, "slow-online",
+                                  RECEIVE_MAXIMUM=1) as (sub, pub):
         for i in range(6):
-            pub.publish("slowq", str(i).encode(), 1)
-            pub.expect(mqtt.PubAck)
+            pub.publish_acknowledged("slowq", str(i).encode(), 1)
         got = []
         for _ in range(4):  # one in flight, three queued
             packet = sub.expect(mqtt.Publish)
@@ -611,10 +561,7 @@ def test_queue_limit_applies_to_a_slow_online_client(hive_factory):
 
 
 def test_dup_flag_not_propagated_to_subscribers(hive):
-    with RawClient(hive.port) as sub, RawClient(hive.port) as pub:
-        sub.connect(5, "dup-sub")
-        sub.subscribe("dup", 1)
-        pub.connect(5, "dup-pub")
+    with subscriber_and_publisher(hive.port, "dup", 1, "dup") as (sub, pub):
         pub.send(mqtt.Publish("dup", b"resent", 1, False, True, 8))
         assert pub.expect(mqtt.PubAck).packet_id == 8
         packet = sub.expect(mqtt.Publish)
@@ -633,9 +580,7 @@ def test_inbound_qos2_exactly_once_across_restart(hive):
     pub.close()
     delivered = sub.expect(mqtt.Publish)
     assert delivered.payload == b"m"
-    sub.send(mqtt.PubRec(delivered.packet_id))
-    sub.expect(mqtt.PubRel)
-    sub.send(mqtt.PubComp(delivered.packet_id))
+    sub.acknowledge(delivered)
     sub.expect_nothing(0.3)
     sub.close()
     hive.restart()
@@ -657,13 +602,7 @@ def test_queue_order_survives_restart(hive):
     with RawClient(hive.port) as pub:
         pub.connect(4, "ordered-pub")
         for i in range(5):
-            pid = pub.publish("ord", str(i).encode(), 1 + i % 2)
-            if i % 2:
-                pub.expect(mqtt.PubRec)
-                pub.send(mqtt.PubRel(pid))
-                pub.expect(mqtt.PubComp)
-            else:
-                pub.expect(mqtt.PubAck)
+            pub.publish_acknowledged("ord", str(i).encode(), 1 + i % 2)
     hive.restart()
     with RawClient(hive.port) as sub:
         assert sub.connect(4, "ordered", clean_start=False).session_present
@@ -699,8 +638,7 @@ def test_redelivery_respects_receive_maximum_of_the_new_connection(hive):
     with RawClient(hive.port) as pub:
         pub.connect(5, "rm-again-pub")
         for i in range(4):
-            pub.publish("rma", str(i).encode(), 1)
-            pub.expect(mqtt.PubAck)
+            pub.publish_acknowledged("rma", str(i).encode(), 1)
     for _ in range(4):
         sub.expect(mqtt.Publish)
     sub.close()

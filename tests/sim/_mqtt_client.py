@@ -2,7 +2,7 @@
 
 The simulation's clients (``_world.SimClient``) and the chaos run's clients on real sockets
 (``chaos._clients.RealClient``) are this class on two kinds of connection: each says what time
-it is, how to call something later, and how its connection is dropped.
+it is, how to call something later, how its connection is dropped and how it connects again.
 
 What it records (a :class:`Record`): the time each message was first published, which were
 acknowledged (PUBACK, or PUBREC at QoS 2), when each subscription first existed, every PUBLISH
@@ -91,6 +91,22 @@ class RecordingClient:
 
     def accepted(self) -> None:
         """A CONNECT was accepted: hook."""
+
+    def reconnect_later(self) -> None:
+        """The connection is gone: connect again after a pause, unless the run is ending."""
+        raise NotImplementedError
+
+    # -- the connection coming and going
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        self.last_heard = self.now
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.connected = False
+        self.connecting = False
+        self.reconnect_later()
 
     # -- the protocol
 

@@ -156,7 +156,7 @@ class SimClient(RecordingClient, asyncio.Protocol):
             return
         live = [n for n in world.nodes if n.up]
         if not live:
-            self._retry()
+            self.reconnect_later()
             return
         target = world.node(self.home)
         node = target if target.up else world.rng.choice(live)
@@ -172,17 +172,7 @@ class SimClient(RecordingClient, asyncio.Protocol):
         self.send(Connect(self.client_id, 5, clean_start=False, keep_alive=world.options.keep_alive,
                           properties={PropertyId.SESSION_EXPIRY_INTERVAL: 3600}))
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
-        self.transport = transport
-        self.last_heard = self.now
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        self.connected = False
-        self.connecting = False
-        self._retry()
-
-    def _retry(self) -> None:
+    def reconnect_later(self) -> None:
         if not self.world.stopping:
             self.later(self.world.rng.uniform(0.3, 1.5), self.connect)
 
