@@ -4,9 +4,10 @@ test, so tests never see each other's instances."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from hive_ext_api.testing import extension_fixtures
 
 from consul_agent import ConsulAgent
 
@@ -19,17 +20,7 @@ def no_machine_consul_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture(autouse=True)
-def only_this_extension(hive_only_installed: Callable[..., None]) -> None:
-    """Other installed extensions (the tox matrix installs the discovery extensions side by
-    side) stay out of the nodes these tests start, in-process or `hive run`."""
-    hive_only_installed("consul-discovery")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    """The async tests' loop: asyncio, as the node's."""
-    return "asyncio"
+only_this_extension, anyio_backend = extension_fixtures("consul-discovery")
 
 
 @pytest.fixture(scope="session")

@@ -2,30 +2,27 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from pathlib import Path
 
 import pytest
-from hive_ext_api import ExtensionContext, ExtensionRefused, parse_properties
+from hive_ext_api.testing import SettingsFileContract
 
 import hive_ext_consul
-from hive_ext_consul import (
-    CONFIG_ENV,
-    KEYS,
-    ConfigError,
-    ConsulSettings,
-    load_settings,
-    settings_from,
-)
+from hive_ext_consul import ConfigError, ConsulSettings, load_settings
 from hive_ext_consul._agent import consul_client
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+
+class TestSettingsFile(SettingsFileContract):
+    """Where the file is, a refusal that names the setting, the README."""
+
+    MODULE, README = hive_ext_consul, Path(__file__).resolve().parents[1] / "README.md"
+    REFUSED = ("consul-ttl:10\nconsul-update-interval:30\n",
+               r"consul-update-interval .* consul-ttl")
+    IN_THE_FOLDER = "consul-ttl:-3\n"  # no file there is every setting's default
 
 
-def settings(text: str) -> ConsulSettings:
-    return settings_from(parse_properties(text, "consuldiscovery.properties", KEYS),
-                         "consuldiscovery.properties")
+settings = TestSettingsFile.settings
 
 
 def test_the_defaults_are_the_local_agent() -> None:
@@ -123,16 +120,10 @@ def test_a_wrong_setting_is_refused_by_name(text: str, message: str, tmp_path: P
         settings(text.replace("{ca}", str(tmp_path / "ca.pem")))
 
 
-def _readme_example() -> str:
-    found = re.search(r"```properties\n(.*?)```", README.read_text(), re.DOTALL)
-    assert found, "README.md has no ```properties example"
-    return found.group(1)
-
-
 def test_the_readme_example_is_a_valid_configuration(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HIVE_CONSUL_TOKEN", "a-token")
-    text = _readme_example()
+    text = TestSettingsFile.readme_example()
     for path in re.findall(r"consul-tls-\w+-file:(\S+)", text):  # stand-ins for the PEM files
         monkeypatch.chdir(tmp_path)
         target = tmp_path / Path(path).name
@@ -140,33 +131,3 @@ def test_the_readme_example_is_a_valid_configuration(tmp_path: Path,
         text = text.replace(path, str(target))
     s = settings(text)
     assert s.acl_token == "a-token" and 0 < s.update_interval_s < s.ttl_s
-
-
-def test_every_key_is_in_the_readme() -> None:
-    text = README.read_text()
-    missing = [key for key in hive_ext_consul._config.KEYS if f"`{key}`" not in text]
-    assert not missing, f"README.md does not document {missing}"
-
-
-def _context(tmp_path: Path) -> ExtensionContext:
-    return ExtensionContext(name="consul-discovery", data_dir=tmp_path / "ext",
-                            services=None,  # type: ignore[arg-type]
-                            log=logging.getLogger("test"))
-
-
-def test_the_extension_refuses_to_start_naming_the_setting(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "elsewhere.properties"
-    path.write_text("consul-ttl:10\nconsul-update-interval:30\n")
-    monkeypatch.setenv(CONFIG_ENV, str(path))
-    with pytest.raises(ExtensionRefused, match=r"consul-update-interval .* consul-ttl"):
-        hive_ext_consul.create_plugin().hive_extension_start(_context(tmp_path))
-
-
-def test_without_the_variable_the_file_is_in_the_extension_folder(tmp_path: Path) -> None:
-    context = _context(tmp_path)
-    context.data_dir.mkdir()
-    (context.data_dir / "consuldiscovery.properties").write_text("consul-ttl:-3\n")
-    with pytest.raises(ExtensionRefused, match=re.escape(str(context.data_dir /
-                                                             "consuldiscovery.properties"))):
-        hive_ext_consul.create_plugin().hive_extension_start(context)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hive_ext_api import ClusterNodeAddress, parse_properties
+from hive_ext_api import parse_properties
+from hive_ext_api.testing import A, B, DiscoveryHooksContract
 
 from consul_agent import ConsulAgent
 from hive_ext_consul import KEYS, ConsulDiscovery, settings_from
@@ -17,8 +19,6 @@ from hive_ext_consul._agent import ServiceInstance, consul_client
 
 pytestmark = pytest.mark.anyio  # one event loop for a whole test: the TTL refresher lives in it
 
-A = ClusterNodeAddress("127.0.0.1", 17801)
-B = ClusterNodeAddress("127.0.0.1", 17802)
 
 
 def discovery(properties: str, metrics: Any = None) -> ConsulDiscovery:
@@ -43,6 +43,28 @@ def check_status(agent: ConsulAgent, service: str, node_id: str) -> str | None:
     return None if check is None else str(check["Status"])
 
 
+class TestHooks(DiscoveryHooksContract):
+    """What every discovery extension's hooks do, against a real Consul agent."""
+
+    MALFORMED_COUNTER, NOT_A_NODE = "consul-discovery.instances.malformed", "not a Hive node"
+
+    @pytest.fixture
+    def start_discovery(self, agent: ConsulAgent, service: str) -> Callable[..., ConsulDiscovery]:
+        return lambda metrics=None: discovery(agent.properties(service), metrics)
+
+    @pytest.fixture
+    def foreign_entries(self, agent: ConsulAgent, service: str) -> Iterator[dict[str, str]]:
+        agent.client().agent.service.register(service, service_id="web-1", address="10.1.1.1",
+                                              port=80)
+        yield {"web-1": f"skipping instance web-1 of service {service}: not a Hive node "
+                        "(hive-record-version is None"}
+        agent.client().agent.service.deregister("web-1")
+
+    @pytest.fixture
+    def entry_names(self, agent: ConsulAgent, service: str) -> Callable[[], set[str]]:
+        return lambda: set(passing(agent, service))
+
+
 async def test_init_registers_a_passing_instance_and_destroy_deregisters_it(
         agent: ConsulAgent, service: str) -> None:
     node = discovery(agent.properties(service))
@@ -61,17 +83,6 @@ async def test_init_registers_a_passing_instance_and_destroy_deregisters_it(
     assert passing(agent, service) == {}
     assert check_status(agent, service, "node-a") is None
     await node.hive_extension_stop()
-
-
-async def test_reload_answers_every_healthy_node(agent: ConsulAgent, service: str) -> None:
-    a, b = discovery(agent.properties(service)), discovery(agent.properties(service))
-    await a.hive_discovery_init(A, "node-a")
-    await b.hive_discovery_init(B, "node-b")
-    assert sorted(await a.hive_discovery_reload() or [], key=str) == [A, B]
-    await b.hive_discovery_destroy()
-    assert await a.hive_discovery_reload() == [A]
-    for node in (a, b):
-        await node.hive_extension_stop()
 
 
 async def test_the_check_is_kept_passing_and_a_silent_node_goes_critical(
@@ -110,25 +121,6 @@ async def test_an_instance_the_agent_forgot_is_registered_again(agent: ConsulAge
     agent.client().agent.service.deregister(f"{service}-node-a")
     assert await node.hive_discovery_reload() == [A]  # the reload does the same
     assert list(passing(agent, service)) == [f"{service}-node-a"]
-    await node.hive_discovery_destroy()
-    await node.hive_extension_stop()
-
-
-async def test_foreign_instances_are_skipped_counted_and_logged_once(
-        agent: ConsulAgent, service: str, caplog: pytest.LogCaptureFixture,
-        hive_metrics: Any) -> None:
-    agent.client().agent.service.register(service, service_id="web-1", address="10.1.1.1",
-                                          port=80)
-    node = discovery(agent.properties(service), hive_metrics)
-    await node.hive_discovery_init(A, "node-a")
-    with caplog.at_level(logging.WARNING):
-        for _ in range(3):
-            assert await node.hive_discovery_reload() == [A]
-    assert hive_metrics["consul-discovery.instances.malformed"] == 1
-    assert caplog.text.count("not a Hive node") == 1
-    assert f"skipping instance web-1 of service {service}: not a Hive node " \
-           "(hive-record-version is None" in caplog.text
-    agent.client().agent.service.deregister("web-1")
     await node.hive_discovery_destroy()
     await node.hive_extension_stop()
 

@@ -4,11 +4,12 @@ settings of the machine kept out of the tests."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hive_ext_api.testing import extension_fixtures
 
 from s3_server import S3Server
 
@@ -26,17 +27,7 @@ def no_machine_aws_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
 
 
-@pytest.fixture(autouse=True)
-def only_this_extension(hive_only_installed: Callable[..., None]) -> None:
-    """Other installed extensions (the tox matrix installs the discovery extensions side by
-    side) stay out of the nodes these tests start, in-process or `hive run`."""
-    hive_only_installed("s3-discovery")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    """The async tests' loop: asyncio, as the node's."""
-    return "asyncio"
+only_this_extension, anyio_backend = extension_fixtures("s3-discovery")
 
 
 @pytest.fixture(scope="session")

@@ -2,30 +2,26 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from pathlib import Path
 
 import pytest
-from hive_ext_api import ExtensionContext, ExtensionRefused, parse_properties
+from hive_ext_api.testing import SettingsFileContract
 
 import hive_ext_s3
-from hive_ext_s3 import (
-    CONFIG_ENV,
-    KEYS,
-    ConfigError,
-    S3Settings,
-    load_settings,
-    settings_from,
-)
+from hive_ext_s3 import CONFIG_ENV, ConfigError, S3Settings, load_settings
 from hive_ext_s3._bucket import s3_client
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+
+class TestSettingsFile(SettingsFileContract):
+    """Where the file is, a refusal that names the setting, the README."""
+
+    MODULE, README = hive_ext_s3, Path(__file__).resolve().parents[1] / "README.md"
+    REFUSED = ("s3-bucket-name:abc\nfile-expiration:10\nupdate-interval:30\n",
+               r"update-interval .* file-expiration")
 
 
-def settings(text: str) -> S3Settings:
-    return settings_from(parse_properties(text, "s3discovery.properties", KEYS),
-                         "s3discovery.properties")
+settings = TestSettingsFile.settings
 
 
 def test_the_defaults_are_hivemqs() -> None:
@@ -132,25 +128,12 @@ def test_a_missing_file_names_the_path_and_the_variable(tmp_path: Path) -> None:
         load_settings(tmp_path / "s3discovery.properties")
 
 
-def _readme_example() -> str:
-    text = README.read_text()
-    found = re.search(r"```properties\n(.*?)```", text, re.DOTALL)
-    assert found, "README.md has no ```properties example"
-    return found.group(1)
-
-
 def test_the_readme_example_is_a_valid_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HIVE_S3_ACCESS_KEY", "AKIAEXAMPLE")
     monkeypatch.setenv("HIVE_S3_SECRET_KEY", "secret")
-    s = settings(_readme_example())
+    s = settings(TestSettingsFile.readme_example())
     assert s.credentials.access_key_id == "AKIAEXAMPLE"
     assert s.bucket_name and 0 < s.update_interval_s < s.file_expiration_s
-
-
-def test_every_key_is_in_the_readme() -> None:
-    text = README.read_text()
-    missing = [key for key in hive_ext_s3._config.KEYS if f"`{key}`" not in text]
-    assert not missing, f"README.md does not document {missing}"
 
 
 # ---------------------------------------------------------------- credentials, as boto3 does them
@@ -191,25 +174,3 @@ def test_a_profile_of_the_shared_credentials_file(tmp_path: Path,
     assert client._request_signer._credentials.access_key == "AKIAPROFILE"
     with pytest.raises(ConfigError, match="credentials-profile-name 'other' is not a profile"):
         s3_client(_config(tmp_path, "credentials-type:profile\ncredentials-profile-name:other\n"))
-
-
-def _context(tmp_path: Path) -> ExtensionContext:
-    return ExtensionContext(name="s3-discovery", data_dir=tmp_path / "ext",
-                            services=None,  # type: ignore[arg-type]
-                            log=logging.getLogger("test"))
-
-
-def test_the_extension_refuses_to_start_naming_the_setting(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "elsewhere.properties"
-    path.write_text("s3-bucket-name:abc\nfile-expiration:10\nupdate-interval:30\n")
-    monkeypatch.setenv(CONFIG_ENV, str(path))
-    with pytest.raises(ExtensionRefused, match=r"update-interval .* file-expiration"):
-        hive_ext_s3.create_plugin().hive_extension_start(_context(tmp_path))
-
-
-def test_without_the_variable_the_file_is_in_the_extension_folder(tmp_path: Path) -> None:
-    context = _context(tmp_path)
-    with pytest.raises(ExtensionRefused, match=re.escape(str(context.data_dir /
-                                                             "s3discovery.properties"))):
-        hive_ext_s3.create_plugin().hive_extension_start(context)

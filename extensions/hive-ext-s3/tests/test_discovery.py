@@ -7,10 +7,12 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from hive_ext_api import ClusterNodeAddress, parse_properties
+from hive_ext_api.testing import A, DiscoveryHooksContract
 
 from hive_ext_s3 import KEYS, NodeRecord, S3Discovery, settings_from
 from hive_ext_s3._bucket import NodeBucket, s3_client
@@ -20,8 +22,6 @@ from s3_server import S3Server
 pytestmark = pytest.mark.anyio  # one event loop for a whole test: the record refresher lives in it
 
 PREFIX = "test/nodes/"
-A = ClusterNodeAddress("127.0.0.1", 17801)
-B = ClusterNodeAddress("127.0.0.1", 17802)
 
 
 def discovery(endpoint_server: S3Server, bucket: str, metrics: Any = None,
@@ -43,6 +43,29 @@ def put(s3: S3Server, bucket: str, key: str, body: bytes) -> None:
     client.put_object(Bucket=bucket, Key=key, Body=body)
 
 
+class TestHooks(DiscoveryHooksContract):
+    """What every discovery extension's hooks do, against a real S3 API."""
+
+    MALFORMED_COUNTER, NOT_A_NODE = "s3-discovery.records.malformed", "not a node record"
+
+    @pytest.fixture
+    def start_discovery(self, s3: S3Server, bucket: str) -> Callable[..., S3Discovery]:
+        return lambda metrics=None: discovery(s3, bucket, metrics)
+
+    @pytest.fixture
+    def foreign_entries(self, s3: S3Server, bucket: str) -> dict[str, str]:
+        put(s3, bucket, f"{PREFIX}notes.txt", b"hello")
+        put(s3, bucket, f"{PREFIX}node-future", json.dumps(
+            {"version": 2, "node_id": "node-future"}).encode())
+        return {f"{PREFIX}notes.txt": f"skipping {PREFIX}notes.txt: not a node record (not JSON",
+                f"{PREFIX}node-future": f"skipping {PREFIX}node-future: not a node record "
+                                        "(format version 2"}
+
+    @pytest.fixture
+    def entry_names(self, s3: S3Server, bucket: str) -> Callable[[], set[str]]:
+        return lambda: set(s3.keys(bucket, PREFIX))
+
+
 async def test_init_writes_a_versioned_record_and_destroy_deletes_it(s3: S3Server,
                                                                      bucket: str) -> None:
     node = discovery(s3, bucket)
@@ -57,18 +80,6 @@ async def test_init_writes_a_versioned_record_and_destroy_deletes_it(s3: S3Serve
     await node.hive_discovery_destroy()
     assert s3.records(bucket, PREFIX) == {}
     await node.hive_extension_stop()
-
-
-async def test_reload_answers_every_live_node(s3: S3Server, bucket: str) -> None:
-    a, b = discovery(s3, bucket), discovery(s3, bucket)
-    await a.hive_discovery_init(A, "node-a")
-    await b.hive_discovery_init(B, "node-b")
-    assert sorted(await a.hive_discovery_reload() or [], key=str) == [A, B]
-    assert sorted(await b.hive_discovery_reload() or [], key=str) == [A, B]
-    await b.hive_discovery_destroy()
-    assert await a.hive_discovery_reload() == [A]
-    for node in (a, b):
-        await node.hive_extension_stop()
 
 
 async def test_the_own_record_is_rewritten_every_update_interval(s3: S3Server, bucket: str) -> None:
@@ -116,25 +127,6 @@ async def test_a_missing_own_record_is_written_again_at_the_next_reload(
     client.delete_object(Bucket=bucket, Key=f"{PREFIX}node-a")
     assert await node.hive_discovery_reload() == [A]
     assert list(s3.records(bucket, PREFIX)) == [f"{PREFIX}node-a"]
-    await node.hive_extension_stop()
-
-
-async def test_objects_that_are_not_records_are_skipped_counted_and_logged_once(
-        s3: S3Server, bucket: str, caplog: pytest.LogCaptureFixture,
-        hive_metrics: Any) -> None:
-    node = discovery(s3, bucket, hive_metrics)
-    put(s3, bucket, f"{PREFIX}notes.txt", b"hello")
-    put(s3, bucket, f"{PREFIX}node-future", json.dumps(
-        {"version": 2, "node_id": "node-future"}).encode())
-    await node.hive_discovery_init(A, "node-a")
-    with caplog.at_level(logging.WARNING):
-        for _ in range(3):
-            assert await node.hive_discovery_reload() == [A]
-    assert hive_metrics["s3-discovery.records.malformed"] == 2
-    assert caplog.text.count("not a node record") == 2
-    assert f"skipping {PREFIX}node-future: not a node record (format version 2" \
-        in caplog.text
-    assert f"{PREFIX}notes.txt" in s3.keys(bucket, PREFIX)  # never deleted
     await node.hive_extension_stop()
 
 

@@ -1,8 +1,6 @@
-"""Tests every discovery extension on a shared service passes inside a node, written once.
+"""The tests every discovery extension on a shared service passes inside a node.
 
-For an extension's test suite: it needs pytest and hive-broker's pytest plugin (installed with
-hive-broker; its fixtures ``hive_node_factory`` and ``wait_until`` start the nodes). A test module
-of the extension subclasses :class:`DiscoveryContract` and gives, as fixtures,
+A test module of the extension subclasses :class:`DiscoveryContract` and gives, as fixtures,
 the settings file's text for a service that works, for one that is down, and a wrong one, and
 what the service holds::
 
