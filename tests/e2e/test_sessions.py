@@ -314,22 +314,18 @@ def test_pings_keep_a_client_alive(hive):
             assert raw.receive(2.0) is not None  # PINGRESP, and still connected
 
 
-def test_server_keep_alive_caps_the_client_request(hive_factory, clients):
-    node = node_with(hive_factory, mqtt="<keep-alive><max-keep-alive>10</max-keep-alive>"
-                                        "</keep-alive>")
-    client = clients(node.port, "lazy", keepalive=60).connect()
+@pytest.mark.parametrize(("keep_alive", "asked", "granted"), [
+    ("<max-keep-alive>10</max-keep-alive>", 60, 10),  # the server's cap
+    ("<allow-unlimited>false</allow-unlimited><max-keep-alive>20</max-keep-alive>", 0, 20),
+], ids=["capped", "unlimited-refused"])
+def test_server_keep_alive_caps_the_client_request(hive_factory, clients, keep_alive, asked,
+                                                   granted):
+    node = node_with(hive_factory, mqtt=f"<keep-alive>{keep_alive}</keep-alive>")
+    client = clients(node.port, "asking", keepalive=asked).connect()
     assert client.connack_props is not None
-    assert client.connack_props.ServerKeepAlive == 10
-    modest = clients(node.port, "modest", keepalive=5).connect()
+    assert client.connack_props.ServerKeepAlive == granted
+    modest = clients(node.port, "modest", keepalive=5).connect()  # within the cap: as asked
     assert not hasattr(modest.connack_props, "ServerKeepAlive")
-
-
-def test_unlimited_keep_alive_refused_gets_the_maximum(hive_factory, clients):
-    node = node_with(hive_factory, mqtt="<keep-alive><allow-unlimited>false</allow-unlimited>"
-                                        "<max-keep-alive>20</max-keep-alive></keep-alive>")
-    client = clients(node.port, "forever", keepalive=0).connect()
-    assert client.connack_props is not None
-    assert client.connack_props.ServerKeepAlive == 20
 
 
 # ---------------------------------------------------------------------- wills

@@ -64,9 +64,32 @@ class Clients:
             client.connect(expect_success=expect_success)
         return client
 
+    def subscriber_and_publisher(self, topic_filter: str, qos: int = 1,
+                                 version: int = 5) -> tuple[PahoClient, PahoClient]:
+        """``sub``, granted ``qos`` on ``topic_filter``, and ``pub``; both connected."""
+        subscriber = self("sub", version=version)
+        assert subscriber.subscribe(topic_filter, qos=qos) == [qos]
+        return subscriber, self("pub", version=version)
+
     def close(self) -> None:
         for client in self.made:
             client.close()
+
+
+def in_order(publisher: PahoClient, subscriber: PahoClient, topic: str, count: int) -> list[bytes]:
+    """Publish b"0", b"1", ... to ``topic`` at QoS 1 without waiting for one acknowledgement
+    before the next; return the payloads of the ``count`` messages ``subscriber`` gets."""
+    infos = [publisher.client.publish(topic, str(i).encode(), qos=1) for i in range(count)]
+    for info in infos:
+        info.wait_for_publish(WAIT)
+    return [subscriber.next_message().payload for _ in range(count)]
+
+
+@pytest.fixture
+def hive_extensions(request: pytest.FixtureRequest) -> list[Any]:
+    """One of each of the test class's ``EXTENSIONS`` (classes), made anew for each test; a
+    class whose extensions need fixtures of their own overrides this fixture instead."""
+    return [make() for make in getattr(request.cls, "EXTENSIONS", ())]
 
 
 @pytest.fixture
@@ -96,9 +119,7 @@ class PasswordCheck:
 
 
 class TestAuthentication:
-    @pytest.fixture
-    def hive_extensions(self) -> list[Any]:
-        return [PasswordCheck()]
+    EXTENSIONS = (PasswordCheck,)
 
     def test_v5_accept_and_refuse(self, clients: Clients) -> None:
         clients("ok", username="alice", password="secret")
@@ -207,9 +228,7 @@ class Authorizer:
 
 
 class TestAuthorization:
-    @pytest.fixture
-    def hive_extensions(self) -> list[Any]:
-        return [Authorizer()]
+    EXTENSIONS = (Authorizer,)
 
     def test_refused_publish_gets_puback_0x87_and_is_not_delivered(
             self, hive_node: Any, clients: Clients) -> None:
@@ -285,14 +304,10 @@ class InboundRewrite:
 
 
 class TestInboundInterceptor:
-    @pytest.fixture
-    def hive_extensions(self) -> list[Any]:
-        return [InboundRewrite()]
+    EXTENSIONS = (InboundRewrite,)
 
     def test_rewrites_topic_and_user_properties(self, clients: Clients) -> None:
-        subscriber = clients("sub")
-        subscriber.subscribe("moved/#", qos=1)
-        publisher = clients("pub")
+        subscriber, publisher = clients.subscriber_and_publisher("moved/#")
         publisher.publish("in/a", b"hello", qos=1)
         message = subscriber.next_message()
         assert (message.topic, message.payload) == ("moved/a", b"hello")
@@ -322,19 +337,12 @@ class SlowInbound:
 
 
 class TestAsyncInboundInterceptor:
-    @pytest.fixture
-    def hive_extensions(self) -> list[Any]:
-        return [SlowInbound()]
+    EXTENSIONS = (SlowInbound,)
 
     @pytest.mark.parametrize("version", [4, 5])
     def test_keeps_message_order(self, clients: Clients, version: int) -> None:
-        subscriber = clients("sub", version=version)
-        subscriber.subscribe("seq", qos=1)
-        publisher = clients("pub", version=version)
-        infos = [publisher.client.publish("seq", str(i).encode(), qos=1) for i in range(50)]
-        for info in infos:
-            info.wait_for_publish(WAIT)
-        received = [subscriber.next_message().payload for _ in range(50)]
+        subscriber, publisher = clients.subscriber_and_publisher("seq", version=version)
+        received = in_order(publisher, subscriber, "seq", 50)
         assert received == [str(i).encode() for i in range(50)]
         subscriber.no_message(0.2)
 
@@ -351,9 +359,7 @@ class OutboundPerSubscriber:
 
 
 class TestOutboundInterceptor:
-    @pytest.fixture
-    def hive_extensions(self) -> list[Any]:
-        return [OutboundPerSubscriber()]
+    EXTENSIONS = (OutboundPerSubscriber,)
 
     @pytest.mark.parametrize("qos", [0, 1])
     def test_skips_one_and_rewrites_another(self, clients: Clients, qos: int) -> None:
@@ -376,9 +382,7 @@ class SubscribeDowngrade:
 
 
 class TestSubscribeInterceptor:
-    @pytest.fixture
-    def hive_extensions(self) -> list[Any]:
-        return [SubscribeDowngrade()]
+    EXTENSIONS = (SubscribeDowngrade,)
 
     def test_changes_the_qos(self, hive_node: Any, clients: Clients) -> None:
         client = clients("sub")
@@ -532,9 +536,7 @@ class BreaksOnStart:
 
 
 class TestExtensionStart:
-    @pytest.fixture
-    def hive_extensions(self) -> list[Any]:
-        return [RefusesToStart(), BreaksOnStart()]
+    EXTENSIONS = (RefusesToStart, BreaksOnStart)
 
     def test_refused_extension_is_inactive_and_node_serves(self, hive_node: Any,
                                                             clients: Clients) -> None:
@@ -595,15 +597,11 @@ class LetsAllIn:
 
 
 class TestBrokenExtension:
-    @pytest.fixture
-    def hive_extensions(self) -> list[Any]:
-        return [LetsAllIn(), Broken()]
+    EXTENSIONS = (LetsAllIn, Broken)
 
     @pytest.mark.parametrize("version", [4, 5])
     def test_clients_keep_working(self, hive_node: Any, clients: Clients, version: int) -> None:
-        subscriber = clients("sub", version=version)
-        assert subscriber.subscribe("t/#", qos=1) == [1]
-        publisher = clients("pub", version=version)
+        subscriber, publisher = clients.subscriber_and_publisher("t/#", version=version)
         for i in range(5):
             publisher.publish("t/x", str(i).encode(), qos=1)
         assert [subscriber.next_message().payload for _ in range(5)] == [
@@ -778,9 +776,7 @@ class DropsItems:
 
 
 class TestSubscribeInterceptorThenAuthorization:
-    @pytest.fixture
-    def hive_extensions(self) -> list[Any]:
-        return [Authorizer(), SubscribeAliases(), DropsItems()]
+    EXTENSIONS = (Authorizer, SubscribeAliases, DropsItems)
 
     def test_authorization_sees_the_changed_filter(self, hive_node: Any) -> None:
         with raw(hive_node) as client:
@@ -808,17 +804,13 @@ class ExpiryStamp:
 
 
 class TestInboundMessageExpiry:
-    @pytest.fixture
-    def hive_extensions(self) -> list[Any]:
-        return [ExpiryStamp()]
+    EXTENSIONS = (ExpiryStamp,)
 
     def test_interceptor_sets_and_clears_message_expiry(self, clients: Clients) -> None:
         from e2e._session_helpers import props
         from paho.mqtt.packettypes import PacketTypes
 
-        subscriber = clients("sub")
-        subscriber.subscribe("#", qos=1)
-        publisher = clients("pub")
+        subscriber, publisher = clients.subscriber_and_publisher("#")
         publisher.publish("short-lived", b"a", qos=1)
         message = subscriber.next_message()
         assert 118 <= message.properties.MessageExpiryInterval <= 120
@@ -840,9 +832,7 @@ def test_services_publish_refuses_a_bad_topic(hive_node: Any) -> None:
 
 
 class TestReauthentication:
-    @pytest.fixture
-    def hive_extensions(self) -> list[Any]:
-        return [Challenge()]
+    EXTENSIONS = (Challenge,)
 
     def test_connected_client_authenticates_again(self, hive_node: Any) -> None:
         with raw(hive_node) as client:
@@ -884,9 +874,7 @@ class Fallback:
 
 
 class TestDeadline:
-    @pytest.fixture
-    def hive_extensions(self) -> list[Any]:
-        return [Fallback(), SlowAuthenticator()]
+    EXTENSIONS = (Fallback, SlowAuthenticator)
 
     def test_slow_hook_falls_back_after_the_deadline(self, hive_node: Any,
                                                      clients: Clients) -> None:
@@ -912,19 +900,12 @@ class UnsubscribeRename:
 
 
 class TestAsyncOutboundAndUnsubscribe:
-    @pytest.fixture
-    def hive_extensions(self) -> list[Any]:
-        return [SlowOutbound(), UnsubscribeRename()]
+    EXTENSIONS = (SlowOutbound, UnsubscribeRename)
 
     @pytest.mark.parametrize("qos", [0, 1])
     def test_async_outbound_keeps_order(self, clients: Clients, qos: int) -> None:
-        subscriber = clients("sub")
-        subscriber.subscribe("seq", qos=qos)
-        publisher = clients("pub")
-        infos = [publisher.client.publish("seq", str(i).encode(), qos=1) for i in range(40)]
-        for info in infos:
-            info.wait_for_publish(WAIT)
-        received = [subscriber.next_message().payload for _ in range(40)]
+        subscriber, publisher = clients.subscriber_and_publisher("seq", qos)
+        received = in_order(publisher, subscriber, "seq", 40)
         assert received == [f"{i}!".encode() for i in range(40)]
 
     def test_unsubscribe_interceptor_changes_filters(self, hive_node: Any,
