@@ -14,16 +14,19 @@ fixtures and class attributes:
 - :class:`OperatorContract`: three `hive run` nodes form a cluster, a killed one drops out and
   rejoins, and they ride out an outage of the service.
 
-:func:`extension_fixtures` gives the fixtures of an extension's conftest.
+:func:`extension_fixtures` and :func:`service_fixtures` make the fixtures of an extension's
+conftest: the extension alone in the nodes, asyncio for the async tests, and its service (a
+:class:`Service`) started once for the session and running for each test.
 """
 
 from __future__ import annotations
 
-from hive_ext_api.testing._fixtures import extension_fixtures
+from hive_ext_api.testing._fixtures import Service, extension_fixtures, service_fixtures
 from hive_ext_api.testing._hooks import A, B, DiscoveryHooksContract
 from hive_ext_api.testing._node import DiscoveryContract, cluster_xml, free_port
 from hive_ext_api.testing._operator import OperatorContract
 from hive_ext_api.testing._settings import SettingsFileContract
 
-__all__ = ["A", "B", "DiscoveryContract", "DiscoveryHooksContract", "OperatorContract",
-           "SettingsFileContract", "cluster_xml", "extension_fixtures", "free_port"]
+__all__ = ["A", "B", "DiscoveryContract", "DiscoveryHooksContract", "OperatorContract", "Service",
+           "SettingsFileContract", "cluster_xml", "extension_fixtures", "free_port",
+           "service_fixtures"]

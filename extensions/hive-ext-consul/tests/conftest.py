@@ -4,10 +4,9 @@ test, so tests never see each other's instances."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
-from hive_ext_api.testing import extension_fixtures
+from hive_ext_api.testing import extension_fixtures, service_fixtures
 
 from consul_agent import ConsulAgent
 
@@ -23,19 +22,8 @@ def no_machine_consul_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 only_this_extension, anyio_backend = extension_fixtures("consul-discovery")
 
 
-@pytest.fixture(scope="session")
-def agent_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsulAgent]:
-    agent = ConsulAgent(tmp_path_factory.mktemp("consul")).start()
-    yield agent
-    agent.stop()
-
-
-@pytest.fixture
-def agent(agent_session: ConsulAgent) -> ConsulAgent:
-    """The session's agent, running (a test that stopped it leaves it to be started again)."""
-    if not agent_session.running:
-        agent_session.start()
-    return agent_session
+# one agent for the session; a test that stopped it leaves it to be started again
+agent_session, agent = service_fixtures("agent", ConsulAgent)
 
 
 @pytest.fixture

@@ -4,12 +4,11 @@ settings of the machine kept out of the tests."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hive_ext_api.testing import extension_fixtures
+from hive_ext_api.testing import extension_fixtures, service_fixtures
 
 from s3_server import S3Server
 
@@ -30,20 +29,8 @@ def no_machine_aws_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
 only_this_extension, anyio_backend = extension_fixtures("s3-discovery")
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
-    server = S3Server().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def s3(s3_server: S3Server) -> S3Server:
-    """The server, running and empty."""
-    if not s3_server.running:
-        s3_server.start()
-    s3_server.reset()
-    return s3_server
+# the server, running and empty, for each test (moto's buckets are the process's: reset)
+s3_session, s3 = service_fixtures("s3", lambda folder: S3Server(), S3Server.reset)
 
 
 @pytest.fixture
