@@ -33,6 +33,9 @@ class OperatorContract:
     they record (``s3_3_node_cluster_formed_s``)."""
     GONE_WITHIN: ClassVar[float] = 10.0
     """Seconds after a kill -9 within which the dead node's entry is no longer live."""
+    GONE: ClassVar[str] = "entry went"
+    """How the service drops a dead node's entry, in the line printed with the seconds it took
+    (``record was deleted``)."""
     DEREGISTERED: ClassVar[str] = ""
     """A pattern of the line a node logs when a clean stop removed its entry (``{entry}``: the
     entry's name, escaped)."""
@@ -100,7 +103,7 @@ class OperatorContract:
         hive_processes.agree([a, b], 2, timeout=10)
         gone = hive_processes.wait_until(lambda: dead not in live_entries(), self.GONE_WITHIN,
                                          "the dead node's entry goes")
-        print(f"{self.SERVICE} discovery: a killed node's entry went {gone:.2f} s after the kill")
+        print(f"{self.SERVICE} discovery: a killed node's {self.GONE} {gone:.2f} s after the kill")
         after_a_kill(c, [a, b])
 
         # restarted, same data folder and node id: it rejoins

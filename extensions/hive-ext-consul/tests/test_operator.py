@@ -28,7 +28,7 @@ def check_status(agent: ConsulAgent, service: str, node_id: str) -> str | None:
 class TestOperator(OperatorContract):
     """A node's entry is a healthy instance; a dead node's TTL check goes critical."""
 
-    NAME, SERVICE = "consul-discovery", "Consul"
+    NAME, SERVICE, GONE = "consul-discovery", "Consul", "check went critical"
     DEREGISTERED = r"consul-discovery: deregistered this node"
     OUTAGE_FAILED = r"consul-discovery: cannot [\w' ]+: cannot reach Consul"
 

@@ -24,7 +24,7 @@ PROPERTIES = "s3-discovery/s3discovery.properties"
 class TestOperator(OperatorContract):
     """A node's entry is its record; a dead node's record ages out of the bucket."""
 
-    NAME, SERVICE, GONE_WITHIN = "s3-discovery", "S3", 15.0
+    NAME, SERVICE, GONE_WITHIN, GONE = "s3-discovery", "S3", 15.0, "record was deleted"
     DEREGISTERED = r"s3-discovery: removed this node's record {entry}"
     OUTAGE_FAILED = r"s3-discovery: cannot \w+ .*; retrying"
 
