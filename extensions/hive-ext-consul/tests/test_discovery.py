@@ -17,7 +17,8 @@ from consul_agent import ConsulAgent
 from hive_ext_consul import KEYS, ConsulDiscovery, settings_from
 from hive_ext_consul._agent import ServiceInstance, consul_client
 
-pytestmark = pytest.mark.anyio  # one event loop for a whole test: the TTL refresher lives in it
+# one event loop for a whole test (the TTL refresher lives in it), and a test's deadline
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
 

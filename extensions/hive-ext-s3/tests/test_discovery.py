@@ -19,7 +19,8 @@ from hive_ext_s3._bucket import NodeBucket, s3_client
 from hive_ext_s3._record import now_ms
 from s3_server import S3Server
 
-pytestmark = pytest.mark.anyio  # one event loop for a whole test: the record refresher lives in it
+# one event loop for a whole test (the record refresher lives in it), and a test's deadline
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 PREFIX = "test/nodes/"
 
