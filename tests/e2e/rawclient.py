@@ -5,9 +5,9 @@ on sys.path through tests/conftest.py)::
 
     client = RawClient(hive.port)
     connack = client.connect(5, client_id="c1", RECEIVE_MAXIMUM=2)
-    client.send(Subscribe(1, [SubscriptionRequest("t", qos=1)]))
-    client.expect(SubAck)
-    publish = client.expect(Publish, timeout=5)
+    client.send(mqtt.Subscribe(1, [mqtt.SubscriptionRequest("t", qos=1)]))
+    client.expect(mqtt.SubAck)
+    publish = client.expect(mqtt.Publish, timeout=5)
     client.acknowledge(publish)  # PUBACK, or PUBREC, PUBREL, PUBCOMP
 
     with subscriber_and_publisher(hive.port, "t/#", 1, "c2") as (sub, pub):
@@ -24,26 +24,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from hive_core.mqtt import (
-    ConnAck,
-    Connect,
-    Disconnect,
-    Packet,
-    PacketDecoder,
-    PropertyId,
-    PubAck,
-    PubComp,
-    Publish,
-    PubRec,
-    PubRel,
-    SubAck,
-    Subscribe,
-    SubscriptionRequest,
-    Will,
-    encode_packet,
-)
+from hive_core import mqtt
 
-__all__ = ["ConnectionClosed", "RawClient", "subscriber_and_publisher"]
+__all__ = ["ConnectionClosed", "RawClient", "offline_subscriber", "subscriber_and_publisher"]
 
 T = TypeVar("T")
 
@@ -57,27 +40,27 @@ class RawClient:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.timeout = timeout
         self.version = 4
-        self.decoder = PacketDecoder(protocol_version=4, server=False)
-        self.received: list[Packet] = []  # decoded but not yet returned
+        self.decoder = mqtt.PacketDecoder(protocol_version=4, server=False)
+        self.received: list[mqtt.Packet] = []  # decoded but not yet returned
         self.closed = False
         self._next_id = 0
 
     # ------------------------------------------------------------------ sending
 
     def connect(self, version: int = 5, client_id: str = "", clean_start: bool = True,
-                keep_alive: int = 60, will: Will | None = None, username: str | None = None,
+                keep_alive: int = 60, will: mqtt.Will | None = None, username: str | None = None,
                 password: bytes | None = None, timeout: float | None = None,
-                **props: Any) -> ConnAck:
+                **props: Any) -> mqtt.ConnAck:
         """Send CONNECT and return the CONNACK; ``props`` are PropertyId names (MQTT 5)."""
         self.version = version
-        self.decoder = PacketDecoder(protocol_version=version, server=False)
-        properties = {PropertyId[name]: value for name, value in props.items()}
-        self.send(Connect(client_id, version, clean_start, keep_alive, username, password, will,
-                          properties))
-        return self.expect(ConnAck, timeout)
+        self.decoder = mqtt.PacketDecoder(protocol_version=version, server=False)
+        properties = {mqtt.PropertyId[name]: value for name, value in props.items()}
+        self.send(mqtt.Connect(client_id, version, clean_start, keep_alive, username, password,
+                               will, properties))
+        return self.expect(mqtt.ConnAck, timeout)
 
-    def send(self, packet: Packet) -> None:
-        self.send_raw(encode_packet(packet, self.version))
+    def send(self, packet: mqtt.Packet) -> None:
+        self.send_raw(mqtt.encode_packet(packet, self.version))
 
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -86,51 +69,51 @@ class RawClient:
         self._next_id = self._next_id % 65535 + 1
         return self._next_id
 
-    def subscribe(self, topic_filter: str, qos: int = 0, **props: Any) -> SubAck:
+    def subscribe(self, topic_filter: str, qos: int = 0, **props: Any) -> mqtt.SubAck:
         """SUBSCRIBE to one filter and return the SUBACK."""
-        properties = {PropertyId[name]: value for name, value in props.items()}
-        self.send(Subscribe(self.packet_id(), [SubscriptionRequest(topic_filter, qos)],
-                            properties))
-        return self.expect(SubAck)
+        properties = {mqtt.PropertyId[name]: value for name, value in props.items()}
+        request = mqtt.SubscriptionRequest(topic_filter, qos)
+        self.send(mqtt.Subscribe(self.packet_id(), [request], properties))
+        return self.expect(mqtt.SubAck)
 
     def publish(self, topic: str, payload: bytes = b"", qos: int = 0, retain: bool = False,
                 packet_id: int | None = None, **props: Any) -> int | None:
         """Send a PUBLISH (acks are the caller's business); return its packet id."""
         if qos and packet_id is None:
             packet_id = self.packet_id()
-        properties = {PropertyId[name]: value for name, value in props.items()}
-        self.send(Publish(topic, payload, qos, retain, False, packet_id, properties))
+        properties = {mqtt.PropertyId[name]: value for name, value in props.items()}
+        self.send(mqtt.Publish(topic, payload, qos, retain, False, packet_id, properties))
         return packet_id
 
     def publish_acknowledged(self, topic: str, payload: bytes = b"", qos: int = 1,
                              retain: bool = False, packet_id: int | None = None,
-                             **props: Any) -> PubAck | PubRec | None:
+                             **props: Any) -> mqtt.PubAck | mqtt.PubRec | None:
         """Send a PUBLISH and finish the publisher's side of its QoS flow: wait for the PUBACK
         (QoS 1), or the PUBREC, send the PUBREL and wait for the PUBCOMP (QoS 2). Return the
         PUBACK or the PUBREC (None at QoS 0, which has no flow)."""
         packet_id = self.publish(topic, payload, qos, retain, packet_id, **props)
         if qos == 1:
-            return self.expect(PubAck)
+            return self.expect(mqtt.PubAck)
         if qos == 2:
-            received = self.expect(PubRec)
-            self.send(PubRel(packet_id))  # type: ignore[arg-type]
-            assert self.expect(PubComp).packet_id == packet_id
+            received = self.expect(mqtt.PubRec)
+            self.send(mqtt.PubRel(packet_id))  # type: ignore[arg-type]
+            assert self.expect(mqtt.PubComp).packet_id == packet_id
             return received
         return None
 
-    def acknowledge(self, delivery: Publish) -> None:
+    def acknowledge(self, delivery: mqtt.Publish) -> None:
         """Finish the receiver's side of ``delivery``'s QoS flow: PUBACK (QoS 1), or PUBREC,
         the node's PUBREL for the same packet id, PUBCOMP (QoS 2); nothing at QoS 0."""
         if delivery.qos == 1:
-            self.send(PubAck(delivery.packet_id))  # type: ignore[arg-type]
+            self.send(mqtt.PubAck(delivery.packet_id))  # type: ignore[arg-type]
         elif delivery.qos == 2:
-            self.send(PubRec(delivery.packet_id))  # type: ignore[arg-type]
-            assert self.expect(PubRel).packet_id == delivery.packet_id
-            self.send(PubComp(delivery.packet_id))  # type: ignore[arg-type]
+            self.send(mqtt.PubRec(delivery.packet_id))  # type: ignore[arg-type]
+            assert self.expect(mqtt.PubRel).packet_id == delivery.packet_id
+            self.send(mqtt.PubComp(delivery.packet_id))  # type: ignore[arg-type]
 
     def disconnect(self, reason_code: int = 0, **props: Any) -> None:
-        properties = {PropertyId[name]: value for name, value in props.items()}
-        self.send(Disconnect(reason_code, properties))
+        properties = {mqtt.PropertyId[name]: value for name, value in props.items()}
+        self.send(mqtt.Disconnect(reason_code, properties))
         self.close()
 
     def close(self) -> None:
@@ -139,7 +122,7 @@ class RawClient:
 
     # ------------------------------------------------------------------ receiving
 
-    def receive(self, timeout: float | None = None) -> Packet | None:
+    def receive(self, timeout: float | None = None) -> mqtt.Packet | None:
         """The next packet, or None if none arrives in time; ConnectionClosed at end of stream."""
         if self.received:
             return self.received.pop(0)
@@ -174,9 +157,9 @@ class RawClient:
         packet = self.receive(timeout)
         assert packet is None, f"unexpected {packet!r}"
 
-    def expect_closed(self, timeout: float | None = None) -> list[Packet]:
+    def expect_closed(self, timeout: float | None = None) -> list[mqtt.Packet]:
         """The broker closes the connection in time; return the packets it sent before."""
-        seen: list[Packet] = []
+        seen: list[mqtt.Packet] = []
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             left = deadline - time.monotonic()
@@ -189,10 +172,11 @@ class RawClient:
             if packet is not None:
                 seen.append(packet)
 
-    def expect_disconnect(self, reason_code: int, timeout: float | None = None) -> Disconnect:
+    def expect_disconnect(self, reason_code: int,
+                          timeout: float | None = None) -> mqtt.Disconnect:
         """A DISCONNECT with ``reason_code`` (other packets before it are skipped), then close."""
         seen = self.expect_closed(timeout)
-        disconnects = [p for p in seen if isinstance(p, Disconnect)]
+        disconnects = [p for p in seen if isinstance(p, mqtt.Disconnect)]
         assert disconnects, f"closed without DISCONNECT; received {seen!r}"
         assert disconnects[-1].reason_code == reason_code, disconnects[-1]
         return disconnects[-1]
@@ -214,3 +198,16 @@ def subscriber_and_publisher(port: int, topic_filter: str, qos: int, name: str, 
         assert sub.subscribe(topic_filter, qos).reason_codes == [qos]
         pub.connect(version, f"{name}-pub")
         yield sub, pub
+
+
+def offline_subscriber(port: int, client_id: str, topic_filter: str, qos: int = 1,
+                       version: int = 5, **props: Any) -> None:
+    """A session that outlives its connection (MQTT 5: a session expiry of 300 s; earlier
+    versions: clean session off), subscribed to ``topic_filter`` at ``qos``, then disconnected;
+    ``props`` are PropertyId names for the CONNECT."""
+    if version == 5:
+        props.setdefault("SESSION_EXPIRY_INTERVAL", 300)
+    sub = RawClient(port)
+    sub.connect(version, client_id, clean_start=False, **props)
+    sub.subscribe(topic_filter, qos)
+    sub.disconnect()

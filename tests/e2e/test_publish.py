@@ -8,11 +8,10 @@ import subprocess
 import threading
 import time
 import uuid
-from typing import Any
 
 import paho.mqtt.client as paho
 import pytest
-from e2e.rawclient import RawClient, subscriber_and_publisher
+from e2e.rawclient import RawClient, offline_subscriber, subscriber_and_publisher
 
 from hive_core import mqtt
 
@@ -30,14 +29,6 @@ PASS_THROUGH = {
     "USER_PROPERTY": [("a", "1"), ("b", "2"), ("a", "3"), ("a", "1"), ("", "")],
 }
 PASS_THROUGH_IDS = {P[name]: value for name, value in PASS_THROUGH.items()}
-
-
-def offline_subscriber(port: int, client_id: str, topic_filter: str, **props: Any) -> None:
-    """A persistent MQTT 5 session subscribed to ``topic_filter`` at QoS 1, then disconnected."""
-    sub = RawClient(port)
-    sub.connect(5, client_id, SESSION_EXPIRY_INTERVAL=300, **props)
-    sub.subscribe(topic_filter, 1)
-    sub.disconnect()
 
 
 def small_packets(size: int) -> str:

@@ -8,7 +8,7 @@ import uuid
 
 import paho.mqtt.client as paho
 import pytest
-from e2e.rawclient import RawClient, subscriber_and_publisher
+from e2e.rawclient import RawClient, offline_subscriber, subscriber_and_publisher
 from paho.mqtt.reasoncodes import ReasonCode as PahoReasonCode
 
 from hive_core import mqtt
@@ -355,10 +355,7 @@ def _queue_body(strategy: str) -> str:
 ])
 def test_queue_limit_for_offline_session(hive_factory, strategy, expected):
     node = hive_factory(body=_queue_body(strategy))
-    sub = RawClient(node.port)
-    sub.connect(5, "queued", SESSION_EXPIRY_INTERVAL=300)
-    sub.subscribe("qq", 1)
-    sub.disconnect()
+    offline_subscriber(node.port, "queued", "qq")
     with RawClient(node.port) as pub:
         pub.connect(5, "queue-pub")
         for i in range(6):
@@ -377,10 +374,7 @@ def test_queue_limit_for_offline_session(hive_factory, strategy, expected):
 
 def test_connack_is_first(hive):
     """Queued deliveries never overtake the CONNACK."""
-    sub = RawClient(hive.port)
-    sub.connect(4, "first", clean_start=False)
-    sub.subscribe("f", 1)
-    sub.close()
+    offline_subscriber(hive.port, "first", "f", version=4)
     with RawClient(hive.port) as pub:
         pub.connect(4, "first-pub")
         pub.publish_acknowledged("f", b"queued", 1)
@@ -595,10 +589,7 @@ def test_inbound_qos2_exactly_once_across_restart(hive):
 
 
 def test_queue_order_survives_restart(hive):
-    sub = RawClient(hive.port)
-    sub.connect(4, "ordered", clean_start=False)
-    sub.subscribe("ord", 2)
-    sub.close()
+    offline_subscriber(hive.port, "ordered", "ord", 2, version=4)
     with RawClient(hive.port) as pub:
         pub.connect(4, "ordered-pub")
         for i in range(5):

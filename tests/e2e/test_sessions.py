@@ -49,6 +49,15 @@ def will_watcher(clients: Clients, port: int, topic: str = "wills/#") -> PahoCli
     return watcher
 
 
+def dropped_with_will(port: int, client_id: str, will: Will, version: int = 4,
+                      **connect: Any) -> None:
+    """A client that connects with ``will`` (and ``connect``'s RawClient.connect arguments),
+    then loses its connection: closed without a DISCONNECT."""
+    raw = RawClient(port)
+    raw.connect(version, client_id, will=will, **connect)
+    raw.close()
+
+
 # ---------------------------------------------------------------------- clean start, present flag
 
 
@@ -333,9 +342,7 @@ def test_server_keep_alive_caps_the_client_request(hive_factory, clients, keep_a
 
 def test_will_published_on_abnormal_close(hive, clients):
     watcher = will_watcher(clients, hive.port)
-    raw = RawClient(hive.port)
-    raw.connect(4, "doomed", will=Will("wills/doomed", b"gone", 1))
-    raw.close()  # no DISCONNECT
+    dropped_with_will(hive.port, "doomed", Will("wills/doomed", b"gone", 1))
     message = watcher.next_message()
     assert (message.topic, message.payload) == ("wills/doomed", b"gone")
 
@@ -366,10 +373,9 @@ def test_v5_disconnect_with_will_message_publishes_the_will(hive, clients):
 
 def test_will_delay_interval_holds_the_will_back(hive, clients):
     watcher = will_watcher(clients, hive.port)
-    raw = RawClient(hive.port)
-    raw.connect(5, "delayed", clean_start=False, SESSION_EXPIRY_INTERVAL=60,
-                will=Will("wills/delayed", b"late", 1, False, {P.WILL_DELAY_INTERVAL: 2}))
-    raw.close()
+    will = Will("wills/delayed", b"late", 1, False, {P.WILL_DELAY_INTERVAL: 2})
+    dropped_with_will(hive.port, "delayed", will, 5, clean_start=False,
+                      SESSION_EXPIRY_INTERVAL=60)
     started = time.monotonic()
     watcher.no_message(1.3)
     assert watcher.next_message(timeout=3).payload == b"late"
@@ -379,9 +385,7 @@ def test_will_delay_interval_holds_the_will_back(hive, clients):
 def test_will_delay_cancelled_when_the_session_resumes(hive, clients):
     watcher = will_watcher(clients, hive.port)
     will = Will("wills/back", b"should not", 1, False, {P.WILL_DELAY_INTERVAL: 2})
-    raw = RawClient(hive.port)
-    raw.connect(5, "back", clean_start=False, SESSION_EXPIRY_INTERVAL=60, will=will)
-    raw.close()
+    dropped_with_will(hive.port, "back", will, 5, clean_start=False, SESSION_EXPIRY_INTERVAL=60)
     with RawClient(hive.port) as again:
         assert again.connect(5, "back", clean_start=False,
                              SESSION_EXPIRY_INTERVAL=60).session_present is True
@@ -402,17 +406,14 @@ def test_clean_start_takeover_publishes_a_delayed_will_at_once(hive, clients):
 
 def test_will_published_when_the_session_expires_before_the_delay(hive, clients):
     watcher = will_watcher(clients, hive.port)
-    raw = RawClient(hive.port)
-    raw.connect(5, "expiring", clean_start=False, SESSION_EXPIRY_INTERVAL=1,
-                will=Will("wills/expiring", b"ended", 1, False, {P.WILL_DELAY_INTERVAL: 30}))
-    raw.close()
+    will = Will("wills/expiring", b"ended", 1, False, {P.WILL_DELAY_INTERVAL: 30})
+    dropped_with_will(hive.port, "expiring", will, 5, clean_start=False,
+                      SESSION_EXPIRY_INTERVAL=1)
     assert watcher.next_message(timeout=4).payload == b"ended"
 
 
 def test_will_with_retain_is_retained(hive, clients):
-    raw = RawClient(hive.port)
-    raw.connect(4, "retainer", will=Will("wills/retained", b"last words", 1, True))
-    raw.close()
+    dropped_with_will(hive.port, "retainer", Will("wills/retained", b"last words", 1, True))
     # A watcher that subscribes after the fact still gets it, as a retained message.
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
