@@ -26,7 +26,8 @@ from typing import Any, TypeVar
 
 from hive_core import mqtt
 
-__all__ = ["ConnectionClosed", "RawClient", "offline_subscriber", "subscriber_and_publisher"]
+__all__ = ["ConnectionClosed", "RawClient", "offline_subscriber", "persistent_subscriber",
+           "subscriber_and_publisher"]
 
 T = TypeVar("T")
 
@@ -200,14 +201,20 @@ def subscriber_and_publisher(port: int, topic_filter: str, qos: int, name: str, 
         yield sub, pub
 
 
-def offline_subscriber(port: int, client_id: str, topic_filter: str, qos: int = 1,
-                       version: int = 5, **props: Any) -> None:
-    """A session that outlives its connection (MQTT 5: a session expiry of 300 s; earlier
-    versions: clean session off), subscribed to ``topic_filter`` at ``qos``, then disconnected;
-    ``props`` are PropertyId names for the CONNECT."""
+def persistent_subscriber(port: int, client_id: str, topic_filter: str, qos: int = 1,
+                          version: int = 5, **props: Any) -> RawClient:
+    """A client whose session outlives its connection (MQTT 5: a session expiry of 300 s;
+    earlier versions: clean session off), subscribed to ``topic_filter`` at ``qos`` and still
+    connected; ``props`` are PropertyId names for the CONNECT."""
     if version == 5:
         props.setdefault("SESSION_EXPIRY_INTERVAL", 300)
     sub = RawClient(port)
     sub.connect(version, client_id, clean_start=False, **props)
     sub.subscribe(topic_filter, qos)
-    sub.disconnect()
+    return sub
+
+
+def offline_subscriber(port: int, client_id: str, topic_filter: str, qos: int = 1,
+                       version: int = 5, **props: Any) -> None:
+    """A persistent_subscriber, disconnected."""
+    persistent_subscriber(port, client_id, topic_filter, qos, version, **props).disconnect()

@@ -8,7 +8,12 @@ import uuid
 
 import paho.mqtt.client as paho
 import pytest
-from e2e.rawclient import RawClient, offline_subscriber, subscriber_and_publisher
+from e2e.rawclient import (
+    RawClient,
+    offline_subscriber,
+    persistent_subscriber,
+    subscriber_and_publisher,
+)
 from paho.mqtt.reasoncodes import ReasonCode as PahoReasonCode
 
 from hive_core import mqtt
@@ -146,9 +151,7 @@ def test_no_matching_subscribers_v311_plain_ack(hive):
 @pytest.mark.parametrize("version", [4, 5])
 def test_unacked_messages_redelivered_with_dup_after_reconnect(hive, version):
     persistent = {"SESSION_EXPIRY_INTERVAL": 300} if version == 5 else {}
-    sub = RawClient(hive.port)
-    sub.connect(version, "redeliver", clean_start=version == 5, **persistent)
-    sub.subscribe("re/#", 2)
+    sub = persistent_subscriber(hive.port, "redeliver", "re/#", 2, version)
     with RawClient(hive.port) as pub:
         pub.connect(version, "re-pub")
         pub.publish_acknowledged("re/1", b"q1", 1)
@@ -427,9 +430,7 @@ def test_inbound_qos2_exactly_once_across_reconnect(hive, paho_clients, version)
 
 
 def test_unacked_messages_redelivered_after_takeover(hive):
-    old = RawClient(hive.port)
-    old.connect(5, "taken", SESSION_EXPIRY_INTERVAL=300)
-    old.subscribe("take", 1)
+    old = persistent_subscriber(hive.port, "taken", "take", 1)
     with RawClient(hive.port) as pub:
         pub.connect(5, "take-pub")
         pub.publish_acknowledged("take", b"m", 1)
@@ -446,9 +447,7 @@ def test_unacked_messages_redelivered_after_takeover(hive):
 
 
 def test_unacked_messages_redelivered_after_restart(hive):
-    sub = RawClient(hive.port)
-    sub.connect(5, "restarted", SESSION_EXPIRY_INTERVAL=300)
-    sub.subscribe("rs/#", 2)
+    sub = persistent_subscriber(hive.port, "restarted", "rs/#", 2)
     with RawClient(hive.port) as pub:
         pub.connect(5, "rs-pub")
         pub.publish_acknowledged("rs/1", b"q1", 1)
@@ -564,9 +563,7 @@ def test_dup_flag_not_propagated_to_subscribers(hive):
 
 def test_inbound_qos2_exactly_once_across_restart(hive):
     persistent = {"SESSION_EXPIRY_INTERVAL": 300}
-    sub = RawClient(hive.port)
-    sub.connect(5, "once-restart-sub", **persistent)
-    sub.subscribe("once/restart", 2)
+    sub = persistent_subscriber(hive.port, "once-restart-sub", "once/restart", 2)
     pub = RawClient(hive.port)
     pub.connect(5, "once-restart", **persistent)
     pub.publish("once/restart", b"m", 2, packet_id=12)
@@ -623,9 +620,7 @@ def test_many_messages_arrive_once_and_in_order(hive, paho_clients, qos):
 
 def test_redelivery_respects_receive_maximum_of_the_new_connection(hive):
     persistent = {"SESSION_EXPIRY_INTERVAL": 300}
-    sub = RawClient(hive.port)
-    sub.connect(5, "rm-again", RECEIVE_MAXIMUM=4, **persistent)
-    sub.subscribe("rma", 1)
+    sub = persistent_subscriber(hive.port, "rm-again", "rma", 1, RECEIVE_MAXIMUM=4)
     with RawClient(hive.port) as pub:
         pub.connect(5, "rm-again-pub")
         for i in range(4):
