@@ -96,8 +96,9 @@ class RawClient:
         if qos == 1:
             return self.expect(mqtt.PubAck)
         if qos == 2:
+            assert packet_id is not None  # publish() gives one at QoS 1 and 2
             received = self.expect(mqtt.PubRec)
-            self.send(mqtt.PubRel(packet_id))  # type: ignore[arg-type]
+            self.send(mqtt.PubRel(packet_id))
             assert self.expect(mqtt.PubComp).packet_id == packet_id
             return received
         return None
@@ -105,12 +106,16 @@ class RawClient:
     def acknowledge(self, delivery: mqtt.Publish) -> None:
         """Finish the receiver's side of ``delivery``'s QoS flow: PUBACK (QoS 1), or PUBREC,
         the node's PUBREL for the same packet id, PUBCOMP (QoS 2); nothing at QoS 0."""
+        if delivery.qos == 0:
+            return
+        packet_id = delivery.packet_id
+        assert packet_id is not None, delivery
         if delivery.qos == 1:
-            self.send(mqtt.PubAck(delivery.packet_id))  # type: ignore[arg-type]
-        elif delivery.qos == 2:
-            self.send(mqtt.PubRec(delivery.packet_id))  # type: ignore[arg-type]
-            assert self.expect(mqtt.PubRel).packet_id == delivery.packet_id
-            self.send(mqtt.PubComp(delivery.packet_id))  # type: ignore[arg-type]
+            self.send(mqtt.PubAck(packet_id))
+        else:
+            self.send(mqtt.PubRec(packet_id))
+            assert self.expect(mqtt.PubRel).packet_id == packet_id
+            self.send(mqtt.PubComp(packet_id))
 
     def disconnect(self, reason_code: int = 0, **props: Any) -> None:
         properties = {mqtt.PropertyId[name]: value for name, value in props.items()}
