@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
-from hive_ext_api._types import ClusterNodeAddress
+from hive_ext_api import ClusterNodeAddress
 
 A = ClusterNodeAddress("127.0.0.1", 17801)
 """The cluster address of the first node a test starts by hand."""

@@ -16,9 +16,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from hive_ext_api._properties import parse_properties
-from hive_ext_api._services import ExtensionContext
-from hive_ext_api._types import ExtensionRefused
+from hive_ext_api import ExtensionContext, ExtensionRefused, parse_properties
 
 
 class SettingsFileContract:
