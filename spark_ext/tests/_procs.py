@@ -1,9 +1,8 @@
 """Real processes for the tests: `hive run` nodes with the extension, and killing by PID.
 
-A node is hive-broker's :class:`HiveProcess`: the `hive` command of this Python's environment
-(where hive-ext-spark is installed, so the node loads it through its entry point), with its own
-data folder and log, and its own ``spark.properties`` (named by ``HIVE_SPARK_CONFIG``); its
-configuration is an MQTT listener on a loopback port it keeps across restarts, and ``body``.
+A node is the `hive` command of this Python's environment (where hive-ext-spark is installed, so
+the node loads it through its entry point), on free loopback ports, with its own data folder
+and its own ``spark.properties`` (named by ``HIVE_SPARK_CONFIG``).
 """
 
 from __future__ import annotations
@@ -12,14 +11,22 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from hive_core.testing import HiveProcess, free_port, wait_until
+STARTED = re.compile(r"Started Hive in (\d+) ms")
+HIVE = str(Path(sys.executable).with_name("hive"))
 
-__all__ = ["HiveNode", "cluster_body", "free_port", "kill_tree", "wait_for_match"]
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def descendants(pid: int) -> list[int]:
@@ -65,47 +72,111 @@ def kill_tree(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL,
             time.sleep(0.05)
 
 
-def wait_for_match(pattern: str, text: Callable[[], str], timeout: float,
-                   what: str) -> re.Match[str]:
-    """Poll ``text()`` until ``pattern`` is in it; its first match."""
-    regex = re.compile(pattern)
-    found: list[re.Match[str]] = []
-
-    def seen() -> bool:
-        match = regex.search(text())
-        if match:
-            found.append(match)
-        return match is not None
-
-    wait_until(seen, timeout, what)
-    return found[0]
+def wait_for(check: Callable[[], bool], timeout: float, what: str) -> float:
+    begun = time.monotonic()
+    while time.monotonic() - begun < timeout:
+        if check():
+            return time.monotonic() - begun
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout} s: {what}")
 
 
-class HiveNode(HiveProcess):
-    """One `hive run` process; ``body`` is its configuration after the MQTT listener (a
-    cluster, say), ``properties`` the text of its ``spark.properties``."""
+class HiveNode:
+    """One `hive run` process; its log is kept; stopped (or killed) by PID."""
 
     def __init__(self, folder: Path, properties: str = "", body: str = "",
                  extra_env: dict[str, str] | None = None) -> None:
-        super().__init__(folder, mqtt_port=free_port(), env={
-            "HIVE_SPARK_CONFIG": str(folder / "spark.properties"), **(extra_env or {})})
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.port = free_port()
+        self.data_dir = folder / "data"
+        self.config = folder / "config.xml"
         self.properties = folder / "spark.properties"
         self.properties.write_text(properties)
         self.body = body
+        self.env = {**os.environ, "HIVE_SPARK_CONFIG": str(self.properties),
+                    **(extra_env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.lines: list[str] = []
+        self._reader: threading.Thread | None = None
 
-    def config_xml(self) -> str:
-        return (f"<hivemq><listeners><tcp-listener><port>{self.mqtt_port}</port>"
-                f"<bind-address>{self.host}</bind-address></tcp-listener></listeners>{self.body}"
-                "</hivemq>")
+    def write_config(self) -> None:
+        self.config.write_text(
+            f"<hivemq><listeners><tcp-listener><port>{self.port}</port>"
+            f"<bind-address>127.0.0.1</bind-address></tcp-listener></listeners>{self.body}"
+            "</hivemq>")
 
     @property
-    def port(self) -> int:
-        """The MQTT listener's port, the same at every start."""
-        return self.mqtt_port
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    @property
+    def node_id(self) -> str:
+        return (self.data_dir / "node-id").read_text().strip()
 
     @property
     def events_root(self) -> Path:
         return self.data_dir / "extensions" / "spark" / "events"
+
+    def start(self, timeout: float = 30.0) -> HiveNode:
+        self.write_config()
+        self.lines = []
+        started = threading.Event()
+        proc = self.proc = subprocess.Popen(
+            [HIVE, "run", "--config", str(self.config), "--data-dir", str(self.data_dir)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=self.folder, env=self.env)
+
+        def read() -> None:
+            assert proc.stdout is not None
+            with (self.folder / "hive.log").open("a") as out:
+                for raw in proc.stdout:
+                    line = raw.decode(errors="replace")
+                    self.lines.append(line)
+                    out.write(line)
+                    out.flush()
+                    if STARTED.search(line):
+                        started.set()
+            started.set()
+
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
+        if not started.wait(timeout) or proc.poll() is not None:
+            self.stop()
+            raise RuntimeError(f"hive did not start:\n{self.log}")
+        return self
+
+    def wait_for_log(self, pattern: str, timeout: float = 10.0) -> re.Match[str]:
+        regex = re.compile(pattern)
+        found: list[re.Match[str]] = []
+
+        def seen() -> bool:
+            match = regex.search(self.log)
+            if match:
+                found.append(match)
+            return match is not None
+
+        wait_for(seen, timeout, f"{pattern!r} in the log of {self.folder.name}")
+        return found[0]
+
+    def kill(self) -> None:
+        """kill -9: no flush, no goodbye."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        if self._reader is not None:
+            self._reader.join(5)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self._reader is not None:
+            self._reader.join(5)
 
 
 def cluster_body(own_port: int, ports: Iterable[int], persistence: str = "file") -> str:

@@ -10,10 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from hive_core.testing import wait_until
 from hive_ext_api import PublishMessage
 
-from _procs import kill_tree
+from _procs import kill_tree, wait_for
 from conftest import spark_conf_args
 from hive_ext_spark import EventLog
 
@@ -65,8 +64,8 @@ def test_stream_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
                                 "--master", "local[2]", *spark_conf_args(tmp_path)],
                                stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_until(lambda: (out / "_spark_metadata" / "0").exists() or job.poll() is not None,
-                   120, "the first batch committed")
+        wait_for(lambda: (out / "_spark_metadata" / "0").exists() or job.poll() is not None,
+                 120, "the first batch committed")
         assert job.poll() is None, output.read_text()
         time.sleep(1.5)  # into the next micro-batches
         os.killpg(job.pid, signal.SIGINT)  # what a terminal does on Ctrl-C

@@ -21,9 +21,8 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
-from hive_core.testing import wait_until
 
-from _procs import HiveNode, cluster_body, free_port, kill_tree
+from _procs import HiveNode, cluster_body, free_port, kill_tree, wait_for
 from conftest import spark_conf_args
 from hive_ext_spark import read_segment
 
@@ -148,7 +147,7 @@ def test_ten_thousand_messages_exactly_once_through_kills(spark: Any, tmp_path: 
         for node in nodes:
             node.wait_for_log(rf"Cluster size = {NODES}", timeout=20)
         formed = time.monotonic() - began
-        wait_until(lambda: (ckpt / "offsets").is_dir(), 120, "the job's first micro-batch")
+        wait_for(lambda: (ckpt / "offsets").is_dir(), 120, "the job's first micro-batch")
 
         share = [list(range(i, TOTAL, NODES)) for i in range(NODES)]
         publishers = [Publisher(node, f"publisher-{i}", [f"m{n}" for n in share[i]], rate=110)
@@ -157,27 +156,27 @@ def test_ten_thousand_messages_exactly_once_through_kills(spark: Any, tmp_path: 
             publisher.thread.start()
         acked = lambda: sum(len(p.acked) for p in publishers)  # noqa: E731
 
-        wait_until(lambda: acked() >= TOTAL // 3, 60, "a third acknowledged")
+        wait_for(lambda: acked() >= TOTAL // 3, 60, "a third acknowledged")
         nodes[1].kill()  # kill -9 of a broker, mid-stream
         with publishers[1]._lock:
             in_flight_at_kill = set(publishers[1]._pending.values())
         time.sleep(1.0)
         nodes[1].start()
 
-        wait_until(lambda: acked() >= 2 * TOTAL // 3, 90, "two thirds acknowledged")
-        wait_until(lambda: parquet_rows(spark, out) > 0, 60, "rows in Parquet")
+        wait_for(lambda: acked() >= 2 * TOTAL // 3, 90, "two thirds acknowledged")
+        wait_for(lambda: parquet_rows(spark, out) > 0, 60, "rows in Parquet")
         job.kill()  # kill -9 of the job: its Python driver, the JVM and the Python workers
         job.start()
 
-        wait_until(lambda: all(p.done() for p in publishers), 120, "every message acknowledged")
+        wait_for(lambda: all(p.done() for p in publishers), 120, "every message acknowledged")
         for publisher in publishers:
             publisher.close()
         for node in nodes:
             node.stop()  # lands the active segments
         landed = landed_events(root)
         started_waiting = time.monotonic()
-        wait_until(lambda: parquet_rows(spark, out) >= len(landed), 180,
-                   "every landed event in Parquet")
+        wait_for(lambda: parquet_rows(spark, out) >= len(landed), 180,
+                 "every landed event in Parquet")
         tail = time.monotonic() - started_waiting
         time.sleep(3)  # one more trigger or two: nothing else may arrive
     finally:

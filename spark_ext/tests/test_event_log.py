@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hive_core.testing import wait_until
 from hive_ext_api import PublishMessage
 
+from _procs import wait_for
 from hive_ext_spark import EventLog, read_segment
 from hive_ext_spark._files import write_json_atomically
 from hive_ext_spark._segment import Event, parse_landed_name
@@ -83,7 +83,7 @@ def test_a_quiet_segment_lands_after_its_max_age(tmp_path: Path) -> None:
     try:
         event_log.append("c", publish(1))
         began = time.monotonic()
-        wait_until(lambda: any(event_log.folder.glob("*.events")), 3.0, "a landed segment")
+        wait_for(lambda: any(event_log.folder.glob("*.events")), 3.0, "a landed segment")
         assert time.monotonic() - began >= 0.25
         assert [e.sequence for e in landed_events(event_log.folder)] == [1]
     finally:
@@ -132,7 +132,7 @@ def test_retention_removes_the_oldest_and_counts_what_the_pipeline_lost(
                     and event_log.counters.lost.value == events[0].sequence - 1
                     and "not yet taken by the Spark job or S3" in caplog.text)
 
-        wait_until(settled, 5.0, "retention, and everything landed")
+        wait_for(settled, 5.0, "retention, and everything landed")
         assert event_log.counters.removed.value > 0
         lost = event_log.counters.lost.value  # nobody took them: every removed event is lost
         assert lost > 0
@@ -145,8 +145,8 @@ def test_retention_removes_the_oldest_and_counts_what_the_pipeline_lost(
         for n in range(2000):
             event_log.append("c", publish(n))
         event_log.rotate()
-        wait_until(lambda: event_log.counters.removed.value > removed
-                   and landed_through(event_log, 4000), 5.0, "retention, and everything landed")
+        wait_for(lambda: event_log.counters.removed.value > removed
+                 and landed_through(event_log, 4000), 5.0, "retention, and everything landed")
         assert event_log.counters.lost.value == lost
     finally:
         event_log.close()
@@ -181,7 +181,7 @@ def test_a_full_disk_drops_and_counts_events_without_blocking_then_recovers(
         assert event_log.counters.dropped.value > 0
         assert event_log.counters.write_errors.value > 0
         assert slowest < 0.05  # append never waited for the disk
-        wait_until(lambda: "the disk is full" in caplog.text, 5.0, "a disk-full warning")
+        wait_for(lambda: "the disk is full" in caplog.text, 5.0, "a disk-full warning")
         assert caplog.text.count("the disk is full") <= 3  # rate-limited, not per event
 
         recorded = landed_events(event_log.folder)
@@ -195,7 +195,7 @@ def test_a_full_disk_drops_and_counts_events_without_blocking_then_recovers(
             event_log.append("c", publish(99999))
             return event_log.counters.dropped.value == dropped
 
-        wait_until(recorded_again, 5.0, "an event recorded once there is space again")
+        wait_for(recorded_again, 5.0, "an event recorded once there is space again")
     finally:
         event_log.close()
     assert landed_events(event_log.folder)[-1].payload.rstrip(b".") == b"99999"

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from hive_core.testing import wait_until
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from prometheus_client.parser import text_string_to_metric_families
 
-from _procs import HiveNode, free_port
+from _procs import HiveNode, free_port, wait_for
 from hive_ext_spark import read_segment
 from hive_ext_spark._segment import Event
 
@@ -62,7 +61,7 @@ def test_every_inbound_publish_is_recorded_with_its_properties(
         v5.publish("meters/7/plain", b"\x00\xff", qos=0).wait_for_publish(5)
         v311.publish("legacy/a", b"hello", qos=1).wait_for_publish(5)
         before = time.time_ns() // 1000
-        wait_until(lambda: len(landed(node)) == 3, 10.0, "three landed events")
+        wait_for(lambda: len(landed(node)) == 3, 10.0, "three landed events")
     finally:
         for c in (v5, v311):
             c.disconnect()
@@ -122,7 +121,7 @@ def test_no_acknowledged_publish_is_lost_to_kill_9_and_numbers_continue(
     sender = threading.Thread(target=publish_all, daemon=True)
     sender.start()
     try:
-        wait_until(lambda: len(acked) >= 3000, 30.0, "3000 acknowledged publishes")
+        wait_for(lambda: len(acked) >= 3000, 30.0, "3000 acknowledged publishes")
         node.kill()
         stop.set()
         sender.join(5)

@@ -8,9 +8,8 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
-from hive_core.testing import wait_until
 
-from _procs import HiveNode, free_port
+from _procs import HiveNode, free_port, wait_for
 from hive_ext_spark import read_segment
 
 pytestmark = pytest.mark.timeout(120)
@@ -50,10 +49,10 @@ def test_segments_are_shipped_in_order_and_removed_locally(
     node = hive_run(s3_properties(s3_server))
     node.wait_for_log(r"shipped to s3://events/plant-a/")
     publish(node, "a", 200)
-    wait_until(lambda: shipped(s3, node.node_id).get("a") == list(range(200)), 15,
-               "200 events in S3")
+    wait_for(lambda: shipped(s3, node.node_id).get("a") == list(range(200)), 15,
+             "200 events in S3")
     local = node.events_root / node.node_id
-    wait_until(lambda: not list(local.glob("*.events")), 5, "local copies removed")
+    wait_for(lambda: not list(local.glob("*.events")), 5, "local copies removed")
     node.stop()
     assert (local / "s3-shipped.json").exists()
 
@@ -73,8 +72,8 @@ def test_an_outage_is_logged_and_retried_while_the_node_serves(
     node = hive_run(s3_properties(endpoint, **{"s3-keep-local": "true"}))
     try:
         publish(node, "before", 10)
-        wait_until(lambda: shipped(s3, node.node_id).get("before") == list(range(10)), 15,
-                   "the first events in S3")
+        wait_for(lambda: shipped(s3, node.node_id).get("before") == list(range(10)), 15,
+                 "the first events in S3")
         server.stop()  # S3 goes away
 
         began = time.monotonic()
@@ -87,8 +86,8 @@ def test_an_outage_is_logged_and_retried_while_the_node_serves(
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         server.start()  # back, empty: the bucket is made again
         s3.create_bucket(Bucket="events")
-        wait_until(lambda: shipped(s3, node.node_id).get("during") == list(range(100)), 30,
-                   "the events of the outage shipped after it")
+        wait_for(lambda: shipped(s3, node.node_id).get("during") == list(range(100)), 30,
+                 "the events of the outage shipped after it")
         local = node.events_root / node.node_id
         assert list(local.glob("*.events"))  # s3-keep-local = true
     finally:
