@@ -81,6 +81,22 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str) -> float:
     raise AssertionError(f"not within {timeout} s: {what}")
 
 
+def wait_for_match(pattern: str, text: Callable[[], str], timeout: float,
+                   what: str) -> re.Match[str]:
+    """Poll ``text()`` until ``pattern`` is in it; its first match."""
+    regex = re.compile(pattern)
+    found: list[re.Match[str]] = []
+
+    def seen() -> bool:
+        match = regex.search(text())
+        if match:
+            found.append(match)
+        return match is not None
+
+    wait_for(seen, timeout, what)
+    return found[0]
+
+
 class HiveNode:
     """One `hive run` process; its log is kept; stopped (or killed) by PID."""
 
@@ -146,17 +162,8 @@ class HiveNode:
         return self
 
     def wait_for_log(self, pattern: str, timeout: float = 10.0) -> re.Match[str]:
-        regex = re.compile(pattern)
-        found: list[re.Match[str]] = []
-
-        def seen() -> bool:
-            match = regex.search(self.log)
-            if match:
-                found.append(match)
-            return match is not None
-
-        wait_for(seen, timeout, f"{pattern!r} in the log of {self.folder.name}")
-        return found[0]
+        return wait_for_match(pattern, lambda: self.log, timeout,
+                              f"{pattern!r} in the log of {self.folder.name}")
 
     def kill(self) -> None:
         """kill -9: no flush, no goodbye."""

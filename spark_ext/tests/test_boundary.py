@@ -24,18 +24,26 @@ def run(code: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
-def test_the_broker_side_runs_without_spark_arrow_or_boto3(tmp_path: object) -> None:
-    done = run(f"""
+def in_a_node(data: object, code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` with the extension as ``ext`` and a ``context`` for node-x, whose data
+    folder is ``data``."""
+    return run(textwrap.dedent(f"""
         import logging, pathlib
-        from hive_ext_api import ExtensionContext, PublishMessage, ClientInfo
+        from hive_ext_api import ExtensionContext
         import hive_ext_spark as ext
 
         class Services:
             node_id = "node-x"
             metrics = None
 
-        data = pathlib.Path({str(tmp_path)!r})
+        data = pathlib.Path({str(data)!r})
         context = ExtensionContext("spark", data, Services(), logging.getLogger("t"))
+    """) + textwrap.dedent(code))
+
+
+def test_the_broker_side_runs_without_spark_arrow_or_boto3(tmp_path: object) -> None:
+    done = in_a_node(tmp_path, """
+        from hive_ext_api import PublishMessage, ClientInfo
         ext.hive_extension_start(context)
         ext.hive_intercept_publish_inbound(ClientInfo("c", 5), PublishMessage("t", b"x"))
         ext.hive_extension_stop(context)
@@ -65,21 +73,14 @@ def test_the_spark_side_names_the_extra_to_install() -> None:
 
 
 def test_s3_shipping_without_boto3_refuses_and_names_the_extra(tmp_path: object) -> None:
-    done = run(f"""
-        import logging, os, pathlib
-        from hive_ext_api import ExtensionContext, ExtensionRefused
-        import hive_ext_spark as ext
+    done = in_a_node(tmp_path, """
+        import os
+        from hive_ext_api import ExtensionRefused
 
-        class Services:
-            node_id = "node-x"
-            metrics = None
-
-        data = pathlib.Path({str(tmp_path)!r})
         (data / "spark.properties").write_text("s3-bucket-name = events\\n")
         os.environ.pop("HIVE_SPARK_CONFIG", None)
         try:
-            ext.hive_extension_start(ExtensionContext("spark", data, Services(),
-                                                      logging.getLogger("t")))
+            ext.hive_extension_start(context)
         except ExtensionRefused as exc:
             print(exc)
     """)

@@ -22,9 +22,8 @@ import pytest
 from hive_ext_api.backup import BackupReader, ClientState, RetainedState
 
 import hive_ext_spark.recovery as tool
-from _procs import HiveNode, cluster_body, free_port, kill_tree
-from conftest import spark_conf_args
-from test_standalone import spark_home, standalone  # noqa: F401  (the fixture)
+from _procs import HiveNode, cluster_body, free_port
+from test_standalone import spark_submit, standalone  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -232,29 +231,28 @@ def test_a_corrupt_and_a_foreign_folder(cluster_data: Published, tmp_path: Path,
     assert not list((tmp_path / "none").glob("*"))
 
 
+def subscribe_on_a_run(node: HiveNode, client_id: str, topic_filter: str) -> None:
+    """Start ``node``, subscribe the persistent session ``client_id`` to ``topic_filter``, and
+    stop the node."""
+    node.start()
+    try:
+        device = client(node, client_id)
+        device.subscribe(topic_filter, 1)
+        time.sleep(0.3)
+        bye(device)
+    finally:
+        node.stop()
+
+
 def test_the_newest_copy_of_a_session_wins(tmp_path: Path, spark: Any,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     """A folder copied, then the node changes the session: the later write wins, whatever the
     order of the inputs."""
     node = HiveNode(tmp_path / "node", "", FILE)
-    node.start()
-    try:
-        first = client(node, "device")
-        first.subscribe("a/#", 1)
-        time.sleep(0.3)
-        bye(first)
-    finally:
-        node.stop()
+    subscribe_on_a_run(node, "device", "a/#")
     old = tmp_path / "old"
     shutil.copytree(node.data_dir, old)
-    node.start()
-    try:
-        second = client(node, "device")
-        second.subscribe("b/#", 1)
-        time.sleep(0.3)
-        bye(second)
-    finally:
-        node.stop()
+    subscribe_on_a_run(node, "device", "b/#")
     for order in ([old, node.data_dir], [node.data_dir, old]):
         code, summary, err = run_tool(capsys, "-i", *map(str, order),
                                       "-e", str(tmp_path / "out"), "-so")
@@ -288,22 +286,10 @@ def test_the_tool_by_spark_submit_on_a_standalone_cluster(
         copy = shared / folder.parent.name
         shutil.copytree(folder, copy)
         inputs.append(str(copy))
-    submit = [str(spark_home() / "bin" / "spark-submit"), "--master", standalone,
-              "--executor-memory", "512m", "--total-executor-cores", "2",
-              *spark_conf_args(tmp_path), tool.__file__,
-              "-i", *inputs, "-e", str(shared / "export"), "-t", "2", "--json"]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable}
-    began = time.monotonic()
-    log, out = tmp_path / "submit.log", tmp_path / "submit.out"
-    with log.open("wb") as errors, out.open("wb") as output:
-        job = subprocess.Popen(submit, stdout=output, stderr=errors, env=env)
-        try:
-            assert job.wait(180) == 0, log.read_text()[-5000:]
-        finally:
-            kill_tree(job)
-    took = time.monotonic() - began
-    assert list((tmp_path / "standalone" / "work").glob("app-*/*/stderr")), log.read_text()
+    out = tmp_path / "submit.out"
+    took = spark_submit(standalone, tmp_path, tool.__file__, [
+        "-i", *inputs, "-e", str(shared / "export"), "-t", "2", "--json"], timeout=180,
+        output=out)
     summary = json.loads(out.read_text().strip().splitlines()[-1])
     assert Path(summary["path"]).parent == shared / "export"
     check_full(Path(summary["path"]), cluster_data)

@@ -4,6 +4,7 @@ writing a shared folder. Master, worker and executors are stopped by PID afterwa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -17,7 +18,7 @@ import paho.mqtt.client as mqtt
 import pytest
 
 import hive_ext_spark.stream
-from _procs import HiveNode, free_port, kill_tree, wait_for
+from _procs import HiveNode, free_port, kill_tree, wait_for_match
 from conftest import spark_conf_args
 
 pytestmark = pytest.mark.timeout(300)
@@ -41,17 +42,12 @@ class Daemon:
                                          stdout=out, stderr=subprocess.STDOUT, env=env)
 
     def wait_for_log(self, pattern: str, timeout: float = 60.0) -> re.Match[str]:
-        found: list[re.Match[str]] = []
+        return wait_for_match(pattern, self._running_log, timeout,
+                              f"{pattern!r} in {self.log.name}")
 
-        def seen() -> bool:
-            assert self.proc.poll() is None, self.log.read_text()
-            match = re.search(pattern, self.log.read_text())
-            if match:
-                found.append(match)
-            return match is not None
-
-        wait_for(seen, timeout, f"{pattern!r} in {self.log.name}")
-        return found[0]
+    def _running_log(self) -> str:
+        assert self.proc.poll() is None, self.log.read_text()
+        return self.log.read_text()
 
     def stop(self) -> None:
         kill_tree(self.proc, sig=15)
@@ -83,6 +79,32 @@ def standalone(tmp_path: Path) -> Iterator[str]:
             daemon.stop()
 
 
+def spark_submit(master: str, tmp_path: Path, script: str, args: list[str], timeout: float,
+                 output: Path | None = None) -> float:
+    """Give ``script`` with ``args`` to the standalone cluster at ``master`` by spark-submit, and
+    wait until it succeeds; the seconds it took. It logs to ``tmp_path/submit.log``, where its
+    output goes too unless ``output`` is given."""
+    submit = [str(spark_home() / "bin" / "spark-submit"), "--master", master,
+              "--executor-memory", "512m", "--total-executor-cores", "2",
+              *spark_conf_args(tmp_path), script, *args]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    began = time.monotonic()
+    log = tmp_path / "submit.log"
+    with contextlib.ExitStack() as files:
+        errors = files.enter_context(log.open("wb"))
+        out = errors if output is None else files.enter_context(output.open("wb"))
+        job = subprocess.Popen(submit, stdout=out, stderr=errors, env=env)
+        try:
+            assert job.wait(timeout) == 0, log.read_text()[-5000:]
+        finally:
+            kill_tree(job)
+    took = time.monotonic() - began
+    # The worker ran the executors (their logs are in its work folder), not a local master.
+    assert list((tmp_path / "standalone" / "work").glob("app-*/*/stderr")), log.read_text()
+    return took
+
+
 def test_spark_submit_to_a_standalone_cluster(standalone: str, tmp_path: Path, spark: Any,
                                               hive_run: Any) -> None:
     shared = tmp_path / "shared"
@@ -98,25 +120,9 @@ def test_spark_submit_to_a_standalone_cluster(standalone: str, tmp_path: Path, s
     node.stop()
 
     out, ckpt = shared / "parquet", shared / "checkpoint"
-    submit = [str(spark_home() / "bin" / "spark-submit"), "--master", standalone,
-              "--executor-memory", "512m", "--total-executor-cores", "2",
-              *spark_conf_args(tmp_path),
-              hive_ext_spark.stream.__file__, "--input", str(shared / "events"),
-              "--output", str(out), "--checkpoint", str(ckpt), "--topic-depth", "2",
-              "--available-now"]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable}
-    began = time.monotonic()
-    log = tmp_path / "submit.log"
-    with log.open("wb") as output:
-        job = subprocess.Popen(submit, stdout=output, stderr=subprocess.STDOUT, env=env)
-        try:
-            assert job.wait(240) == 0, log.read_text()[-5000:]
-        finally:
-            kill_tree(job)
-    took = time.monotonic() - began
-    # The worker ran the executors (their logs are in its work folder), not a local master.
-    assert list((tmp_path / "standalone" / "work").glob("app-*/*/stderr")), log.read_text()
+    took = spark_submit(standalone, tmp_path, hive_ext_spark.stream.__file__, [
+        "--input", str(shared / "events"), "--output", str(out), "--checkpoint", str(ckpt),
+        "--topic-depth", "2", "--available-now"], timeout=240)
 
     table = spark.read.parquet(str(out))
     assert table.count() == 501

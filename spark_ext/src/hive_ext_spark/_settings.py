@@ -28,7 +28,7 @@ _SIZE = re.compile(r"(\d+)\s*(B|KB|KIB|MB|MIB|GB|GIB|K|M|G)?", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1000, "KIB": 1024, "M": 1024**2, "MB": 1000**2,
                "MIB": 1024**2, "G": 1024**3, "GB": 1000**3, "GIB": 1024**3}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)?", re.IGNORECASE)
-_DURATION_UNITS = {"": 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_UNITS = {"": 1.0, "MS": 0.001, "S": 1.0, "M": 60.0, "H": 3600.0}
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 MIN_SEGMENT_BYTES = 64 * 1024
@@ -86,20 +86,26 @@ def read_properties(text: str, source: str) -> dict[str, str]:
     return values
 
 
-def parse_size(key: str, text: str, source: str) -> int:
-    match = _SIZE.fullmatch(text.strip())
+def _number_and_unit(key: str, text: str, source: str, pattern: re.Pattern[str],
+                     what: str) -> tuple[str, str]:
+    """The number and the unit (upper case, "" for none) of ``text`` as ``pattern`` reads it;
+    else a :class:`SettingsError` saying that ``text`` is not ``what``."""
+    match = pattern.fullmatch(text.strip())
     if match is None:
-        raise SettingsError(f"{source}: {key} = {text!r} is not a size (like 16MiB, 500KB, "
-                            "1GiB or a number of bytes)")
-    return int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").upper()]
+        raise SettingsError(f"{source}: {key} = {text!r} is not {what}")
+    return match.group(1), (match.group(2) or "").upper()
+
+
+def parse_size(key: str, text: str, source: str) -> int:
+    number, unit = _number_and_unit(key, text, source, _SIZE, "a size (like 16MiB, 500KB, 1GiB "
+                                    "or a number of bytes)")
+    return int(number) * _SIZE_UNITS[unit]
 
 
 def parse_duration(key: str, text: str, source: str) -> float:
-    match = _DURATION.fullmatch(text.strip())
-    if match is None:
-        raise SettingsError(f"{source}: {key} = {text!r} is not a duration (like 5s, 500ms, "
-                            "2m or a number of seconds)")
-    return float(match.group(1)) * _DURATION_UNITS[(match.group(2) or "").lower()]
+    number, unit = _number_and_unit(key, text, source, _DURATION, "a duration (like 5s, 500ms, "
+                                    "2m or a number of seconds)")
+    return float(number) * _DURATION_UNITS[unit]
 
 
 def parse_boolean(key: str, text: str, source: str) -> bool:
