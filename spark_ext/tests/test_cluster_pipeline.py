@@ -114,8 +114,11 @@ class StreamJob:
 
 
 def parquet_rows(spark: Any, out: Path) -> int:
-    """Rows the job committed so far (0 before its first batch made the table)."""
-    if not (out / "_spark_metadata").is_dir():
+    """Rows the job committed so far (0 before its first batch committed: the sink makes its
+    metadata folder before it writes the first entry of its log, and Spark cannot read a table
+    whose log is empty)."""
+    log = out / "_spark_metadata"
+    if not log.is_dir() or not any(entry.name.split(".")[0].isdigit() for entry in log.iterdir()):
         return 0
     return int(spark.read.parquet(str(out)).count())
 
