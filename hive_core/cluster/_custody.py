@@ -320,6 +320,11 @@ class Custody:
     async def _fetch(self, client_id: str) -> Handover | None:
         node, takeover = self.node, self.node.takeover
         replicating = takeover.replicator is not None
+        if takeover.replicator is not None and takeover.replicator.fenced_by \
+                and self.holder.has_session(client_id):
+            # Its copy here may be the stale one: the larger side may have taken it over.
+            raise SessionUnavailable("this node is cut off from the larger side of the "
+                                     "cluster, which may have taken the session over")
         redirect: str | None = None  # the node the first one asked said holds it
         keeper = self.yielding.get(client_id)
         if keeper is not None:

@@ -234,7 +234,7 @@ class ReplicatingStore:
         replicator = self.replicator
         target = replicator.ship() if replicator is not None else 0
         await self.inner.commit()
-        if replicator is not None and target:
+        if replicator is not None and (target or replicator.fenced_by):
             await replicator.replicated(target)
 
 
@@ -263,6 +263,11 @@ class Replicator:
         self._send_ops = send_ops
         self._send_release = send_release
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        # Backups lost while this node saw the smaller side of a split: the larger side may
+        # take this node's sessions over from their replicas, which lack every op from now on.
+        # Until each is known down or this node sees the larger side again, no commit ends:
+        # no acknowledgement and no QoS 2 delivery goes out that the sessions taken over lack.
+        self.fenced_by: set[str] = set()
         self._ship_scheduled = False
         self.snapshots_sent = 0
         self.ack_times = Latencies()  # ops shipped until acknowledged, by backup (one probe)
@@ -297,12 +302,24 @@ class Replicator:
         self.store.replicator = None
         self.store.pending = []
         self.backups.clear()
+        self.fenced_by.clear()
         self._settle_waiters()
 
-    def lost(self, node_id: str) -> None:
-        """A backup left the cluster (the ring is recomputed by the caller)."""
+    def lost(self, node_id: str, *, exposed: bool = False) -> None:
+        """A backup left the cluster (the ring is recomputed by the caller). ``exposed``: this
+        node sees the smaller side of a split, so commits wait (``fenced_by``)."""
         if self.backups.pop(node_id, None) is not None:
+            if exposed:
+                self.fenced_by.add(node_id)
             self._settle_waiters()
+
+    def unfence(self, node_id: str | None = None) -> None:
+        """``node_id`` is known down (None: this node sees the larger side again)."""
+        if node_id is None:
+            self.fenced_by.clear()
+        else:
+            self.fenced_by.discard(node_id)
+        self._settle_waiters()
 
     # -- ops -----------------------------------------------------------------------------------
 
@@ -349,7 +366,7 @@ class Replicator:
         await future
 
     def _done(self, target: int) -> bool:
-        return all(b.acked >= target for b in self.backups.values())
+        return not self.fenced_by and all(b.acked >= target for b in self.backups.values())
 
     def _settle_waiters(self) -> None:
         waiting = []

@@ -96,6 +96,10 @@ class Takeover:
             return
         if renewed is not None:
             replicator.lost(renewed)  # a restarted backup starts again from a snapshot
+        if replicator.fenced_by and not self._exposed():
+            log.info("this node sees %d of the %d nodes it knew again: its persistent "
+                     "sessions go on", *self.node.membership.seen_of_known())
+            replicator.unfence()
         members = self.node.members
         ring = [m.node_id for m in members.values() if m.protocol >= 3]
         backups = successors(self.node.node_id, ring, self.node.settings.replica_count - 1)
@@ -126,7 +130,19 @@ class Takeover:
         self.excluding.pop(peer_id, None)  # it will not rescue anything now
         if self.replicator is None:
             return
-        self.replicator.lost(peer_id)
+        was_backup = peer_id in self.replicator.backups
+        exposed = was_backup and why != "it shut down" and self._exposed()
+        self.replicator.lost(peer_id, exposed=exposed)
+        if exposed:
+            seen, known = node.membership.seen_of_known()
+            log.warning("node %s, which holds the replica of this node's persistent sessions, "
+                        "left while this node sees %d of the %d nodes it knew: the larger side "
+                        "may take those sessions over from that replica, so they wait here (no "
+                        "acknowledgement, no QoS 2 delivery) until this node sees the larger "
+                        "side again or node %s is known to be down", peer_id, seen, known,
+                        peer_id)
+            node.beside.start(lambda: self._down_or_out_of_reach(peer_id, member.address),
+                              f"probing lost backup {peer_id}")
         self.ring_changed()
         if why != "it shut down" and not node.stopping:
             self._check_disaster(peer_id)
@@ -136,6 +152,22 @@ class Takeover:
             probe = member.address if why == "its connection closed" else None
             node.beside.start(lambda: self.take_over(peer_id, probe, member.address),
                               f"taking over {peer_id}")
+
+    def _exposed(self) -> bool:
+        """This node sees fewer than half of the nodes it knew: the other side, if the larger,
+        takes over the sessions of the nodes it lost (see :meth:`take_over`)."""
+        seen, known = self.node.membership.seen_of_known()
+        return 2 * seen < known
+
+    async def _down_or_out_of_reach(self, backup: str, address: ClusterNodeAddress) -> None:
+        """A backup lost while exposed: if its port refuses, its process is gone and nobody
+        takes this node over from its replica; the sessions here need not wait for it."""
+        if await self.node.transport.answers(address) is False:
+            replicator = self.replicator
+            if replicator is not None and backup in replicator.fenced_by:
+                log.info("node %s, a lost backup of this node, is down: its replica takes "
+                         "nothing over, and the persistent sessions here go on", backup)
+                replicator.unfence(backup)
 
     def _check_disaster(self, node_id: str) -> None:
         settings = self.node.settings

@@ -49,6 +49,9 @@ class Options:
     heartbeat: tuple[float, float] = (1.0, 3.0)  # interval, timeout
     keep_alive: int = 4
     retain: bool = False  # publishers retain every message: retained messages are checked too
+    # Subscribers move on a clock of their own, also while a node is killed, frozen or cut
+    # off (as in tests/chaos); else a move comes only between two node faults.
+    overlap: bool = False
 
 
 class _Seeds:
@@ -254,18 +257,33 @@ class World:
         await asyncio.sleep(options.settle)
         self.stopping = True
 
+    def _move_one(self) -> None:
+        rng = self.rng
+        client = rng.choice([c for c in self.clients if c.role == "sub"])
+        client.home = rng.choice([n for n in self.names if n != client.home])
+        self.note(f"move {client.client_id} to {client.home}")
+        client.drop()
+
+    async def _mover(self) -> None:
+        """Moves while the node faults go on (``Options.overlap``)."""
+        try:
+            while True:
+                await asyncio.sleep(self.rng.uniform(0.5, 2.0))
+                self._move_one()
+        except asyncio.CancelledError:
+            pass
+
     async def _nemesis(self) -> None:
         rng, options = self.rng, self.options
         node_faults = [f for f in options.faults if f != "move"]
+        overlap = options.overlap and "move" in options.faults and node_faults
+        mover = self.loop.create_task(self._mover()) if overlap else None
         try:
             while True:
                 await asyncio.sleep(rng.uniform(1.0, 3.0))
-                fault = rng.choice(options.faults)
+                fault = rng.choice(node_faults if overlap else options.faults)
                 if fault == "move":
-                    client = rng.choice([c for c in self.clients if c.role == "sub"])
-                    client.home = rng.choice([n for n in self.names if n != client.home])
-                    self.note(f"move {client.client_id} to {client.home}")
-                    client.drop()
+                    self._move_one()
                     continue
                 if not node_faults:
                     continue
@@ -290,7 +308,8 @@ class World:
                     self.note("heal")
                     self.net.heal()
         except asyncio.CancelledError:
-            pass
+            if mover is not None:
+                mover.cancel()
 
     async def _heal_all(self) -> None:
         if self.net.groups:

@@ -4,6 +4,7 @@
     python tests/sim/run.py --seeds 1234 --verbose    # one seed: its schedule and log lines
     python tests/sim/run.py --seeds 0-999 --faults kill,move --traffic 30
     python tests/sim/run.py --seeds 0-99 --retain       # every message retained, and checked
+    python tests/sim/run.py --seeds 0-99 --overlap      # moves during kills, freezes, splits
 
 A seed that breaks an invariant is printed with what broke and the schedule that led there;
 the exit code is 1 when any did. Runs under PYTHONHASHSEED=0 (it re-executes itself so).
@@ -60,6 +61,8 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=Options.nodes)
     parser.add_argument("--retain", action="store_true",
                         help="publishers retain every message; retained messages are checked")
+    parser.add_argument("--overlap", action="store_true",
+                        help="subscribers move also while a node fault is under way")
     parser.add_argument("--jobs", type=int, default=1,
                         help="seeds run at once, each in a process of its own (verdicts do not "
                              "depend on it)")
@@ -67,6 +70,7 @@ def main() -> int:
                         help="one seed, in this process, with the nodes' log lines")
     args = parser.parse_args()
     options = Options(nodes=args.nodes, traffic=args.traffic, retain=args.retain,
+                      overlap=args.overlap,
                       faults=tuple(f for f in args.faults.split(",") if f))
     seeds = seeds_from(args.seeds)
     begun = time.monotonic()
