@@ -308,11 +308,11 @@ class Custody:
         timeout: its copy stays where it is, and the client may try again. Until then (and
         until a session fetched is confirmed), a copy here counts as connected in a merge.
         """
+        self.node.takeover.check_resume(self.holder.has_session(client_id))
         self.arriving.add(client_id)
         handover = None
         try:
-            handover = await self._fetch(client_id)
-            return handover
+            return (handover := await self._fetch(client_id))
         finally:
             if handover is None:
                 self.arriving.discard(client_id)
@@ -320,11 +320,6 @@ class Custody:
     async def _fetch(self, client_id: str) -> Handover | None:
         node, takeover = self.node, self.node.takeover
         replicating = takeover.replicator is not None
-        if takeover.replicator is not None and takeover.replicator.fenced_by \
-                and self.holder.has_session(client_id):
-            # Its copy here may be the stale one: the larger side may have taken it over.
-            raise SessionUnavailable("this node is cut off from the larger side of the "
-                                     "cluster, which may have taken the session over")
         redirect: str | None = None  # the node the first one asked said holds it
         keeper = self.yielding.get(client_id)
         if keeper is not None:

@@ -92,6 +92,12 @@ class Membership:
         seen = sum(1 for m in self.members.values() if m.link.last_read >= fresh)
         return 1 + seen, 1 + len(self.members) + len(self.absent_at)
 
+    def on_smaller_side(self) -> bool:
+        """This node sees fewer than half of the nodes it knew: the other side, if the larger,
+        takes over the sessions of the nodes it lost (``Takeover.take_over``)."""
+        seen, known = self.seen_of_known()
+        return 2 * seen < known
+
     # ------------------------------------------------------------------ discovery and dialling
 
     async def join(self) -> None:

@@ -165,8 +165,8 @@ class ReplicatingStore:
 
     def _op(self, op: Op) -> None:
         replicator = self.replicator
-        if replicator is None or not replicator.backups:
-            return
+        if replicator is None or not (replicator.backups or replicator.fenced_by):
+            return  # (fenced: numbered all the same, so that its commit is told apart)
         self.seq += 1
         self.pending.append(op)
         if len(self.pending) == 1:
@@ -234,7 +234,7 @@ class ReplicatingStore:
         replicator = self.replicator
         target = replicator.ship() if replicator is not None else 0
         await self.inner.commit()
-        if replicator is not None and (target or replicator.fenced_by):
+        if replicator is not None and target:
             await replicator.replicated(target)
 
 
@@ -264,10 +264,14 @@ class Replicator:
         self._send_release = send_release
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         # Backups lost while this node saw the smaller side of a split: the larger side may
-        # take this node's sessions over from their replicas, which lack every op from now on.
-        # Until each is known down or this node sees the larger side again, no commit ends:
-        # no acknowledgement and no QoS 2 delivery goes out that the sessions taken over lack.
+        # take this node's sessions over from their replicas, which lack the ops not
+        # acknowledged by then (up to ``fence_seq``). Until each is known down or this node
+        # sees the larger side again, the commits of those ops do not end: no PUBACK, PUBREC,
+        # QoS 2 PUBLISH or PUBREL goes out that the copies taken over do not know of (their
+        # clients, moving there, would get those messages again). What is written later, on
+        # this side alone, is committed as on a node without backups: both sides serve.
         self.fenced_by: set[str] = set()
+        self.fence_seq = 0
         self._ship_scheduled = False
         self.snapshots_sent = 0
         self.ack_times = Latencies()  # ops shipped until acknowledged, by backup (one probe)
@@ -307,10 +311,11 @@ class Replicator:
 
     def lost(self, node_id: str, *, exposed: bool = False) -> None:
         """A backup left the cluster (the ring is recomputed by the caller). ``exposed``: this
-        node sees the smaller side of a split, so commits wait (``fenced_by``)."""
+        node sees the smaller side of a split, so the commits under way wait (``fenced_by``)."""
         if self.backups.pop(node_id, None) is not None:
             if exposed:
                 self.fenced_by.add(node_id)
+                self.fence_seq = self.store.seq
             self._settle_waiters()
 
     def unfence(self, node_id: str | None = None) -> None:
@@ -366,7 +371,9 @@ class Replicator:
         await future
 
     def _done(self, target: int) -> bool:
-        return not self.fenced_by and all(b.acked >= target for b in self.backups.values())
+        if self.fenced_by and target <= self.fence_seq:
+            return False
+        return all(b.acked >= target for b in self.backups.values())
 
     def _settle_waiters(self) -> None:
         waiting = []

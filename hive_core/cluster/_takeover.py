@@ -16,7 +16,14 @@ from typing import Any
 
 import anyio
 
-from hive_core.broker import Message, NodeView, PeerDelivery, ReplicaSource, SessionRecords
+from hive_core.broker import (
+    Message,
+    NodeView,
+    PeerDelivery,
+    ReplicaSource,
+    SessionRecords,
+    SessionUnavailable,
+)
 from hive_core.cluster._kept import Row, kept_frame, legacy_frame, message_of, peer_of
 from hive_core.cluster._parts import FrameHandler, Member, NodeContext
 from hive_core.cluster._replication import (
@@ -96,7 +103,7 @@ class Takeover:
             return
         if renewed is not None:
             replicator.lost(renewed)  # a restarted backup starts again from a snapshot
-        if replicator.fenced_by and not self._exposed():
+        if replicator.fenced_by and not self.node.membership.on_smaller_side():
             log.info("this node sees %d of the %d nodes it knew again: its persistent "
                      "sessions go on", *self.node.membership.seen_of_known())
             replicator.unfence()
@@ -131,16 +138,16 @@ class Takeover:
         if self.replicator is None:
             return
         was_backup = peer_id in self.replicator.backups
-        exposed = was_backup and why != "it shut down" and self._exposed()
+        exposed = was_backup and why != "it shut down" and self.node.membership.on_smaller_side()
         self.replicator.lost(peer_id, exposed=exposed)
         if exposed:
             seen, known = node.membership.seen_of_known()
             log.warning("node %s, which holds the replica of this node's persistent sessions, "
                         "left while this node sees %d of the %d nodes it knew: the larger side "
-                        "may take those sessions over from that replica, so they wait here (no "
-                        "acknowledgement, no QoS 2 delivery) until this node sees the larger "
-                        "side again or node %s is known to be down", peer_id, seen, known,
-                        peer_id)
+                        "may take them over from that replica, so what it lacks is not "
+                        "acknowledged or delivered here, and their clients are not taken back "
+                        "here, until this node sees the larger side again or node %s is known "
+                        "to be down", peer_id, seen, known, peer_id)
             node.beside.start(lambda: self._down_or_out_of_reach(peer_id, member.address),
                               f"probing lost backup {peer_id}")
         self.ring_changed()
@@ -153,11 +160,13 @@ class Takeover:
             node.beside.start(lambda: self.take_over(peer_id, probe, member.address),
                               f"taking over {peer_id}")
 
-    def _exposed(self) -> bool:
-        """This node sees fewer than half of the nodes it knew: the other side, if the larger,
-        takes over the sessions of the nodes it lost (see :meth:`take_over`)."""
-        seen, known = self.node.membership.seen_of_known()
-        return 2 * seen < known
+    def check_resume(self, held_here: bool) -> None:
+        """Before a CONNECT: a copy held here is not resumed while this node is fenced (the
+        larger side may have taken it over; the client may resume it there)."""
+        replicator = self.replicator
+        if replicator is not None and replicator.fenced_by and held_here:
+            raise SessionUnavailable("this node is cut off from the larger side of the "
+                                     "cluster, which may have taken the session over")
 
     async def _down_or_out_of_reach(self, backup: str, address: ClusterNodeAddress) -> None:
         """A backup lost while exposed: if its port refuses, its process is gone and nobody

@@ -6,11 +6,13 @@ checks the invariants of ``_checker.py``. The seeds run in a child process under
 PYTHONHASHSEED=0, each forked from one parent, so a failing seed printed here replays alike
 with ``python tests/sim/run.py --seeds N --faults F``.
 
-In CI: 150 seeds of subscribers moving between nodes, 350 of all four faults mixed (kills
-and restarts, freezes, one node cut off, moves), and 50 of all four with every message
-retained (then retained messages must converge too); the seeds of those ranges that still
-break an invariant are listed in ``OPEN`` (the open work of the cluster-correctness issue),
-and every seed that ever broke one is kept in ``REGRESSIONS``.
+Every seed that ever broke an invariant is kept in ``REGRESSIONS`` (CI runs them). The ranges
+are marked ``slow`` and run in ``tox`` (CI's 30 minutes cannot hold them on a 2-core machine):
+150 seeds of subscribers moving between nodes, 350 of all four faults mixed (kills and
+restarts, freezes, one node cut off, moves), 100 of all four with moves on a clock of their own
+(``--overlap``: a client moves while a node is down, frozen or cut off) and 50 of all four with
+every message retained (then retained messages must converge too); the seeds of those ranges
+that still break an invariant are listed in ``OPEN`` (open defects of the cluster).
 """
 
 from __future__ import annotations
@@ -160,41 +162,65 @@ REGRESSIONS = [
 """(seed, faults) that broke an invariant once: each must keep passing."""
 
 
-def simulate(seeds: str, faults: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(RUN), "--seeds", seeds, "--faults", faults],
+def simulate(seeds: str, faults: str, timeout: float,
+             overlap: bool = False) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(RUN), "--seeds", seeds, "--faults", faults,
+                           *(["--overlap"] if overlap else [])],
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
-@pytest.mark.parametrize(("seed", "faults"), REGRESSIONS)
-def test_a_seed_that_failed_once_passes(seed: int, faults: str) -> None:
-    done = simulate(str(seed), faults, timeout=60)
+OVERLAP_REGRESSIONS = [
+    # A client moved to the node cut off from the others and resumed that node's own copy,
+    # which the larger side had taken over meanwhile (lost). A node that lost its backup on
+    # the smaller side now refuses such a CONNECT and completes no commit (Replicator.fenced_by).
+    4,
+    # Broke while the fence was lifted only once the new backup had the snapshot (lost): it now
+    # lifts as soon as the larger side is seen. Kept for the trajectory.
+    35,
+]
+"""Seeds of all four faults with ``--overlap`` that broke an invariant once."""
+
+
+@pytest.mark.parametrize(("seed", "faults", "overlap"),
+                         [(seed, faults, False) for seed, faults in REGRESSIONS]
+                         + [(seed, ALL, True) for seed in OVERLAP_REGRESSIONS])
+def test_a_seed_that_failed_once_passes(seed: int, faults: str, overlap: bool) -> None:
+    done = simulate(str(seed), faults, timeout=60, overlap=overlap)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-OPEN: dict[int, str] = {}
-"""Seeds of the CI ranges that still break an invariant, with what breaks: an open defect each,
-named here so that it cannot go unnoticed. A fix removes its line (a seed listed here that
+OPEN: dict[tuple[int, bool], str] = {
+    (61, True): "a node restarted and linked to a peer whose link then closed before it said "
+                "which sessions it holds; a client whose session that peer held got a fresh "
+                "one there (session present 0; nothing lost: the merge handed the queue on)",
+}
+"""(seed, overlap) of the ranges that still break an invariant, with what breaks: an open defect
+each, named here so that it cannot go unnoticed. A fix removes its line (a seed listed here that
 passes fails the test, so the list only shrinks)."""
 
-CI_RANGES = [(1000, 1149, "move"), (0, 174, ALL), (175, 349, ALL)]
-"""500 seeds in CI, in three tests so that the workers share them: client moves alone, and
-all four faults (kills, freezes, one node cut off, client moves) mixed."""
+RANGES = [(1000, 1149, "move", False), (0, 174, ALL, False), (175, 349, ALL, False),
+          (0, 99, ALL, True)]
+"""600 seeds, in four tests so that the workers share them: client moves alone, all four
+faults (kills, freezes, one node cut off, client moves) mixed, and the four with moves during
+the node faults."""
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize(("first", "last", "faults"), CI_RANGES)
+@pytest.mark.parametrize(("first", "last", "faults", "overlap"), RANGES)
 def test_the_cluster_under_a_seeded_nemesis_loses_nothing_and_gets_qos2_once(
-        first: int, last: int, faults: str) -> None:
-    done = simulate(f"{first}-{last}", faults, timeout=400)
+        first: int, last: int, faults: str, overlap: bool) -> None:
+    done = simulate(f"{first}-{last}", faults, timeout=400, overlap=overlap)
     broken = {int(line.split()[1].rstrip(":")) for line in done.stdout.splitlines()
               if line.startswith("seed ") and ": ok" not in line}
     assert f"{last - first + 1} seeds," in done.stdout, \
         done.stdout[-3000:] + done.stderr[-2000:]
-    expected = {seed for seed in OPEN if first <= seed <= last}
+    expected = {seed for seed, moved in OPEN if first <= seed <= last and moved == overlap}
     assert broken == expected, (
         f"broken seeds {sorted(broken)}, open {sorted(expected)}:\n" + done.stdout[-6000:])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_retained_messages_converge_under_the_nemesis() -> None:
     """50 seeds of all four faults with every message retained: after the heal, every node
