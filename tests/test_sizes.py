@@ -45,7 +45,6 @@ COMPLEX: dict[str, int] = {
     "hive_core/broker/_broker.py:publish": 19,
     "hive_core/broker/_channel.py:_on_publish": 17,
     "hive_core/cluster/_custody.py:_fetch": 19,
-    "hive_core/cluster/_membership.py:establish": 16,
     "hive_core/cluster/_wire.py:_unpack": 17,
     "hive_core/mqtt/_properties.py:read_properties": 19,
     "hive_core/mqtt/_stream.py:feed": 27,

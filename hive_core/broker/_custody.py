@@ -89,9 +89,10 @@ class SessionCustody:
         except BaseException:
             handover.decline()
             raise
-        handover.confirm()
         if client_id not in self.broker.sessions:  # given up for a newer copy while it was stored
+            handover.decline()  # the node that handed it over keeps it: the client resumes there
             raise SessionUnavailable("a merge kept another node's copy of the session")
+        handover.confirm()
 
     def taken_over_elsewhere(self, client_id: str) -> None:
         """The client connected on another node, which owns its session now: end it here."""

@@ -308,7 +308,7 @@ class Custody:
         timeout: its copy stays where it is, and the client may try again. Until then (and
         until a session fetched is confirmed), a copy here counts as connected in a merge.
         """
-        self.node.takeover.check_resume(self.holder.has_session(client_id))
+        self.node.takeover.check_resume(client_id, self.holder.has_session(client_id), self.owners)
         self.arriving.add(client_id)
         handover = None
         try:

@@ -61,6 +61,9 @@ class Membership:
         self._dial_requests: asyncio.Queue[ClusterNodeAddress] = asyncio.Queue()
         self.absent: dict[str, float] = {}  # nodes that left: when they are forgotten
         self.absent_at: dict[str, tuple[ClusterNodeAddress, int]] = {}  # address, incarnation
+        # Nodes linked since this node started whose SYNCED has not come (a link that closed
+        # during the handshake, say): which sessions they hold is not known here yet.
+        self.unheard: set[str] = set()
         # The node protocol each node last spoke here, and whether it took arrival stamps.
         self.spoke: dict[str, tuple[int, bool]] = {}
         self.takes_kept: set[str] = set()  # nodes whose HELLO said kept_publish (last time)
@@ -325,12 +328,12 @@ class Membership:
                                       for m in self.members.values() if m.node_id != peer_id])
         if protocol >= 3:
             link.send(FrameKind.SYNCED)
-        if not swapped:
-            self.log_view()
+            self.unheard.add(peer_id)  # until its own SYNCED
         # A new member, or one that restarted (its copy of a replica is stale): the ring again.
         if swapped:
             node.takeover.link_swapped(peer_id)
         else:
+            self.log_view()
             node.takeover.ring_changed(renewed=peer_id)
 
     def _on_members(self, _member: Member, body: Any) -> None:
@@ -339,6 +342,7 @@ class Membership:
 
     def _on_synced(self, member: Member, _body: Any) -> None:
         member.synced = True
+        self.unheard.discard(member.node_id)
         if member.merging:
             member.merging = False
             log.info("Finished cluster merge process successfully.")
@@ -397,6 +401,7 @@ class Membership:
         self.spoke.pop(peer_id, None)
         self.takes_kept.discard(peer_id)
         self.absent_at.pop(peer_id, None)  # discovery finds it again if it comes back
+        self.unheard.discard(peer_id)
         node.table.drop(peer_id)
         self.view.remote_routes_changed()
         dropped = node.forwarding.abandon(peer_id)

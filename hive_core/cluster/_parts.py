@@ -11,7 +11,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -106,6 +106,8 @@ class MembershipPort(Protocol):
 
     def on_smaller_side(self) -> bool: ...
 
+    unheard: set[str]
+
 
 class CustodyPort(Protocol):
     """What the other parts ask of :class:`~hive_core.cluster._custody.Custody`."""
@@ -143,7 +145,8 @@ class TakeoverPort(Protocol):
 
     def taker_of(self, failed: str) -> str | None: ...
 
-    def check_resume(self, held_here: bool) -> None: ...
+    def check_resume(self, client_id: str, held_here: bool,
+                     owners: Mapping[str, Any]) -> None: ...
 
     def ring_changed(self, renewed: str | None = None) -> None: ...
 

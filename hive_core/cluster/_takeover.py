@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -160,13 +161,21 @@ class Takeover:
             node.beside.start(lambda: self.take_over(peer_id, probe, member.address),
                               f"taking over {peer_id}")
 
-    def check_resume(self, held_here: bool) -> None:
-        """Before a CONNECT: a copy held here is not resumed while this node is fenced (the
-        larger side may have taken it over; the client may resume it there)."""
-        replicator = self.replicator
-        if replicator is not None and replicator.fenced_by and held_here:
+    def check_resume(self, client_id: str, held_here: bool, owners: Mapping[str, Any]) -> None:
+        """Before a CONNECT that resumes a session (``owners``: the directory of sessions).
+        Refused (the client may try again) while this node is fenced and holds a copy, which
+        the larger side may have taken over (the client may resume it there); and when no node
+        is known to hold one while a node linked since this one started has not said which
+        sessions it holds (its link closed first): a fresh session would hide its."""
+        if self.replicator is None:
+            return
+        if self.replicator.fenced_by and held_here:
             raise SessionUnavailable("this node is cut off from the larger side of the "
                                      "cluster, which may have taken the session over")
+        unheard = self.node.membership.unheard
+        if unheard and not held_here and client_id not in owners:
+            raise SessionUnavailable(f"node {min(unheard)} has not said yet which sessions "
+                                     "it holds")
 
     async def _down_or_out_of_reach(self, backup: str, address: ClusterNodeAddress) -> None:
         """A backup lost while exposed: if its port refuses, its process is gone and nobody

@@ -39,7 +39,8 @@ BUILD_CONTEXT = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "
                  "hive_ext_api", "docker")
 UID = 10001  # the Dockerfile's HIVE_UID
 
-pytestmark = pytest.mark.timeout(900)
+# slow: about 95 s of a worker (the image build, the compose cluster); tox runs it, CI does not
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 
 @dataclass

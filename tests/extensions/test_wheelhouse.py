@@ -58,6 +58,7 @@ def test_every_distribution_declares_its_license_as_an_spdx_expression() -> None
         assert "setuptools>=77" in requires, (name, requires)
 
 
+@pytest.mark.slow  # a minute of building every distribution; tox runs it, CI does not
 def test_every_distribution_is_built_and_an_extension_installs_by_name(tmp_path: Path) -> None:
     wheelhouse = tmp_path / "wheelhouse"
     env = {**os.environ, "PYTHON": sys.executable}
