@@ -97,6 +97,9 @@ class Snapshot:
     retained: dict[str, StoredMessage] = field(default_factory=dict)
     # API 1.6: what ``remember_taken`` kept, by client, oldest first.
     taken: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    # API 1.8: the queued messages ``send_queued`` marked, by client: seq -> packet id. They
+    # are in ``queues`` too, at their positions.
+    sent: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 class SessionStore(Protocol):
@@ -107,6 +110,13 @@ class SessionStore(Protocol):
     durable; one disk sync covers all of them (group commit). A write that a later write cancels
     before the batch is flushed may never hit the disk. The broker calls every method from its
     event loop.
+
+    Optional, since API 1.8: ``send_queued(client_id, seq, packet_id)``. The queued message at
+    ``seq`` was sent to its client as ``packet_id`` (QoS 1): it keeps its row and position until
+    acknowledged (``dequeue``), and :attr:`Snapshot.sent` gives the packet id back, so that a
+    restart sends it again under the same id. The broker does not wait for this write: after a
+    crash before it is durable, the message is sent again as a new one. Without the method the
+    broker writes ``dequeue`` and ``save_inflight`` (the message a second time) instead.
     """
 
     async def open(self) -> Snapshot:

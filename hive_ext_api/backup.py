@@ -76,9 +76,9 @@ KIND_CLIENT = 1
 KIND_RETAINED = 2
 KIND_END = 255
 STORE_FILE = Path("persistence") / "sessions.db"
-STORE_SCHEMAS = (2, 3, 4, 5)  # the embedded store's schema versions this module reads (4 adds
-# identities to queued and in-flight messages, 5 the identities of completed QoS 2 deliveries:
-# a backup leaves both out, an import is new)
+STORE_SCHEMAS = (2, 3, 4, 5, 6)  # the embedded store's schema versions this module reads (4 adds
+# identities to queued and in-flight messages, 5 the identities of completed QoS 2 deliveries,
+# 6 the packet ids of queued messages sent: a backup leaves all three out, an import is new)
 _RECORD = struct.Struct(">BII")
 _U32 = struct.Struct(">I")
 _MAX_HEADER = 1 << 20

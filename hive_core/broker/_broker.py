@@ -297,7 +297,7 @@ class Broker:
         """Take a restored or imported session in: its subscriptions, queue and expiry."""
         for subscription in session.subscriptions.values():
             self._add_to_tree(subscription)
-        for pending in session.queue:
+        for pending in (*session.queue, *(o.pending for o in session.inflight.values())):
             self.records.restored_seq(pending.seq)
         self.sessions[session.client_id] = session
         if not session.never_expires:

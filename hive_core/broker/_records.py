@@ -40,12 +40,16 @@ class SessionRecords:
     # The identities of the messages from the cluster the session took (see _handover.py):
     # they move with it, so that no way brings one of them to it again. None: not known.
     seen: list[tuple[str, int]] | None = None
+    # Queued messages sent to the client (QoS 1) that keep their row until acknowledged:
+    # queue position -> packet id (see SessionStore.send_queued).
+    sent: dict[int, int] = field(default_factory=dict)
 
 
 def snapshot_records(snapshot: api.Snapshot) -> list[SessionRecords]:
     """Each session a store's snapshot holds, as one thing."""
     return [SessionRecords(session, snapshot.queues.get(client_id, []),
-                           snapshot.inflight.get(client_id, []), snapshot.taken.get(client_id))
+                           snapshot.inflight.get(client_id, []), snapshot.taken.get(client_id),
+                           snapshot.sent.get(client_id, {}))
             for client_id, session in snapshot.sessions.items()]
 
 
@@ -150,7 +154,11 @@ def session_from(records: SessionRecords, now: float) -> Session:
     for seq, stored in records.queue:
         pending = pending_from(stored)
         pending.seq = seq
-        session.queued().append(pending)
+        packet_id = records.sent.get(seq)
+        if packet_id is None:
+            session.queued().append(pending)
+        else:  # sent, in flight: the window, under its packet id (older than the queue)
+            session.window()[packet_id] = Outbound(pending)
     for inflight in records.inflight:
         if inflight.direction == "in":
             session.received_qos2(inflight.packet_id)
@@ -187,6 +195,10 @@ class Records:
         # One of an API before 1.6 keeps no identities of completed deliveries.
         self._remember: Callable[[str, str, int], None] | None = getattr(
             store, "remember_taken", None)
+        # One of an API before 1.8 moves a QoS 1 delivery from its queue row to an in-flight
+        # row (the message written twice); with it the row stays, marked with the packet id.
+        self._send_queued: Callable[[str, int, int], None] | None = getattr(
+            store, "send_queued", None)
 
         self._slowest_commit = 0.0  # seconds, since slowest_commit() was asked last
         self._commits: dict[int, float] = {}  # the commits under way: when each began
@@ -259,9 +271,21 @@ class Records:
             pending.seq = 0
 
     def sent(self, session: Session, packet_id: int, outbound: Outbound) -> None:
-        """A QoS 1/2 delivery entered the window (from the queue, if it was queued)."""
+        """A QoS 1/2 delivery entered the window (from the queue, if it was queued).
+
+        A QoS 1 one keeps (or gets) a queue row, marked with its packet id, until its PUBACK:
+        one row per message instead of a queue row and an in-flight row. A QoS 2 one moves
+        to an in-flight row, which keeps its state (PUBREC) and, once done, its identity.
+        """
+        pending = outbound.pending
+        send_queued = self._send_queued
+        if pending.qos == 1 and send_queued is not None and outbound.state != "pubrel":
+            if not pending.seq:  # sent at once, never queued: its row now
+                self.enqueue(session, pending)
+            send_queued(session.client_id, pending.seq, packet_id)
+            return
         with self.atomic():  # never out of the queue without being in the window
-            self.dequeue(session, outbound.pending)
+            self.dequeue(session, pending)
             self.store.save_inflight(outbound_record(session.client_id, packet_id, outbound))
 
     def released(self, session: Session, packet_id: int) -> None:
@@ -272,10 +296,14 @@ class Records:
     def acknowledged(self, session: Session, packet_id: int, outbound: Outbound) -> None:
         """The delivery is done (PUBACK, PUBCOMP): its row goes. A QoS 2 one's identity is
         kept instead, so that no copy of it reaches the session as new after a restart."""
+        pending = outbound.pending
+        if pending.seq:  # a QoS 1 delivery that kept its queue row (send_queued)
+            self.dequeue(session, pending)
+            return
         with self.atomic():  # never the row gone without the identity kept
             self.store.delete_inflight(session.client_id, packet_id, "out")
-            if outbound.pending.qos == 2:
-                self.took(session, outbound.pending.message.mid)
+            if pending.qos == 2:
+                self.took(session, pending.message.mid)
 
     def took(self, session: Session, mid: MessageId | None) -> None:
         """The session's client had the message ``mid``, and no row of it says so."""
@@ -326,7 +354,14 @@ class Records:
         """A session as the store holds it: queued messages at their positions, and what its
         client has had (not what is still queued or sent, which the rows say)."""
         records = Records.export(session)
-        records.queue = [(p.seq, stored_message(p)) for p in session.queue if p.seq]
+        # QoS 1 deliveries in the window that kept their queue rows (send_queued)
+        sent = {pid: o.pending for pid, o in session.inflight.items() if o.pending.seq}
+        if sent:
+            records.inflight = [i for i in records.inflight
+                                if i.direction == "in" or i.packet_id not in sent]
+            records.sent = {p.seq: pid for pid, p in sent.items()}
+        records.queue = sorted(((p.seq, stored_message(p)) for p in (*sent.values(), *session.queue)
+                                if p.seq), key=lambda row: row[0])
         records.seen = had(session)
         return records
 
@@ -346,6 +381,16 @@ class Records:
             else:
                 self.enqueue(session, pending)
         for pid, outbound in session.inflight.items():
-            self.store.save_inflight(outbound_record(session.client_id, pid, outbound))
+            pending = outbound.pending
+            if pending.seq and self._send_queued is not None:  # sent from its queue row
+                if keep_positions:
+                    self.restored_seq(pending.seq)
+                    self.store.enqueue(session.client_id, pending.seq, stored_message(pending))
+                else:
+                    self.enqueue(session, pending)
+                self._send_queued(session.client_id, pending.seq, pid)
+            else:
+                pending.seq = 0  # its row is an in-flight one
+                self.store.save_inflight(outbound_record(session.client_id, pid, outbound))
         for pid in session.inbound_qos2:
             self.received_qos2(session, pid)

@@ -16,8 +16,10 @@ InflightKey = tuple[int, Direction]  # (packet_id, direction)
 
 @dataclass(slots=True)
 class QueueWrite:
-    message: StoredMessage | None  # None: delete the row
+    # None: delete the row (or, with packet_id, only mark the row on disk as sent)
+    message: StoredMessage | None
     fresh: bool = False  # the row cannot be on disk yet, so a dequeue may simply forget the write
+    packet_id: int | None = None  # sent to the client under this id (send_queued)
 
 
 @dataclass(slots=True)
@@ -89,6 +91,15 @@ class PendingBatch:
             fresh = earlier.fresh
         queue[seq] = QueueWrite(message, fresh or client_id in self.purged)
 
+    def send_queued(self, client_id: str, seq: int, packet_id: int) -> None:
+        queue = self.queues.setdefault(client_id, {})
+        earlier = queue.get(seq)
+        if earlier is None:
+            queue[seq] = QueueWrite(None, packet_id=packet_id)  # the row is on disk: mark it
+        elif earlier.message is not None or earlier.packet_id is not None:
+            earlier.packet_id = packet_id  # inserted (or marked) in this batch: one write
+        # else dequeued already in this batch: nothing left to mark
+
     def dequeue(self, client_id: str, seq: int) -> None:
         queue = self.queues.setdefault(client_id, {})
         earlier = queue.get(seq)
@@ -151,7 +162,14 @@ class PendingBatch:
                 else:
                     self.save_subscription(client_id, subscription)
         for client_id, writes in later.queues.items():
-            self.queues.setdefault(client_id, {}).update(writes)
+            queue = self.queues.setdefault(client_id, {})
+            for seq, queue_write in writes.items():
+                before = queue.get(seq)
+                if queue_write.message is None and queue_write.packet_id is not None and \
+                        before is not None and before.message is not None:
+                    before.packet_id = queue_write.packet_id  # a mark on this batch's insert
+                else:
+                    queue[seq] = queue_write
         for client_id, inflight_writes in later.inflight.items():
             exchanges = self.inflight.setdefault(client_id, {})
             for key, write in inflight_writes.items():

@@ -157,6 +157,12 @@ class FileSessionStore:
                 self._high_seq[client_id] = seq
             self._touch()
 
+    def send_queued(self, client_id: str, seq: int, packet_id: int) -> None:
+        with self._lock:
+            self._check_open()
+            self._pending.send_queued(client_id, seq, packet_id)
+            self._touch()
+
     def dequeue(self, client_id: str, seq: int) -> None:
         with self._lock:
             self._check_open()

@@ -31,6 +31,7 @@ class MemorySessionStore:
         self._inflight: dict[str, dict[InflightKey, StoredInflight]] = {}
         self._retained: dict[str, StoredMessage] = {}
         self._taken: dict[str, dict[tuple[str, int], None]] = {}  # newest last
+        self._sent: dict[str, dict[int, int]] = {}  # by client: seq -> packet id
 
     async def open(self) -> Snapshot:
         return Snapshot()
@@ -57,6 +58,7 @@ class MemorySessionStore:
     def delete_session(self, client_id: str) -> None:
         self._sessions.pop(client_id, None)
         self._queues.pop(client_id, None)
+        self._sent.pop(client_id, None)
         self._inflight.pop(client_id, None)
         self._taken.pop(client_id, None)
 
@@ -68,6 +70,11 @@ class MemorySessionStore:
 
     def enqueue(self, client_id: str, seq: int, message: StoredMessage) -> None:
         self._queues.setdefault(client_id, {})[seq] = message
+        self._unmark(client_id, seq)
+
+    def send_queued(self, client_id: str, seq: int, packet_id: int) -> None:
+        if seq in self._queues.get(client_id, ()):
+            self._sent.setdefault(client_id, {})[seq] = packet_id
 
     def dequeue(self, client_id: str, seq: int) -> None:
         queue = self._queues.get(client_id)
@@ -75,6 +82,12 @@ class MemorySessionStore:
             queue.pop(seq, None)
             if not queue:
                 del self._queues[client_id]
+        self._unmark(client_id, seq)
+
+    def _unmark(self, client_id: str, seq: int) -> None:
+        sent = self._sent.get(client_id)
+        if sent is not None and sent.pop(seq, None) is not None and not sent:
+            del self._sent[client_id]
 
     def save_inflight(self, inflight: StoredInflight) -> None:
         exchanges = self._inflight.setdefault(inflight.client_id, {})
@@ -99,7 +112,10 @@ class MemorySessionStore:
     def contents(self, now: float | None = None) -> Snapshot:
         """What a file store holding the same writes would load at ``now`` (default: the clock).
 
-        Like a load, it leaves out queued and retained messages that expired before ``now``.
+        Like a load, it leaves out queued and retained messages that expired before ``now``;
+        and, as a load deletes them, it forgets the queued ones (a mark of one by a later
+        ``send_queued`` would otherwise bring it back). A queued message marked sent stays:
+        its delivery has started.
         """
         now = time.time() if now is None else now
 
@@ -108,10 +124,15 @@ class MemorySessionStore:
 
         snapshot = Snapshot()
         snapshot.sessions = {c: copy_session(s) for c, s in self._sessions.items()}
-        for client_id, queue in self._queues.items():
-            messages = [(seq, replace(m)) for seq, m in sorted(queue.items()) if live(m)]
+        for client_id, queue in list(self._queues.items()):
+            sent = self._sent.get(client_id, {})
+            for seq in [s for s, m in queue.items() if not live(m) and s not in sent]:
+                self.dequeue(client_id, seq)
+            messages = [(seq, replace(m)) for seq, m in sorted(queue.items())]
             if messages:
                 snapshot.queues[client_id] = messages
+            if sent:
+                snapshot.sent[client_id] = dict(sent)
         for client_id, exchanges in self._inflight.items():
             snapshot.inflight[client_id] = [replace(i) for i in exchanges.values()]
         snapshot.retained = {t: replace(m) for t, m in self._retained.items() if live(m)}

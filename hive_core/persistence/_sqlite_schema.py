@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 from hive_ext_api import (
@@ -19,7 +19,7 @@ from hive_ext_api import (
 
 from ._batch import PendingBatch
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _MESSAGE_COLUMNS = "topic, payload, qos, retain, properties, expiry_at, publisher_id"
 _QUEUED_COLUMNS = f"{_MESSAGE_COLUMNS}, origin, serial"  # with the message's cluster identity
@@ -49,6 +49,7 @@ _CREATE = (
         topic TEXT NOT NULL, payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL,
         properties BLOB NOT NULL, expiry_at REAL, publisher_id TEXT NOT NULL,
         origin TEXT NOT NULL DEFAULT '', serial INTEGER NOT NULL DEFAULT 0,
+        packet_id INTEGER,
         PRIMARY KEY (client_id, seq))""",
     # A rowid table on purpose: rowid order is the order the exchanges started, which is the
     # order MQTT requires for re-sending PUBLISH and PUBREL packets after a reconnect.
@@ -142,7 +143,14 @@ def _taken(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
-_MIGRATIONS = {1: _subscriptions_to_rows, 2: _versions, 3: _identities, 4: _taken}
+def _sent_marks(db: sqlite3.Connection) -> None:
+    """Version 6 marks a queued QoS 1 message sent to its client with its packet id: the row
+    stays until the PUBACK instead of moving to an in-flight row (the message written twice)."""
+    db.execute("ALTER TABLE queued_message ADD COLUMN packet_id INTEGER")
+
+
+_MIGRATIONS = {1: _subscriptions_to_rows, 2: _versions, 3: _identities, 4: _taken,
+               5: _sent_marks}
 """From a schema version to the next one, run inside the opening transaction."""
 
 
@@ -153,8 +161,9 @@ def load(db: sqlite3.Connection, now: float) -> Snapshot:
     """
     db.execute("BEGIN IMMEDIATE")
     try:
-        for table in ("queued_message", "retained_message"):
-            db.execute(f"DELETE FROM {table} WHERE expiry_at < ?", (now,))
+        # (a queued message marked sent is in flight: its delivery must finish)
+        db.execute("DELETE FROM queued_message WHERE expiry_at < ? AND packet_id IS NULL", (now,))
+        db.execute("DELETE FROM retained_message WHERE expiry_at < ?", (now,))
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
@@ -171,10 +180,13 @@ def load(db: sqlite3.Connection, now: float) -> Snapshot:
         if session is not None:
             session.subscriptions[topic_filter] = StoredSubscription(
                 topic_filter, qos, bool(no_local), bool(rap), handling, sub_id)
-    for client_id, seq, *message in db.execute(
-        f"SELECT client_id, seq, {_QUEUED_COLUMNS} FROM queued_message ORDER BY client_id, seq"
+    for client_id, seq, packet_id, *message in db.execute(
+        f"SELECT client_id, seq, packet_id, {_QUEUED_COLUMNS} FROM queued_message"
+        " ORDER BY client_id, seq"
     ):
         snapshot.queues.setdefault(client_id, []).append((seq, _message(message)))
+        if packet_id is not None:
+            snapshot.sent.setdefault(client_id, {})[seq] = packet_id
     for client_id, packet_id, direction, state, *message in db.execute(
         f"SELECT client_id, packet_id, direction, state, {_QUEUED_COLUMNS}"
         " FROM inflight ORDER BY rowid"
@@ -241,18 +253,7 @@ def write(db: sqlite3.Connection, batch: PendingBatch, version: int) -> int:
             ((*_subscription_row(c, sub), c) for c, subs in batch.subscriptions.items()
              for sub in subs.values() if sub is not None),
         )
-        run(
-            "DELETE FROM queued_message WHERE client_id = ? AND seq = ?",
-            ((c, seq) for c, seq, w in _queue_writes(batch) if w.message is None),
-        )
-        run(
-            "INSERT OR REPLACE INTO queued_message VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                (c, seq, *_queued_row(w.message))
-                for c, seq, w in _queue_writes(batch)
-                if w.message is not None
-            ),
-        )
+        _write_queues(run, batch)
         run(
             "DELETE FROM inflight WHERE client_id = ? AND packet_id = ? AND direction = ?",
             (
@@ -297,6 +298,26 @@ def write(db: sqlite3.Connection, batch: PendingBatch, version: int) -> int:
             db.execute("ROLLBACK")
         raise
     return rows
+
+
+def _write_queues(run: Callable[[str, Iterable[tuple[Any, ...]]], None],
+                  batch: PendingBatch) -> None:
+    """Queued messages: deleted, written (with the packet id of one sent at once), marked sent."""
+    run(
+        "DELETE FROM queued_message WHERE client_id = ? AND seq = ?",
+        ((c, seq) for c, seq, w in _queue_writes(batch)
+         if w.message is None and w.packet_id is None),
+    )
+    run(
+        "INSERT OR REPLACE INTO queued_message VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        ((c, seq, *_queued_row(w.message), w.packet_id)
+         for c, seq, w in _queue_writes(batch) if w.message is not None),
+    )
+    run(
+        "UPDATE queued_message SET packet_id = ? WHERE client_id = ? AND seq = ?",
+        ((w.packet_id, c, seq) for c, seq, w in _queue_writes(batch)
+         if w.message is None and w.packet_id is not None),
+    )
 
 
 def prune_taken(db: sqlite3.Connection, client_id: str, keep: int) -> None:

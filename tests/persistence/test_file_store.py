@@ -355,6 +355,7 @@ async def test_a_version_1_database_is_migrated_with_its_subscriptions(tmp_path:
     await store.open()
     await store.close()
     with sqlite3.connect(store.path) as db:  # the version 1 layout, as Hive 1.0 wrote it
+        db.execute("ALTER TABLE queued_message DROP COLUMN packet_id")  # added by version 6
         db.execute("DROP TABLE taken")  # added by version 5
         db.execute("DROP TABLE subscription")
         for table in ("session", "retained_message"):  # added by version 3
@@ -379,7 +380,7 @@ async def test_a_version_1_database_is_migrated_with_its_subscriptions(tmp_path:
     await reopened.close()
     assert list(again.sessions["c1"].subscriptions) == ["$share/g/b"]
     with sqlite3.connect(store.path) as db:
-        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (5,)
+        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (6,)
         assert db.execute("SELECT version FROM session").fetchone()[0] > 0  # stamped by the write
 
 
@@ -433,6 +434,7 @@ async def test_a_version_4_database_is_migrated_with_nothing_taken(tmp_path: Pat
     await store.open()
     await store.close()
     with sqlite3.connect(store.path) as db:  # the version 4 layout
+        db.execute("ALTER TABLE queued_message DROP COLUMN packet_id")
         db.execute("DROP TABLE taken")
         db.execute("UPDATE schema_version SET version = 4")
         db.execute("INSERT INTO session VALUES ('c1', 5, 3600, NULL, 1)")
@@ -444,7 +446,7 @@ async def test_a_version_4_database_is_migrated_with_nothing_taken(tmp_path: Pat
     await reopened.close()
     assert snapshot.taken == {"c1": [("n1", 3)]}
     with sqlite3.connect(store.path) as db:
-        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (5,)
+        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (6,)
 
 
 async def test_a_version_3_database_is_migrated_with_messages_without_identity(
@@ -453,6 +455,7 @@ async def test_a_version_3_database_is_migrated_with_messages_without_identity(
     await store.open()
     await store.close()
     with sqlite3.connect(store.path) as db:  # the version 3 layout
+        db.execute("ALTER TABLE queued_message DROP COLUMN packet_id")  # added by version 6
         db.execute("DROP TABLE taken")  # added by version 5
         for table in ("queued_message", "inflight"):
             db.execute(f"ALTER TABLE {table} DROP COLUMN origin")
@@ -466,7 +469,7 @@ async def test_a_version_3_database_is_migrated_with_messages_without_identity(
     (seq, message), = snapshot.queues["c1"]
     assert (seq, message.payload, message.origin, message.serial) == (1, b"q", "", 0)
     with sqlite3.connect(store.path) as db:
-        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (5,)
+        assert db.execute("SELECT max(version) FROM schema_version").fetchone() == (6,)
 
 
 async def test_the_database_lives_in_the_data_folder_in_wal_mode(tmp_path: Path) -> None:
@@ -535,3 +538,39 @@ async def test_writes_made_while_a_batch_fails_are_retried_with_it(
     assert loaded == memory.contents()
     assert [i.packet_id for i in loaded.inflight["c1"]] == [1, 3]
     await file.close()
+
+
+async def test_a_queued_message_sent_keeps_its_row_marked_with_its_packet_id(
+        tmp_path: Path) -> None:
+    """API 1.8: a QoS 1 delivery stays in its queue row, marked, until its PUBACK dequeues it;
+    the mark comes back after a restart, and an expired message that was sent is kept."""
+    store = FileSessionStore(tmp_path, sync=False)
+    await store.open()
+    store.save_session(session())
+    store.enqueue("c1", 1, message("sent-later"))
+    store.enqueue("c1", 2, message("expired-sent", expiry_at=1.0))
+    store.enqueue("c1", 3, message("expired-queued", expiry_at=1.0))
+    store.enqueue("c1", 4, message("sent-at-once"))
+    store.send_queued("c1", 4, 7)  # in the batch of its insert: one row, marked
+    await store.commit()
+    rows = store.stats.rows
+    store.send_queued("c1", 1, 5)
+    store.send_queued("c1", 2, 6)
+    await store.commit()
+    assert store.stats.rows - rows == 2  # two updates; the messages are not written again
+    store.enqueue("c1", 5, message("acknowledged-before-the-commit"))
+    store.send_queued("c1", 5, 8)
+    store.dequeue("c1", 5)
+    rows = store.stats.rows
+    await store.commit()
+    assert store.stats.rows == rows  # enqueued, sent and acknowledged in one batch: nothing
+    store, loaded = await reopen(store)
+    assert [(seq, m.topic) for seq, m in loaded.queues["c1"]] == [
+        (1, "sent-later"), (2, "expired-sent"), (4, "sent-at-once")]
+    assert loaded.sent == {"c1": {1: 5, 2: 6, 4: 7}}
+    store.dequeue("c1", 1)
+    store.enqueue("c1", 4, message("queued-again"))  # a new write of the row drops its mark
+    store, loaded = await reopen(store)
+    await store.close()
+    assert loaded.sent == {"c1": {2: 6}}
+    assert [seq for seq, _m in loaded.queues["c1"]] == [2, 4]

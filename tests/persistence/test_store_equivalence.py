@@ -88,6 +88,7 @@ writes = st.one_of(
     st.tuples(st.just("delete_subscription"), clients, topics),
     st.tuples(st.just("enqueue"), clients, seqs, messages),
     st.tuples(st.just("dequeue"), clients, seqs),
+    st.tuples(st.just("send_queued"), clients, seqs, packet_ids),
     st.tuples(st.just("save_inflight"), inflights()),
     st.tuples(st.just("delete_inflight"), clients, packet_ids, directions),
     st.tuples(st.just("save_retained"), messages),
