@@ -57,6 +57,7 @@ from hive_core.mqtt import (
     encode_packet,
     v3_return_code,
 )
+from hive_core.plugins import WarningGate
 from hive_ext_api import ClientInfo
 
 if TYPE_CHECKING:
@@ -69,6 +70,9 @@ P = PropertyId
 RC = ReasonCode
 _PROTOCOL_NAMES = {3: "3.1", 4: "3.1.1", 5: "5"}
 _CLUSTER_FULL = "a node it is for has not acknowledged the most kept for it"
+# A busy MQTT 3 publisher (never told a receive maximum) is throttled many times a second: one
+# line a minute says so, the metric hive_receive_maximum_throttled counts every time.
+_THROTTLE_NOTES = WarningGate(log, period=60.0, level=logging.INFO)
 _REFUSED: dict[int, str] = {RC.NOT_AUTHORIZED: "not authorized by an extension"}
 
 
@@ -569,8 +573,9 @@ class Channel:
         if len(self.acks.waiting) >= limit and not self.throttled:
             self.throttled = True
             self.broker.metrics.receive_maximum_throttled += 1
-            log.info("client %r sent more than %d QoS 1/2 messages awaiting acknowledgement: "
-                     "reading from it pauses until they are acknowledged", self.client_id, limit)
+            _THROTTLE_NOTES.warn("throttled", "client %r sent more than %d QoS 1/2 messages "
+                                 "awaiting acknowledgement: reading from it pauses until they "
+                                 "are acknowledged", self.client_id, limit)
             if not self.held:  # else paused already, by overload protection
                 self.io.pause_reading()
         return False

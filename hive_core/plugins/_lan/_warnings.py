@@ -18,8 +18,10 @@ class WarningGate:
 
     def __init__(self, log: logging.Logger, period: float = 60.0,
                  counter: Callable[[], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 level: int = logging.WARNING) -> None:
         self.log = log
+        self.level = level
         self.period = period
         self.counter = counter
         self.clock = clock
@@ -43,7 +45,7 @@ class WarningGate:
         if held:
             message += " (%d more like it since the last warning)"
             args = (*args, held)
-        self.log.warning(message, *args)
+        self.log.log(self.level, message, *args)
         return True
 
     def clear(self, kind: str) -> None:
