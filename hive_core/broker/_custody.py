@@ -114,6 +114,10 @@ class SessionCustody:
         """Whether this node holds a session of ``client_id`` (connected or not)."""
         return client_id in self.broker.sessions
 
+    def filters_of(self, client_id: str) -> list[str]:
+        session = self.broker.sessions.get(client_id)
+        return list(session.subscriptions) if session is not None else []
+
     def is_connected(self, client_id: str) -> bool:
         session = self.broker.sessions.get(client_id)
         return session is not None and session.connection is not None
@@ -236,6 +240,16 @@ class SessionCustody:
     def merge_window(self, client_id: str, window: list[StoredInflight]) -> None:
         """The window of a dropped copy of this session (broker/_merge.py)."""
         session = self.broker.sessions.get(client_id)
+        if client_id in self._held:
+            # Being handed over: the export has gone, and only what is queued since goes
+            # after it (the tail). What that copy sent and its client did not finish goes
+            # there as new deliveries (each taken once by its identity); one its client
+            # holds already (PUBREC) has no way there, and is not sent again.
+            self.append_handed_over(client_id, [
+                (record.message, (record.message.origin, record.message.serial)
+                 if record.message.serial else None)
+                for record in window if record.state != "pubrel" and record.message])
+            return
         if session is not None:
             merge_window(self.broker.outbox, self.broker.records, session, window)
             self.broker.flush()

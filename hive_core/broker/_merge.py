@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from hive_core.broker._handover import MessageId, takes, took_older
 from hive_core.broker._message import Message
+from hive_core.broker._outbox import send_exchange
 from hive_core.broker._records import pending_from
 from hive_core.broker._session import Outbound, Pending
 from hive_core.mqtt import PUBREL, encode_ack
@@ -54,9 +55,9 @@ def merge_window(outbox: Outbox, records: Records, session: Session,
             records.sent(session, pid, outbound)
         if link is not None and not link.closed:
             if outbound.state == "pubrel":
-                link.send(encode_ack(PUBREL, pid))
+                outbox.send_pubrel(link, session, pid)
             else:
-                outbox.resend(link, pid, outbound)
+                outbox.resend(link, session, pid, outbound)
 
 
 def merge_had(records: Records, metrics: BrokerMetrics, session: Session,
@@ -107,4 +108,4 @@ def _finish_what_was_had(records: Records, session: Session, had: set[MessageId]
             if session.persistent:
                 records.released(session, pid)
             if link is not None and not link.closed:
-                link.send(encode_ack(PUBREL, pid))
+                send_exchange(link, session, encode_ack(PUBREL, pid), True)

@@ -30,6 +30,18 @@ log = logging.getLogger("hive.broker")
 Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
 
 
+def send_exchange(link: Link, session: Session, data: bytes, durable: bool) -> None:
+    """A PUBLISH again, or a PUBREL, of a persistent session goes out after the state behind it
+    is committed (``durable``: on disk and on the backups; else after what waits before it).
+    A QoS 2 one sent first (a resend on a new connection while the first send still waited for
+    the commit) would reach a client that, moving to a node that took the session over from a
+    replica lacking that state, got the message again as new."""
+    if session.persistent:
+        link.send_after_commit(data, durable)
+    else:
+        link.send(data)
+
+
 class Outbox:
     """Delivers to sessions; holds no state of its own (the sessions and their links do)."""
 
@@ -230,26 +242,27 @@ class Outbox:
         room = link.send_window - sum(o.state == "pubrel" for o in session.inflight.values())
         for pid, outbound in session.inflight.items():
             if outbound.state == "pubrel":
-                link.send(encode_ack(PUBREL, pid))
+                self.send_pubrel(link, session, pid)
             elif room > 0:
                 room -= 1
                 outbound.state = "publish"
-                self._resend(link, pid, outbound)
+                self.resend(link, session, pid, outbound)
             else:
                 outbound.state = "held"
         self.drain(session)
 
-    def resend(self, link: Link, pid: int, outbound: Outbound) -> None:
-        """PUBLISH again (DUP) a delivery in the window: it came from another copy of the
-        session, whose client may have had it under this packet id."""
-        self._resend(link, pid, outbound)
-
-    @staticmethod
-    def _resend(link: Link, pid: int, outbound: Outbound) -> None:
+    def resend(self, link: Link, session: Session, pid: int, outbound: Outbound) -> None:
+        """PUBLISH again (DUP) a delivery in the window: after a reconnect, or from another
+        copy of the session, whose client may have had it under this packet id."""
         pending = outbound.pending
         head, tail = pending.message.encoded(link.version, pending.qos, pending.retain,
                                              pending.subscription_ids)
-        link.send(with_dup(head) + pid.to_bytes(2, "big") + tail)
+        send_exchange(link, session, with_dup(head) + pid.to_bytes(2, "big") + tail,
+                         pending.qos == 2)
+
+    def send_pubrel(self, link: Link, session: Session, pid: int) -> None:
+        send_exchange(link, session, encode_ack(PUBREL, pid), True)
+
 
     def acknowledged(self, session: Session, packet_id: int) -> None:
         """PUBACK, PUBCOMP (or a PUBREC refusing the message): the delivery is done."""
@@ -265,7 +278,7 @@ class Outbox:
             for pid, outbound in session.inflight.items():
                 if outbound.state == "held":
                     outbound.state = "publish"
-                    self._resend(link, pid, outbound)
+                    self.resend(link, session, pid, outbound)
                     return
         if session.queue:
             self.drain(session)

@@ -221,6 +221,10 @@ class SessionHolder(Protocol):
         """Whether this node holds a session of ``client_id`` (connected or not)."""
         ...
 
+    def filters_of(self, client_id: str) -> list[str]:
+        """The topic filters of a session held here (none when it is not)."""
+        ...
+
     def is_connected(self, client_id: str) -> bool:
         """A client with this id is connected here."""
         ...

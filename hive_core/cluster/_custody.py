@@ -635,7 +635,7 @@ class Custody:
                  "handed to it, the copy here dropped", client_id, keeper, len(queue))
         self.owned_since.pop(client_id, None)
         self.owners[client_id] = (keeper, since)  # before the end: no SESSION_GONE for it
-        self.holder.taken_over_elsewhere(client_id)
+        node.moved.drop_copy(client_id, keeper)
         self.merges += 1
 
     def _on_merge_queue(self, member: Member, body: Any) -> None:

@@ -87,6 +87,16 @@ class Moved:
         if len(exported) > MOVED_KEPT:
             del exported[next(iter(exported))]
 
+    def drop_copy(self, client_id: str, node_id: str) -> None:
+        """A merge keeps the copy of this session on ``node_id``: the one here ends. A node not
+        linked here now (cut off, frozen) may have routed messages here for it and kept them
+        for this node: they arrive after the heal and go on to ``node_id``, as for a session
+        fetched from here."""
+        filters = self.holder.filters_of(client_id)
+        self.holder.taken_over_elsewhere(client_id)
+        self.exported(client_id, filters)
+        self.moved_away(client_id, node_id)
+
     def moved_away(self, client_id: str, node_id: str) -> None:
         """The session exported to ``node_id`` is there now (SESSION_TAKEN)."""
         filters = self._exported.get(client_id)

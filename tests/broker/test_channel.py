@@ -79,9 +79,10 @@ def subscriber_and_publisher(broker: Broker, topic_filter: str, qos: int = 1,
     return sub, pub
 
 
-def run(scenario: Callable[[Broker], Awaitable[None]], **settings: Any) -> None:
+def run(scenario: Callable[[Broker], Awaitable[None]], store: MemorySessionStore | None = None,
+        **settings: Any) -> None:
     async def main() -> None:
-        broker = Broker(BrokerSettings(**settings), MemorySessionStore())
+        broker = Broker(BrokerSettings(**settings), store or MemorySessionStore())
         broker.start(Snapshot())
         try:
             await scenario(broker)
@@ -660,23 +661,18 @@ def test_a_subscribe_writes_its_subscription_not_the_whole_session() -> None:
     """Saving the whole session on each SUBSCRIBE made 20,000 of them take minutes."""
     store = CountingStore()
 
-    async def main() -> None:
-        broker = Broker(BrokerSettings(), store)
-        broker.start(Snapshot())
-        try:
-            sub = Peer(broker)
-            sub.connect("s", clean_start=False, properties=PERSISTENT)
-            store.calls.clear()
-            for i in range(500):
-                sub.subscribe(f"t/{i}")
-            sub.send(mqtt.Unsubscribe(9999, ["t/7"]))
-            assert store.calls == {"save_subscription": 500, "delete_subscription": 1}
-            assert set(store.contents().sessions["s"].subscriptions) == {
-                f"t/{i}" for i in range(500) if i != 7}
-        finally:
-            await broker.stop()
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s", clean_start=False, properties=PERSISTENT)
+        store.calls.clear()
+        for i in range(500):
+            sub.subscribe(f"t/{i}")
+        sub.send(mqtt.Unsubscribe(9999, ["t/7"]))
+        assert store.calls == {"save_subscription": 500, "delete_subscription": 1}
+        assert set(store.contents().sessions["s"].subscriptions) == {
+            f"t/{i}" for i in range(500) if i != 7}
 
-    asyncio.run(main())
+    run(scenario, store)
 
 
 # ---------------------------------------------------------------- handover windows
@@ -752,3 +748,45 @@ def test_input_read_while_the_node_is_fenced_waits_and_a_closed_clients_is_dropp
             assert [type(p) for p in pub.new()] == [mqtt.PubAck, mqtt.PubAck]
 
     run(scenario)
+
+
+class GatedStore(MemorySessionStore):
+    """Commits wait while ``gate`` is clear: a backup that does not answer, a slow disk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def commit(self) -> None:
+        await self.gate.wait()
+
+
+def test_a_qos2_publish_sent_again_on_a_new_connection_waits_for_its_commit_too() -> None:
+    """Sim seed 565: the first send of a QoS 2 PUBLISH waited for the commit (a backup out of
+    reach), the client reconnected, and the resend went out at once; the node that took the
+    session over from the backup's replica, which lacked the send, delivered it as new."""
+    store = GatedStore()
+
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s", clean_start=False, properties=PERSISTENT)
+        sub.subscribe("t", qos=2)
+        pub = Peer(broker)
+        pub.connect("p")
+        store.gate.clear()
+        pub.send(mqtt.Publish("t", b"x", qos=2, packet_id=1))
+        await settle()
+        assert sub.publishes() == []  # its packet id is not committed yet
+        sub.channel.connection_lost()
+        again = Peer(broker)
+        assert again.connect("s", clean_start=False, properties=PERSISTENT).session_present
+        await settle()
+        assert again.publishes() == [] and pub.new() == []
+        store.gate.set()
+        await settle()
+        resent = again.publishes()
+        assert [(p.payload, p.qos, p.dup) for p in resent] == [(b"x", 2, True)]
+        assert pub.new() == [mqtt.PubRec(1)]
+
+    run(scenario, store)

@@ -75,7 +75,7 @@ def main() -> int:
     seeds = seeds_from(args.seeds)
     begun = time.monotonic()
     if args.verbose:
-        logging.basicConfig(level=logging.INFO,
+        logging.basicConfig(level=logging.DEBUG if os.environ.get("SIM_DEBUG") else logging.INFO,
                             format="%(sim_time)9.3f %(node)-4s %(levelname)-7s %(message)s")
         logging.getLogger().handlers[0].addFilter(_in_simulation)
         results = [run_seed(seeds[0], options, verbose=True)]
