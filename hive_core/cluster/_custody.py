@@ -428,10 +428,7 @@ class Custody:
         self.holder.release_session(client_id, taken=False)
 
     def _on_tail(self, member: Member, body: Any) -> None:
-        self.holder.append_handed_over(str(body[0]), [
-            (StoredMessage(*fields[:7]),
-             (str(fields[7]), int(fields[8])) if len(fields) > 8 and fields[8] else None)
-            for fields in body[1]])
+        self.holder.append_handed_over(str(body[0]), _tail_messages(body[1]))
 
     def link_lost(self, link: PeerLink) -> None:
         """Sessions handed over on ``link`` and not confirmed stay here; its fetches fail."""
@@ -563,7 +560,9 @@ class Custody:
                 continue  # ended here meanwhile
             mine = (self.connected(client_id), self.owned_since.get(client_id, 0),
                     node.node_id < keeper)
-            if theirs > mine:  # else its client connected here meanwhile: this copy stays
+            # nor if what the keeper was told last beats theirs: it drops on that (sim seed 665)
+            told = self._told.get(keeper, {}).get(client_id)
+            if theirs > mine and (told is None or (*told, mine[2]) <= theirs):
                 self._drop_copy(client_id, keeper, theirs[1])
 
     def _on_route_to(self, member: Member, body: list[Any]) -> None:
@@ -656,6 +655,14 @@ class Custody:
                      [int(pid) for pid in body[4]] if len(body) > 4 else None)
         if len(body) > 5 and body[5]:
             self.holder.merge_window(client_id, [inflight_of(f) for f in body[5]])
+
+
+def _tail_messages(entries: list[list[Any]]
+                   ) -> list[tuple[StoredMessage, tuple[str, int] | None]]:
+    """A SESSION_TAIL's messages, with their identities (from a node of protocol 4)."""
+    return [(StoredMessage(*fields[:7]),
+             (str(fields[7]), int(fields[8])) if len(fields) > 8 and fields[8] else None)
+            for fields in entries]
 
 
 def _merge_queue(node: NodeContext, marks: dict[str, int], client_id: str, mark: int,
