@@ -204,7 +204,7 @@ OVERLAP_REGRESSIONS = [
     # messages were lost (578, 32 lost). Such a window now goes with the tail.
     578,
     # Broke with those changes too, by timing: each of two nodes dropped its copy of a session
-    # for the other's (65 lost, a wrong session present). One told the other its client was
+    # for the other's (90 lost, a wrong session present). One told the other its client was
     # connecting (a CONNECT arriving there, refused a moment later) and then dropped its copy
     # on the claim it had been told before, while the other dropped its copy on that
     # "connecting" (665; chaos seed 26's unexplained first run looked the same). A copy now
