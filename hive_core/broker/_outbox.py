@@ -258,11 +258,11 @@ class Outbox:
         head, tail = pending.message.encoded(link.version, pending.qos, pending.retain,
                                              pending.subscription_ids)
         send_exchange(link, session, with_dup(head) + pid.to_bytes(2, "big") + tail,
-                         pending.qos == 2)
+                      pending.qos == 2)
 
-    def send_pubrel(self, link: Link, session: Session, pid: int) -> None:
+    @staticmethod
+    def send_pubrel(link: Link, session: Session, pid: int) -> None:
         send_exchange(link, session, encode_ack(PUBREL, pid), True)
-
 
     def acknowledged(self, session: Session, packet_id: int) -> None:
         """PUBACK, PUBCOMP (or a PUBREC refusing the message): the delivery is done."""
