@@ -68,7 +68,8 @@ class Member:
     protocol: int
     link: PeerLink
     incarnation: int = 0  # when the peer process started: a higher one means it restarted
-    joined_at: float = field(default_factory=time.monotonic)
+    # time.monotonic looked up at each call: a simulation patches it
+    joined_at: float = field(default_factory=lambda: time.monotonic())
     synced: bool = False  # its SYNCED arrived: this node knows what the peer holds
     merging: bool = False  # back after a split: merging until its SYNCED
     arrival_stamps: bool = False  # its HELLO said so: its PUBLISH frames may carry routed_at

@@ -244,7 +244,8 @@ class Backup:
 
     node_id: str
     acked: int = -1  # the op it has made durable; -1 until its snapshot is
-    since: float = field(default_factory=time.monotonic)  # when it became a backup
+    # when it became a backup (time.monotonic looked up at each call: a simulation patches it)
+    since: float = field(default_factory=lambda: time.monotonic())
     probe: Probe | None = None  # the op whose acknowledgement is being timed
 
 

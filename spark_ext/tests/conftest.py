@@ -1,10 +1,14 @@
-"""Fixtures: nodes as real processes, one local Spark session for the whole run, moto's S3."""
+"""Fixtures: nodes as real processes, one local Spark session and one standalone Spark cluster
+for the whole run, moto's S3."""
 
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _procs import HiveNode
+from _procs import HiveNode, free_port, kill_tree, wait_for_match
 
 # What TESTBED.md says PySpark needs here: this Python for workers, loopback, no UI.
 os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -61,6 +65,73 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     spark = session("local[2]", app_name="hive-ext-spark tests", conf=conf)
     yield spark
     spark.stop()
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+class Daemon:
+    """A Spark master or worker JVM (spark-class execs java: the PID is the JVM's)."""
+
+    def __init__(self, folder: Path, name: str, args: list[str]) -> None:
+        self.log = folder / f"{name}.log"
+        env = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
+               "SPARK_LOG_DIR": str(folder / "logs"), "SPARK_WORKER_DIR": str(folder / "work")}
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args],
+                                         stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def wait_for_log(self, pattern: str, timeout: float = 60.0) -> re.Match[str]:
+        return wait_for_match(pattern, self._running_log, timeout,
+                              f"{pattern!r} in {self.log.name}")
+
+    def _running_log(self) -> str:
+        assert self.proc.poll() is None, self.log.read_text()
+        return self.log.read_text()
+
+    def stop(self) -> None:
+        kill_tree(self.proc, sig=15)
+
+
+@dataclass
+class Standalone:
+    """A standalone Spark cluster: its master's URL and the worker's work folder."""
+
+    url: str
+    work: Path
+
+    def apps(self) -> list[Path]:
+        """The folder of each application the worker ran executors for."""
+        return list(self.work.glob("app-*"))
+
+
+@pytest.fixture(scope="session")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    """A master and one worker (2 cores, 1 GiB) on loopback, for the whole run; stopped by PID
+    (the executors with the worker)."""
+    folder = tmp_path_factory.mktemp("standalone")
+    port = free_port()
+    daemons: list[Daemon] = []
+    try:
+        master = Daemon(folder, "master", [
+            "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+            "--webui-port", str(free_port())])
+        daemons.append(master)
+        master.wait_for_log(r"I have been elected leader")
+        url = f"spark://127.0.0.1:{port}"
+        worker = Daemon(folder, "worker", [
+            "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+            "--webui-port", str(free_port()), "--cores", "2", "--memory", "1G",
+            "--work-dir", str(folder / "work"), url])
+        daemons.append(worker)
+        worker.wait_for_log(r"Successfully registered with master")
+        yield Standalone(url, folder / "work")
+    finally:
+        for daemon in reversed(daemons):
+            daemon.stop()
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,8 @@ from hive_ext_api.backup import BackupReader, ClientState, RetainedState
 
 import hive_ext_spark.recovery as tool
 from _procs import HiveNode, cluster_body, free_port
-from test_standalone import spark_submit, standalone  # noqa: F401  (the fixture)
+from conftest import Standalone
+from test_standalone import spark_submit
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -279,7 +280,7 @@ def test_options_are_validated() -> None:
 
 
 def test_the_tool_by_spark_submit_on_a_standalone_cluster(
-        cluster_data: Published, tmp_path: Path, standalone: str) -> None:  # noqa: F811
+        cluster_data: Published, tmp_path: Path, standalone: Standalone) -> None:
     shared = tmp_path / "shared"
     inputs = []
     for folder in cluster_data.folders:

@@ -1,16 +1,14 @@
-"""The job on a real standalone Spark cluster: a master and a worker started from the pyspark
-distribution's own classes on loopback, the job given to it by ``spark-submit``, reading and
-writing a shared folder. Master, worker and executors are stopped by PID afterwards."""
+"""The job on a real standalone Spark cluster (``standalone`` in conftest.py: a master and a
+worker started from the pyspark distribution's own classes on loopback, shared by the run), the
+job given to it by ``spark-submit``, reading and writing a shared folder."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,73 +16,19 @@ import paho.mqtt.client as mqtt
 import pytest
 
 import hive_ext_spark.stream
-from _procs import HiveNode, free_port, kill_tree, wait_for_match
-from conftest import spark_conf_args
+from _procs import HiveNode, kill_tree
+from conftest import Standalone, spark_conf_args, spark_home
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent
-
-
-class Daemon:
-    """A Spark master or worker JVM (spark-class execs java: the PID is the JVM's)."""
-
-    def __init__(self, folder: Path, name: str, args: list[str]) -> None:
-        self.log = folder / f"{name}.log"
-        env = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
-               "SPARK_LOG_DIR": str(folder / "logs"), "SPARK_WORKER_DIR": str(folder / "work")}
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args],
-                                         stdout=out, stderr=subprocess.STDOUT, env=env)
-
-    def wait_for_log(self, pattern: str, timeout: float = 60.0) -> re.Match[str]:
-        return wait_for_match(pattern, self._running_log, timeout,
-                              f"{pattern!r} in {self.log.name}")
-
-    def _running_log(self) -> str:
-        assert self.proc.poll() is None, self.log.read_text()
-        return self.log.read_text()
-
-    def stop(self) -> None:
-        kill_tree(self.proc, sig=15)
-
-
-@pytest.fixture
-def standalone(tmp_path: Path) -> Iterator[str]:
-    """A master and one worker (2 cores, 1 GiB) on loopback; the master's URL."""
-    folder = tmp_path / "standalone"
-    folder.mkdir()
-    port = free_port()
-    daemons: list[Daemon] = []
-    try:
-        master = Daemon(folder, "master", [
-            "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-            "--webui-port", str(free_port())])
-        daemons.append(master)
-        master.wait_for_log(r"I have been elected leader")
-        url = f"spark://127.0.0.1:{port}"
-        worker = Daemon(folder, "worker", [
-            "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-            "--webui-port", str(free_port()), "--cores", "2", "--memory", "1G",
-            "--work-dir", str(folder / "work"), url])
-        daemons.append(worker)
-        worker.wait_for_log(r"Successfully registered with master")
-        yield url
-    finally:
-        for daemon in reversed(daemons):
-            daemon.stop()
-
-
-def spark_submit(master: str, tmp_path: Path, script: str, args: list[str], timeout: float,
-                 output: Path | None = None) -> float:
-    """Give ``script`` with ``args`` to the standalone cluster at ``master`` by spark-submit, and
-    wait until it succeeds; the seconds it took. It logs to ``tmp_path/submit.log``, where its
-    output goes too unless ``output`` is given."""
-    submit = [str(spark_home() / "bin" / "spark-submit"), "--master", master,
+def spark_submit(cluster: Standalone, tmp_path: Path, script: str, args: list[str],
+                 timeout: float, output: Path | None = None) -> float:
+    """Give ``script`` with ``args`` to the standalone ``cluster`` by spark-submit, and wait
+    until it succeeds; the seconds it took. It logs to ``tmp_path/submit.log``, where its output
+    goes too unless ``output`` is given."""
+    apps_before = set(cluster.apps())
+    submit = [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.url,
               "--executor-memory", "512m", "--total-executor-cores", "2",
               *spark_conf_args(tmp_path), script, *args]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
@@ -100,12 +44,14 @@ def spark_submit(master: str, tmp_path: Path, script: str, args: list[str], time
         finally:
             kill_tree(job)
     took = time.monotonic() - began
-    # The worker ran the executors (their logs are in its work folder), not a local master.
-    assert list((tmp_path / "standalone" / "work").glob("app-*/*/stderr")), log.read_text()
+    # The worker ran this job's executors (their logs are in its work folder), not a local
+    # master.
+    ran = set(cluster.apps()) - apps_before
+    assert ran and all(list(app.glob("*/stderr")) for app in ran), log.read_text()
     return took
 
 
-def test_spark_submit_to_a_standalone_cluster(standalone: str, tmp_path: Path, spark: Any,
+def test_spark_submit_to_a_standalone_cluster(standalone: Standalone, tmp_path: Path, spark: Any,
                                               hive_run: Any) -> None:
     shared = tmp_path / "shared"
     node: HiveNode = hive_run(f"folder = {shared / 'events'}\nsegment-max-age = 200ms\n")

@@ -214,12 +214,28 @@ OVERLAP_REGRESSIONS = [
 """Seeds of all four faults with ``--overlap`` that broke an invariant once."""
 
 
-@pytest.mark.parametrize(("seed", "faults", "overlap"),
-                         [(seed, faults, False) for seed, faults in REGRESSIONS]
-                         + [(seed, ALL, True) for seed in OVERLAP_REGRESSIONS])
-def test_a_seed_that_failed_once_passes(seed: int, faults: str, overlap: bool) -> None:
-    done = simulate(str(seed), faults, timeout=60, overlap=overlap)
-    assert done.returncode == 0, done.stdout + done.stderr
+def regression_batches(size: int = 9) -> list[tuple[list[int], str, bool]]:
+    """The regression seeds as (seeds, faults, overlap), at most ``size`` seeds each: one
+    process per batch (its imports are two seconds, a seed about one), several batches for the
+    two workers to share."""
+    groups: dict[tuple[str, bool], list[int]] = {}
+    for seed, faults in REGRESSIONS:
+        groups.setdefault((faults, False), []).append(seed)
+    groups[(ALL, True)] = list(OVERLAP_REGRESSIONS)
+    return [(seeds[at:at + size], faults, overlap)
+            for (faults, overlap), seeds in groups.items()
+            for at in range(0, len(seeds), size)]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(("seeds", "faults", "overlap"), regression_batches(),
+                         ids=lambda value: ",".join(map(str, value))
+                         if isinstance(value, list) else None)
+def test_the_seeds_that_failed_once_pass(seeds: list[int], faults: str, overlap: bool) -> None:
+    """Each seed's line names what broke and how to replay it alone."""
+    done = simulate(",".join(map(str, seeds)), faults, timeout=220, overlap=overlap)
+    assert f"{len(seeds)} seeds, 0 broken" in done.stdout and done.returncode == 0, \
+        done.stdout[-8000:] + done.stderr[-2000:]
 
 
 OPEN: dict[tuple[int, bool], str] = {}
