@@ -30,6 +30,7 @@ from hive_ext_api._types import (
     ExtensionRefused,
     PublishMessage,
     ReasonCode,
+    ReceivedPublish,
     RetainedInfo,
     SubscriptionInfo,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "Properties",
     "PublishMessage",
     "ReasonCode",
+    "ReceivedPublish",
     "RetainedInfo",
     "ServiceCalls",
     "Setting",

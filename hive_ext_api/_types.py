@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, Protocol
 
 
 class ReasonCode(IntEnum):
@@ -152,6 +152,45 @@ class PublishMessage:
     correlation_data: bytes | None = None
     payload_format_indicator: int | None = None
     message_expiry_interval: int | None = None
+
+
+class ReceivedPublish(Protocol):
+    """A PUBLISH the node accepted from a client, as :func:`hookspecs.hive_publishes_received`
+    sees it: read-only, and valid during that call only (it is the node's own object)."""
+
+    @property
+    def topic(self) -> str:
+        """The topic it was published to (after the interceptors)."""
+        ...
+
+    @property
+    def payload(self) -> bytes:
+        """Its payload."""
+        ...
+
+    @property
+    def qos(self) -> int:
+        """Its QoS (0, 1 or 2)."""
+        ...
+
+    @property
+    def retain(self) -> bool:
+        """Its retain flag."""
+        ...
+
+    @property
+    def publisher_id(self) -> str:
+        """The client id of the client that sent it."""
+        ...
+
+    @property
+    def has_properties(self) -> bool:
+        """Whether it carries any MQTT 5 property (a message expiry included)."""
+        ...
+
+    def to_publish_message(self) -> PublishMessage:
+        """A copy with its MQTT 5 properties, as an interceptor sees it (made on each call)."""
+        ...
 
 
 @dataclass(slots=True)

@@ -6,5 +6,5 @@ PROJECT_NAME = "hive"
 ENTRY_POINT_GROUP = "hive.extensions"
 """The entry-point group an installed extension registers its module under."""
 
-API_VERSION = "1.8"
+API_VERSION = "1.9"
 """The version of this API. Extensions declare the range they support as ``HIVE_API``."""

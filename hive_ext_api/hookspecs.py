@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         ClusterNodeAddress,
         ConnectInfo,
         PublishMessage,
+        ReceivedPublish,
         SubscriptionInfo,
     )
 
@@ -171,6 +172,23 @@ def hive_intercept_publish_inbound(client: ClientInfo, publish: PublishMessage) 
     QoS, retain, properties). Returning a reason code (>= 0x80) stops the message there: the
     publisher's PUBACK / PUBREC carries it and later interceptors are not asked. ``None`` passes
     it on. An ``async`` interceptor holds the client's later packets back until it answers.
+    """
+
+
+@hookspec
+def hive_publishes_received(publishes: list[ReceivedPublish]) -> None:
+    """Record the PUBLISHes the node accepted from its clients: for event logs and audit trails.
+
+    Called with every PUBLISH accepted since the last call (after ``hive_authorize_publish``
+    and the inbound interceptors, as routed), in the order the node accepted them, about once
+    per turn of the node's loop: a batch costs one call, where an inbound interceptor costs one
+    call and a copy of the message per PUBLISH. The call comes before anything these messages
+    caused leaves the node: their publishers' PUBACK / PUBREC, their deliveries to subscribers,
+    the frames carrying them to other nodes. So what an implementation has written when it
+    returns (to a file's page cache, say) is there for every message a publisher was told was
+    received. The items are read-only and valid during the call only. Must be a plain function
+    (it runs in the node's loop, so it should be quick); an ``async`` one is logged as failed
+    on each call. Exceptions are logged and counted. The return value is ignored.
     """
 
 

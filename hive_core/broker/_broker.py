@@ -87,6 +87,7 @@ class Broker:
         self._routes: dict[str, Route] = {}
         self._dirty: list[Any] = []
         self._flush_scheduled = False
+        self._received: list[Message] = []  # accepted from clients, for hive_publishes_received
         self._tasks: set[asyncio.Task[Any]] = set()
         self._client_events: dict[str, asyncio.Task[None]] = {}  # the last one, by client id
         self.overload: OverloadMonitor | None = None  # <overload-protection> (node.py)
@@ -176,8 +177,27 @@ class Broker:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
 
+    def received(self, message: Message) -> None:
+        """A client's PUBLISH was accepted: recorders (``hive_publishes_received``) get it
+        with the others of this loop iteration, before any of them causes a write."""
+        received = self._received
+        received.append(message)
+        if len(received) == 1 and not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def record_received(self) -> None:
+        """Hand what was accepted to the recorders: first thing before any output is written
+        (the channels' here, the cluster links' in theirs)."""
+        received = self._received
+        if received:
+            self._received = []
+            self.extensions.publishes_received(received)
+
     def flush(self) -> None:
         self._flush_scheduled = False
+        if self._received:
+            self.record_received()
         dirty, self._dirty = self._dirty, []
         for link in dirty:
             link.flush()

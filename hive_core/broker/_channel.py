@@ -539,7 +539,7 @@ class Channel:
         if qos and broker.refused(message):  # a node it is for has not taken enough of ours
             return self.publish_refused(packet, RC.QUOTA_EXCEEDED, cluster=True)
         extensions = broker.extensions
-        if not qos and not extensions.on_publish:
+        if not qos and extensions.routes_plainly:
             broker.publish(message)  # QoS 0: nothing to acknowledge
             return
         if extensions.on_publish:
@@ -603,6 +603,8 @@ class Channel:
         session = self.session
         assert session is not None
         broker = self.broker
+        if broker.extensions.records_publishes:
+            broker.received(message)
         qos = packet.qos
         if qos == 2 and session.persistent:
             # Routed and remembered in one transaction: a crash keeps both or neither, so a

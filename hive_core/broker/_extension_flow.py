@@ -181,23 +181,6 @@ async def reauthenticate(extensions: Extensions, info: ClientInfo, packet: Auth,
 # ---------------------------------------------------------------------------- PUBLISH
 
 
-def _remaining(message: Message) -> int | None:
-    """The message expiry interval a subscriber would see now (None: never expires)."""
-    if message.expiry_at is None:
-        return None
-    return int(message.properties_for(None).get(P.MESSAGE_EXPIRY_INTERVAL, 0))
-
-
-def to_publish_message(message: Message) -> PublishMessage:
-    props = message.properties or {}
-    remaining = _remaining(message)
-    return PublishMessage(
-        message.topic, message.payload, message.qos, message.retain,
-        list(props.get(P.USER_PROPERTY, ())), props.get(P.CONTENT_TYPE),
-        props.get(P.RESPONSE_TOPIC), props.get(P.CORRELATION_DATA),
-        props.get(P.PAYLOAD_FORMAT_INDICATOR), remaining)
-
-
 def apply_publish_message(message: Message, publish: PublishMessage) -> None:
     """Write an interceptor's changes back into a message nobody else holds yet."""
     validate_topic_name(publish.topic)
@@ -222,7 +205,7 @@ def apply_publish_message(message: Message, publish: PublishMessage) -> None:
     interval = publish.message_expiry_interval
     if interval is None:
         message.expiry_at = None
-    elif interval != _remaining(message):  # unchanged: keep the exact deadline
+    elif interval != message.remaining_expiry():  # unchanged: keep the exact deadline
         message.expiry_at = time.time() + max(0, int(interval))
     message.release_cache()
 
@@ -256,7 +239,7 @@ async def _check_publish_later(extensions: Extensions, info: ClientInfo, message
 def _intercept_inbound(extensions: Extensions, info: ClientInfo,
                        message: Message) -> int | Awaitable[int | None] | None:
     if message.properties or message.expiry_at is not None:
-        publish = to_publish_message(message)
+        publish = message.to_publish_message()
     else:  # most messages: nothing beyond topic, payload, QoS and retain to copy or compare
         publish = PublishMessage(message.topic, message.payload, message.qos, message.retain)
     calls = extensions.inbound_calls
@@ -304,7 +287,7 @@ def _unchanged(message: Message, publish: PublishMessage) -> bool:
             and publish.response_topic == props.get(P.RESPONSE_TOPIC)
             and publish.correlation_data == props.get(P.CORRELATION_DATA)
             and publish.payload_format_indicator == props.get(P.PAYLOAD_FORMAT_INDICATOR)
-            and publish.message_expiry_interval == _remaining(message))
+            and publish.message_expiry_interval == message.remaining_expiry())
 
 
 def _applied(message: Message, publish: PublishMessage, answer: Any) -> int | None:

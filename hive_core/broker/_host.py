@@ -94,6 +94,9 @@ class ChannelHost(StepBroker, Committer, Protocol):
 
     def publish(self, message: Message, from_cluster: bool = False) -> tuple[bool, bool]: ...
 
+    def received(self, message: Message) -> None:
+        """A client's PUBLISH was accepted: for the recorders (``hive_publishes_received``)."""
+
     def subscribe(self, session: Session, requests: list[SubscriptionRequest],
                   subscription_id: int | None, version: int
                   ) -> tuple[list[int], list[bool]] | None: ...

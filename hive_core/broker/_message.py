@@ -6,10 +6,12 @@ import time
 from typing import Any
 
 from hive_core.mqtt import PropertyId, encode_properties, encode_publish
+from hive_ext_api import PublishMessage
 
 _EXPIRY = PropertyId.MESSAGE_EXPIRY_INTERVAL
 _SUB_ID = PropertyId.SUBSCRIPTION_IDENTIFIER
 _ALIAS = PropertyId.TOPIC_ALIAS
+_USER = PropertyId.USER_PROPERTY
 
 
 class Message:
@@ -51,10 +53,30 @@ class Message:
     def expired(self, now: float) -> bool:
         return self.expiry_at is not None and now >= self.expiry_at
 
+    @property
+    def has_properties(self) -> bool:
+        """Any MQTT 5 property, a message expiry included (``hive_ext_api.ReceivedPublish``)."""
+        return self.properties is not None or self.expiry_at is not None
+
+    def remaining_expiry(self) -> int | None:
+        """The message expiry interval a subscriber would see now (None: never expires)."""
+        if self.expiry_at is None:
+            return None
+        return max(0, int(self.expiry_at - time.time() + 0.999))
+
+    def to_publish_message(self) -> PublishMessage:
+        """A copy as extensions see it, with its properties (``hive_ext_api.PublishMessage``)."""
+        props = self.properties or {}
+        return PublishMessage(
+            self.topic, self.payload, self.qos, self.retain, list(props.get(_USER, ())),
+            props.get(PropertyId.CONTENT_TYPE), props.get(PropertyId.RESPONSE_TOPIC),
+            props.get(PropertyId.CORRELATION_DATA),
+            props.get(PropertyId.PAYLOAD_FORMAT_INDICATOR), self.remaining_expiry())
+
     def properties_for(self, subscription_ids: tuple[int, ...] | None) -> dict[PropertyId, Any]:
         props = dict(self.properties) if self.properties else {}
         if self.expiry_at is not None:
-            props[_EXPIRY] = max(0, int(self.expiry_at - time.time() + 0.999))
+            props[_EXPIRY] = self.remaining_expiry()
         if subscription_ids:
             props[_SUB_ID] = list(subscription_ids)
         return props

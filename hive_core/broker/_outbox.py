@@ -166,7 +166,7 @@ class Outbox:
         An ``async`` interceptor, or one still pending for this connection, makes the delivery
         wait in a chain per connection, so deliveries keep their order.
         """
-        publish = flow.to_publish_message(pending.message)
+        publish = pending.message.to_publish_message()
         chain = link.outbound_chain
         if chain is None or chain.done():
             answer = self.extensions.first("hive_intercept_publish_outbound", client=link.info,

@@ -160,6 +160,11 @@ class PeerDelivery(Protocol):
         """Write what is pending for local clients now."""
         ...
 
+    def record_received(self) -> None:
+        """Hand the PUBLISHes accepted from clients so far to the recorders
+        (``hive_publishes_received``): before a link writes frames that may carry them."""
+        ...
+
     async def commit(self) -> None:
         """Until everything written to the store so far is durable."""
         ...

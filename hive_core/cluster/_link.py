@@ -48,6 +48,9 @@ class PeerLink(asyncio.Protocol):
         self._decoder = FrameDecoder()
         self._pending: list[bytes] = []
         self._flush_scheduled = False
+        # Called before each write of frames: the broker hands what its clients sent to the
+        # recorders first (Broker.record_received), as before its own writes.
+        self.before_write: Callable[[], None] | None = None
         self.frames_in = 0
         self.last_read = time.monotonic()  # any frame counts as a sign of life
         # Data that waited longer than this (the peer's heartbeats were not read: this process
@@ -207,6 +210,8 @@ class PeerLink(asyncio.Protocol):
 
     def _write(self, data: bytes) -> None:
         assert self.transport is not None
+        if self.before_write is not None:
+            self.before_write()
         data = data if self._sealer is None else self._sealer.seal(data)
         self.bytes_out += len(data)
         self.transport.write(data)

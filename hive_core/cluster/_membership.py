@@ -196,6 +196,7 @@ class Membership:
         node = self.node
         link = PeerLink(node.on_frame, self._on_lost, outbound, node.authentication)
         link.stale_after = node.settings.heartbeat_timeout
+        link.before_write = node.broker.record_received
         return link
 
     def hello(self) -> dict[str, Any]:

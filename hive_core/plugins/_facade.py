@@ -88,6 +88,9 @@ class Extensions:
                                     impls["hive_client_connected"] or
                                     impls["hive_client_disconnected"])
         self.on_publish = self.authorizes_publish or self.intercepts_inbound
+        self.records_publishes = bool(impls["hive_publishes_received"])
+        # No hook sees a client's PUBLISH: a QoS 0 one goes straight to routing.
+        self.routes_plainly = not (self.on_publish or self.records_publishes)
         # The inbound interceptors as plain calls (client, publish), when none is async: the
         # one hook that runs for every message goes without keyword plumbing.
         self.inbound_calls = (
@@ -228,6 +231,10 @@ class Extensions:
             if result is not None:
                 answers.append(result)
         return answers
+
+    def publishes_received(self, publishes: list[Any]) -> None:
+        """The PUBLISHes accepted since the last call, to every recorder, in order."""
+        self.each_inline("hive_publishes_received", publishes=publishes)
 
     @staticmethod
     async def resolved(answer: Any) -> Any:

@@ -43,9 +43,12 @@ def in_a_node(data: object, code: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_broker_side_runs_without_spark_arrow_or_boto3(tmp_path: object) -> None:
     done = in_a_node(tmp_path, """
-        from hive_ext_api import PublishMessage, ClientInfo
+        class Received:  # what the node hands over (hive_ext_api.ReceivedPublish)
+            topic, payload, qos, retain = "t", b"x", 0, False
+            publisher_id, has_properties = "c", False
+
         ext.hive_extension_start(context)
-        ext.hive_intercept_publish_inbound(ClientInfo("c", 5), PublishMessage("t", b"x"))
+        ext.hive_publishes_received([Received()])
         ext.hive_extension_stop(context)
         print(len(list((data / "events" / "node-x").glob("*.events"))))
     """)

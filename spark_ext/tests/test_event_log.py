@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,45 @@ def test_segments_rotate_by_size_and_land_in_order(event_log: EventLog) -> None:
     assert not list(event_log.folder.glob("*.open"))  # the spare is gone too
     for path in event_log.folder.glob("*.events"):  # landed files are cut to what they hold
         assert path.stat().st_size < 64 * KIB
+
+
+class Received:
+    """A PUBLISH as the node hands it to ``hive_publishes_received`` (``ReceivedPublish``)."""
+
+    def __init__(self, client_id: str, publish: PublishMessage) -> None:
+        self.publisher_id = client_id
+        self.full = publish
+        self.topic, self.payload = publish.topic, publish.payload
+        self.qos, self.retain = publish.qos, publish.retain
+        self.has_properties = publish != PublishMessage(publish.topic, publish.payload,
+                                                        publish.qos, publish.retain)
+
+    def to_publish_message(self) -> PublishMessage:
+        return self.full
+
+
+def test_a_batch_records_what_appending_one_by_one_records(tmp_path: Path) -> None:
+    """Batches as the node hands them over: across segment switches, with a message bigger
+    than a segment, with properties and retain; the same events and sequence as append."""
+    messages = [(f"client-{n % 3}", publish(n)) for n in range(1500)]
+    messages[10] = ("c", PublishMessage("big", b"x" * 100 * KIB, 0))
+    messages[20] = ("c", PublishMessage("props", b"p", 1, True, [("k", "v"), ("k", "w")],
+                                        "text/plain", "re/ply", b"\x00\x01", 1, 3600))
+    messages[30] = ("c", PublishMessage("kept", b"r", 2, True))
+    one_by_one, batched = make_log(tmp_path / "one"), make_log(tmp_path / "batched")
+    for client_id, message in messages:
+        one_by_one.append(client_id, message)
+    for at in range(0, len(messages), 97):  # batches of many sizes end in many places
+        batched.append_received([Received(c, m) for c, m in messages[at:at + 97]])
+    one_by_one.close()
+    batched.close()
+    expected, got = landed_events(one_by_one.folder), landed_events(batched.folder)
+    assert [e.sequence for e in got] == list(range(1, 1501))
+    assert [replace(e, timestamp_us=0) for e in got] \
+        == [replace(e, timestamp_us=0) for e in expected]
+    assert got[20].user_properties == [("k", "v"), ("k", "w")] and got[30].retain
+    assert len(list(batched.folder.glob("*.events"))) >= 4
+    assert batched.recorded == 1500
 
 
 def test_a_quiet_segment_lands_after_its_max_age(tmp_path: Path) -> None:

@@ -254,9 +254,10 @@ def test_a_hook_without_implementation_costs_nothing() -> None:
     for flag in ("authenticates", "enhanced_auth", "authorizes_publish", "authorizes_subscribe",
                  "intercepts_connect", "intercepts_inbound", "intercepts_outbound",
                  "intercepts_subscribe", "intercepts_unsubscribe", "watches_clients",
-                 "on_publish", "any_client_hooks"):
+                 "on_publish", "records_publishes", "any_client_hooks"):
         assert getattr(ext, flag) is False, flag
     assert Extensions.none().on_publish is False
+    assert ext.routes_plainly and Extensions.none().routes_plainly
 
 
 class PublishAuthorizer:

@@ -1,16 +1,17 @@
 """hive-ext-spark: every PUBLISH a client sends to the node, recorded for Spark.
 
 The broker side (this module) imports ``hive_ext_api`` only; it needs neither pyspark nor
-pyarrow. Each PUBLISH that enters the node from a client is appended to the node's event log
-(:mod:`hive_ext_spark._event_log`) by the inbound publish interceptor, which changes nothing and
-returns ``None``. The Spark side is :mod:`hive_ext_spark.stream` (``hive-spark stream``).
+pyarrow. Each PUBLISH the node accepts from a client is appended to the node's event log
+(:mod:`hive_ext_spark._event_log`) by ``hive_publishes_received``, which the node calls with
+each loop iteration's batch before anything those messages caused is written out (extension
+API 1.9). The Spark side is :mod:`hive_ext_spark.stream` (``hive-spark stream``).
 
 Settings: ``spark.properties`` (see :mod:`hive_ext_spark._settings` and the README).
 """
 
 from __future__ import annotations
 
-from hive_ext_api import ClientInfo, ExtensionContext, ExtensionRefused, PublishMessage, hookimpl
+from hive_ext_api import ExtensionContext, ExtensionRefused, ReceivedPublish, hookimpl
 
 from hive_ext_spark._deps import MissingDependency
 from hive_ext_spark._event_log import EventLog
@@ -19,9 +20,9 @@ from hive_ext_spark._segment import Event, read_segment
 from hive_ext_spark._settings import Settings, SettingsError, load_settings
 from hive_ext_spark._shipper import S3Shipper
 
-__version__ = "1.0.0"
+__version__ = "1.1.0"
 
-HIVE_API = ">=1.0,<2"
+HIVE_API = ">=1.9,<2"
 
 __all__ = ["HIVE_API", "Event", "EventLog", "Settings", "SettingsError", "load_settings",
            "read_segment"]
@@ -93,7 +94,7 @@ def hive_extension_stop(context: ExtensionContext) -> None:
 
 
 @hookimpl
-def hive_intercept_publish_inbound(client: ClientInfo, publish: PublishMessage) -> None:
+def hive_publishes_received(publishes: list[ReceivedPublish]) -> None:
     event_log = _log
     if event_log is not None:
-        event_log.append(client.client_id, publish)
+        event_log.append_received(publishes)

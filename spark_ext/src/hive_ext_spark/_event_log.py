@@ -26,10 +26,10 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from hive_ext_api import MetricsRegistry, PublishMessage
+from hive_ext_api import MetricsRegistry, PublishMessage, ReceivedPublish
 
 from hive_ext_spark._counters import LogCounters
 from hive_ext_spark._files import (
@@ -55,11 +55,21 @@ from hive_ext_spark._segment_files import LandedSegment, OpenSegment
 
 _pack_fixed = FIXED.pack_into
 _pack_frame = FRAME.pack_into
+_frame = FRAME.pack
+_fixed = FIXED.pack
 _pack_number = struct.Struct("<Q").pack_into
 _crc32 = zlib.crc32
 _FRAME_SIZE = FRAME.size
 
 log = logging.getLogger("hive.ext.spark")
+
+
+def _with_properties(publish: PublishMessage) -> tuple[bytes, int]:
+    """A record's properties part and its flags, for a PUBLISH that has properties."""
+    props = encode_properties(publish.user_properties, publish.content_type,
+                              publish.response_topic, publish.correlation_data,
+                              publish.payload_format_indicator, publish.message_expiry_interval)
+    return props, HAS_PROPERTIES | RETAIN if publish.retain else HAS_PROPERTIES
 
 
 class EventLog:
@@ -137,11 +147,7 @@ class EventLog:
                 or publish.response_topic is not None or publish.correlation_data is not None
                 or publish.payload_format_indicator is not None
                 or publish.message_expiry_interval is not None):
-            props = encode_properties(publish.user_properties, publish.content_type,
-                                      publish.response_topic, publish.correlation_data,
-                                      publish.payload_format_indicator,
-                                      publish.message_expiry_interval)
-            flags = HAS_PROPERTIES | RETAIN if publish.retain else HAS_PROPERTIES
+            props, flags = _with_properties(publish)
         else:
             props = b""
             flags = RETAIN if publish.retain else 0
@@ -181,6 +187,72 @@ class EventLog:
             seg.last_seq = seq
             self.recorded += 1
             self.counters.recorded.inc()
+
+    def append_received(self, publishes: Iterable[ReceivedPublish]) -> None:
+        """Record a batch of PUBLISHes in order, as :meth:`append` would one by one, under one
+        lock and one clock reading, each segment's share copied into it at once."""
+        bodies = []
+        clients: dict[str, bytes] = {}
+        for publish in publishes:
+            if publish.has_properties:
+                props, flags = _with_properties(publish.to_publish_message())
+            else:
+                props = b""
+                flags = RETAIN if publish.retain else 0
+            topic = publish.topic.encode()
+            client_id = publish.publisher_id
+            client = clients.get(client_id)
+            if client is None:
+                client = clients[client_id] = client_id.encode()
+            payload = publish.payload
+            bodies.append((publish.qos, flags, len(topic), len(client), len(payload),
+                           topic + client + payload + props))
+        if bodies:
+            self._write_bodies(bodies)
+
+    def _write_bodies(self, bodies: list[tuple[int, int, int, int, int, bytes]]) -> None:
+        with self._lock:
+            stamp = time.time_ns() // 1000
+            seq = self._next_seq
+            seg = self._active
+            chunk: list[bytes] = []
+            start = pos = seg.pos if seg is not None else 0
+            first = seq
+            for index, (qos, flags, topic_len, client_len, payload_len, rest) in \
+                    enumerate(bodies):
+                size = RECORD_OVERHEAD + len(rest)
+                if seg is None or pos + size > seg.capacity:
+                    if seg is not None and chunk:
+                        self._fill(seg, start, pos, chunk, first, seq)
+                    chunk = []
+                    seg = self._switch(size)
+                    if seg is None:  # no segment to write into: the rest is dropped, counted
+                        self._next_seq = seq
+                        self.counters.dropped.inc(len(bodies) - index)
+                        self._dropped_since_report += len(bodies) - index
+                        return
+                    start = pos = seg.pos
+                    first = seq
+                body = _fixed(seq, stamp, qos, flags, topic_len, client_len, payload_len) + rest
+                chunk.append(_frame(size - _FRAME_SIZE, _crc32(body)))
+                chunk.append(body)
+                pos += size
+                seq += 1
+            if seg is not None and chunk:
+                self._fill(seg, start, pos, chunk, first, seq)
+            self._next_seq = seq
+
+    def _fill(self, seg: OpenSegment, start: int, end: int, chunk: list[bytes], first: int,
+              after: int) -> None:
+        """Under the lock: the records ``first`` .. ``after - 1`` into ``seg`` at ``start``."""
+        seg.mm[start:end] = b"".join(chunk)
+        seg.pos = end
+        if seg.first_seq < 0:
+            seg.first_seq = first
+            seg.deadline = time.monotonic() + self.segment_max_age_s
+        seg.last_seq = after - 1
+        self.recorded += after - first
+        self.counters.recorded.inc(after - first)
 
     def _switch(self, size: int) -> OpenSegment | None:
         """Under the lock: hand the active segment to the writer, activate one that fits."""
