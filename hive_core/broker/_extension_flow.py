@@ -241,7 +241,9 @@ def _intercept_inbound(extensions: Extensions, info: ClientInfo,
     if message.properties or message.expiry_at is not None:
         publish = message.to_publish_message()
     else:  # most messages: nothing beyond topic, payload, QoS and retain to copy or compare
-        publish = PublishMessage(message.topic, message.payload, message.qos, message.retain)
+        # (every field given: filling the dataclass's defaults made the constructor 1.6x slower)
+        publish = PublishMessage(message.topic, message.payload, message.qos, message.retain, [],
+                                 None, None, None, None, None)
     calls = extensions.inbound_calls
     if calls is None:  # an async interceptor among them
         answer = extensions.first(_INBOUND, client=info, publish=publish)
