@@ -20,6 +20,10 @@ class Persistence(ConfigModel, tag="persistence"):
     """Milliseconds to gather writes into one commit; 0 commits every write at once."""
     sync: XmlBool = element(tag="sync", default=True)
     """fsync each commit."""
+    delivery_hold: NonNegativeInt = element(tag="delivery-hold", default=50)
+    """Milliseconds a QoS 1 delivery sent at once to a persistent session may wait for its
+    PUBACK before it is written; one acknowledged sooner is never written; 0 writes it with
+    the next commit."""
 
 
 class Extensions(ConfigModel, tag="extensions"):

@@ -20,6 +20,7 @@ class QueueWrite:
     message: StoredMessage | None
     fresh: bool = False  # the row cannot be on disk yet, so a dequeue may simply forget the write
     packet_id: int | None = None  # sent to the client under this id (send_queued)
+    number: int = 0  # the store's count of writes when this one was made (FileSessionStore)
 
 
 @dataclass(slots=True)
@@ -84,12 +85,13 @@ class PendingBatch:
     def remember_taken(self, client_id: str, origin: str, serial: int) -> None:
         self.taken.setdefault(client_id, []).append((origin, serial))
 
-    def enqueue(self, client_id: str, seq: int, message: StoredMessage, *, fresh: bool) -> None:
+    def enqueue(self, client_id: str, seq: int, message: StoredMessage, *, fresh: bool,
+                number: int = 0) -> None:
         queue = self.queues.setdefault(client_id, {})
         earlier = queue.get(seq)
         if earlier is not None and earlier.message is not None:
             fresh = earlier.fresh
-        queue[seq] = QueueWrite(message, fresh or client_id in self.purged)
+        queue[seq] = QueueWrite(message, fresh or client_id in self.purged, number=number)
 
     def send_queued(self, client_id: str, seq: int, packet_id: int) -> None:
         queue = self.queues.setdefault(client_id, {})
@@ -166,8 +168,10 @@ class PendingBatch:
             for seq, queue_write in writes.items():
                 before = queue.get(seq)
                 if queue_write.message is None and queue_write.packet_id is not None and \
-                        before is not None and before.message is not None:
-                    before.packet_id = queue_write.packet_id  # a mark on this batch's insert
+                        before is not None:
+                    if before.message is not None or before.packet_id is not None:
+                        before.packet_id = queue_write.packet_id  # a mark on an insert or mark
+                    # else a mark on a row this batch deletes: nothing left to mark
                 else:
                     queue[seq] = queue_write
         for client_id, inflight_writes in later.inflight.items():

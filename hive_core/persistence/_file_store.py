@@ -4,13 +4,21 @@ The event loop never touches the disk. A write method appends to the pending bat
 held for microseconds; the writer thread swaps the batch out, writes it in one transaction (one
 sync), and then settles every ``commit()`` made before the swap through the loop's thread-safe
 call. Writes that nobody commits are flushed anyway ``commit_interval`` seconds after the first.
+
+A QoS 1 delivery sent to its client at once (``send_queued`` on a row not yet written) is
+*held* out of the batches for up to ``delivery_hold`` seconds: if its PUBACK comes first
+(``dequeue``), neither its row nor the row's delete is ever written. A ``commit()`` returns once
+every write made before it is on disk or was such a pair: each write is numbered, and a commit
+waits for the writes up to its number, held ones included, to be written or cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import logging
+import math
 import sqlite3
 import threading
 import time
@@ -23,7 +31,7 @@ from typing import Any
 import hive_ext_api as api
 
 from . import _sqlite_schema as schema
-from ._batch import InflightKey, PendingBatch
+from ._batch import InflightKey, PendingBatch, QueueWrite
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +39,9 @@ RETRY_DELAY = 1.0  # seconds before a failed batch is retried when no commit() a
 TAKEN_KEEP = 10_000
 """Identities kept per client (``remember_taken``): as many as a session remembers in memory
 (``SEEN_MAX`` in ``broker/_handover.py``); the oldest go first."""
+HOLD_PAUSE = 1.0
+"""Seconds a client whose held delivery ran out of time gets no more held: a client slower to
+acknowledge than the hold only gets its publishers' acknowledgements later, for nothing."""
 TAKEN_SLACK = 2_000
 """Rows a client may have over ``TAKEN_KEEP`` before the oldest are deleted (in one go, not
 one per commit)."""
@@ -43,6 +54,17 @@ class StoreStats:
     transactions: int = 0  # batches committed
     rows: int = 0  # rows inserted, replaced or deleted by those batches
     failures: int = 0  # batches that failed and were put back for a retry
+    spared: int = 0  # deliveries acknowledged while held: no row written or deleted for them
+
+
+@dataclass(slots=True)
+class _Held:
+    """A delivery's queue row kept out of the batches while its PUBACK may still come."""
+
+    message: api.StoredMessage
+    packet_id: int | None  # sent under this id; None: still queued
+    number: int  # the write number of its enqueue
+    since: float  # monotonic time it was held
 
 
 class _State(enum.Enum):
@@ -57,21 +79,37 @@ class FileSessionStore:
     """A ``SessionStore`` in ``<data_dir>/persistence/sessions.db``."""
 
     def __init__(
-        self, data_dir: Path, *, commit_interval: float = 0.002, sync: bool = True
+        self, data_dir: Path, *, commit_interval: float = 0.002, sync: bool = True,
+        delivery_hold: float = 0.05,
     ) -> None:
         self.path = Path(data_dir) / "persistence" / "sessions.db"
         self.stats = StoreStats()
         self._commit_interval = commit_interval
         self._sync = sync
+        self._delivery_hold = delivery_hold
         self._state = _State.NEW
         self._lock = threading.RLock()  # re-entered by writes inside atomic()
         self._wake = threading.Condition(self._lock)
         # Everything below is guarded by self._lock.
         self._pending = PendingBatch()
         self._pending_since: float | None = None  # monotonic time of the first pending write
-        self._pending_waiters: list[asyncio.Future[None]] = []
+        self._writes = 0  # writes made so far: a write's number is the count after it
+        self._committed = 0  # every write up to this number, held ones aside, is on disk
+        # commit() calls waiting: the write number each waits for, in the order they came
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._writing = False
-        self._writing_waiters: list[asyncio.Future[None]] = []
+        self._written_through = 0  # the last write number in the batch being written
+        # Deliveries held out of the batches (send_queued), by (client, seq), in the order of
+        # their numbers; and the lowest number of those that left for the pending batch or the
+        # batch being written, which commits after them wait for too.
+        self._held: dict[tuple[str, int], _Held] = {}
+        self._left_pending: int | None = None
+        self._left_writing: int | None = None
+        # Per client, when a delivery was last sent to it (send_queued): while that is recent,
+        # the client is connected and acknowledging, and what is queued for it is held too.
+        self._sending: dict[str, float] = {}
+        # Per client, until when nothing is held for it (a held delivery ran out of time).
+        self._paused: dict[str, float] = {}
         self._retry_at = 0.0
         self._stopping = False
         self._high_seq: dict[str, int] = {}  # per client, the highest seq that may be on disk
@@ -146,28 +184,97 @@ class FileSessionStore:
             self._pending.delete_session(client_id)
             # After this batch, only rows enqueued from now on can be on disk for this client.
             self._high_seq.pop(client_id, None)
+            self._sending.pop(client_id, None)
+            self._paused.pop(client_id, None)
+            if self._held:
+                # Its held deliveries go with it; commits after them wait for this batch.
+                for key in [key for key in self._held if key[0] == client_id]:
+                    self._leave_held(key)
             self._touch()
 
     def enqueue(self, client_id: str, seq: int, message: api.StoredMessage) -> None:
         with self._lock:
             self._check_open()
+            if self._held and (client_id, seq) in self._held:
+                self._leave_held((client_id, seq))  # written again: an ordinary write now
             high = self._high_seq.get(client_id, -1)
-            self._pending.enqueue(client_id, seq, message, fresh=seq > high)
             if seq > high:
                 self._high_seq[client_id] = seq
+                sent = self._sending.get(client_id)
+                if sent is not None:
+                    now = time.monotonic()
+                    if now - sent < self._delivery_hold:
+                        self._writes += 1
+                        if not self._held:
+                            self._wake.notify()  # the writer learns when it is due
+                        self._held[(client_id, seq)] = _Held(message, None, self._writes, now)
+                        return
             self._touch()
+            self._pending.enqueue(client_id, seq, message, fresh=seq > high,
+                                  number=self._writes)
 
     def send_queued(self, client_id: str, seq: int, packet_id: int) -> None:
         with self._lock:
             self._check_open()
-            self._pending.send_queued(client_id, seq, packet_id)
-            self._touch()
+            key = (client_id, seq)
+            held = self._held.get(key)
+            if held is not None:
+                held.packet_id = packet_id
+            elif not (self._holds_for(client_id) and self._hold(key, packet_id)):
+                self._pending.send_queued(client_id, seq, packet_id)
+                self._touch()
 
     def dequeue(self, client_id: str, seq: int) -> None:
         with self._lock:
             self._check_open()
-            self._pending.dequeue(client_id, seq)
-            self._touch()
+            held = self._held.pop((client_id, seq), None)
+            if held is None:
+                self._pending.dequeue(client_id, seq)
+                self._touch()
+                return
+            # Acknowledged while held: nothing of it is ever written.
+            self.stats.spared += 1
+            if self._waiters:
+                for waiter in self._releasable():
+                    _set_result(waiter, None)
+
+    def _holds_for(self, client_id: str) -> bool:
+        """A delivery is being sent to ``client_id``: hold its rows from now on, unless holding
+        is off or paused for it."""
+        if self._delivery_hold <= 0:
+            return False
+        now = time.monotonic()
+        paused = self._paused.get(client_id)
+        if paused is not None:
+            if now < paused:
+                return False
+            del self._paused[client_id]
+        self._sending[client_id] = now
+        return True
+
+    def _hold(self, key: tuple[str, int], packet_id: int) -> bool:
+        """Keep a row enqueued in the pending batch, and sent at once, out of the batches."""
+        client_id, seq = key
+        queue = self._pending.queues.get(client_id)
+        write = None if queue is None else queue.get(seq)
+        if write is None or write.message is None or not write.fresh or \
+                write.packet_id is not None:
+            return False
+        if self._held and next(reversed(self._held.values())).number > write.number:
+            return False  # out of order (queued earlier, sent later): written as usual
+        del queue[seq]  # type: ignore[union-attr]
+        if not queue:
+            del self._pending.queues[client_id]
+        if not self._held:
+            self._wake.notify()  # the writer may sleep until the pending batch's time
+        self._held[key] = _Held(write.message, packet_id, write.number, time.monotonic())
+        return True
+
+    def _leave_held(self, key: tuple[str, int]) -> None:
+        """A held delivery goes into the pending batch's hands (written, or purged)."""
+        held = self._held.pop(key)
+        if self._left_pending is None or held.number < self._left_pending:
+            self._left_pending = held.number
 
     def save_inflight(self, inflight: api.StoredInflight) -> None:
         with self._lock:
@@ -208,7 +315,8 @@ class FileSessionStore:
             yield
 
     async def commit(self) -> None:
-        """Return once every write made before this call is on disk.
+        """Return once every write made before this call is on disk, or was a held delivery
+        that its acknowledgement cancelled.
 
         Raises PersistenceError when the batch holding them failed; those writes stay pending
         and the next commit() tries them again.
@@ -216,22 +324,50 @@ class FileSessionStore:
         loop = asyncio.get_running_loop()
         with self._lock:
             self._check_open()
-            if not self._pending.is_empty():
-                waiters = self._pending_waiters
-                self._wake.notify()
-            elif self._writing:
-                waiters = self._writing_waiters
-            else:
+            number = self._writes
+            if number <= self._durable_through() and number < self._held_floor():
                 return
             done: asyncio.Future[None] = loop.create_future()
-            waiters.append(done)
+            self._waiters.append((number, done))
+            if not self._pending.is_empty():
+                self._wake.notify()
         await done
+
+    def _durable_through(self) -> int:
+        """The highest write number up to which every write not held is on disk."""
+        if not self._writing and self._pending.is_empty():
+            return self._writes
+        return self._committed
+
+    def _held_floor(self) -> float:
+        """The lowest number of a held delivery not yet written (or purged) and committed."""
+        floor: float = math.inf
+        if self._held:
+            floor = next(iter(self._held.values())).number
+        for number in (self._left_pending, self._left_writing):
+            if number is not None and number < floor:
+                floor = number
+        return floor
+
+    def _releasable(self) -> list[asyncio.Future[None]]:
+        """The commits waiting that are done now, taken off the list (in order)."""
+        waiters = self._waiters
+        through, floor = self._durable_through(), self._held_floor()
+        count = 0
+        for number, _ in waiters:
+            if number > through or number >= floor:
+                break
+            count += 1
+        released = [waiter for _, waiter in waiters[:count]]
+        del waiters[:count]
+        return released
 
     def _check_open(self) -> None:
         if self._state is not _State.OPEN:
             raise api.PersistenceError(f"store is {self._state.value}")
 
     def _touch(self) -> None:
+        self._writes += 1
         if self._pending_since is None:
             self._pending_since = time.monotonic()
             self._wake.notify()
@@ -269,8 +405,8 @@ class FileSessionStore:
             with self._lock:
                 if self._state is _State.OPEN:  # died on its own: writes must fail, not hang
                     self._state = _State.CLOSED
-                orphans = self._pending_waiters + self._writing_waiters
-                self._pending_waiters, self._writing_waiters = [], []
+                orphans = [waiter for _, waiter in self._waiters]
+                self._waiters = []
             for waiter in orphans:
                 _settle_threadsafe(waiter, api.PersistenceError("the writer thread stopped"), None)
             if self._stopped is not None:
@@ -297,21 +433,26 @@ class FileSessionStore:
     def _commit_until_stopped(self, db: sqlite3.Connection) -> None:
         while True:
             with self._lock:
-                while not (self._pending_waiters or self._stopping):
-                    if self._pending_since is None:
+                while not self._stopping:
+                    due = self._next_due()
+                    if due is None:
                         self._wake.wait()
                         continue
-                    due = max(self._pending_since + self._commit_interval, self._retry_at)
                     delay = due - time.monotonic()
                     if delay <= 0:
                         break
                     self._wake.wait(delay)
+                stopping = self._stopping
                 batch, self._pending = self._pending, PendingBatch()
+                self._write_held(batch, everything=stopping)
                 self._keep_inflight(batch)
-                self._writing_waiters, self._pending_waiters = self._pending_waiters, []
+                if self._left_pending is not None:
+                    if self._left_writing is None or self._left_pending < self._left_writing:
+                        self._left_writing = self._left_pending
+                    self._left_pending = None
+                self._written_through = self._writes
                 self._pending_since = None
                 self._writing = True
-                stopping = self._stopping
             error: BaseException | None = None
             if not batch.is_empty():
                 self._version = max(time.time_ns(), self._version + 1)
@@ -327,12 +468,21 @@ class FileSessionStore:
                     self._prune_taken(db, batch)
             with self._lock:
                 self._writing = False
-                waiters, self._writing_waiters = self._writing_waiters, []
-                if error is not None:
+                if error is None:
+                    self._committed = self._written_through
+                    self._left_writing = None
+                    waiters = self._releasable()
+                else:
+                    # The batch goes back in front of what came meanwhile; the commits its
+                    # writes held back fail (their clients are refused and send again).
                     batch.absorb(self._pending)
                     self._pending = batch
                     self._pending_since = time.monotonic()
                     self._retry_at = self._pending_since + RETRY_DELAY
+                    count = sum(1 for number, _ in self._waiters
+                                if number <= self._written_through)
+                    waiters = [waiter for _, waiter in self._waiters[:count]]
+                    del self._waiters[:count]
             del batch  # drop the payload references before waiting for the next batch
             for waiter in waiters:
                 if error is None:
@@ -343,6 +493,43 @@ class FileSessionStore:
             if stopping:
                 self._close_error = error
                 return
+
+    def _next_due(self) -> float | None:
+        """When the writer swaps the next batch; None: not before another write."""
+        due: float | None = None
+        if self._pending_since is not None:
+            if self._waiters and not self._pending.is_empty():
+                return 0.0  # a commit waits: at once, a failed batch's retry too
+            due = max(self._pending_since + self._commit_interval, self._retry_at)
+        if self._held:
+            held_due = next(iter(self._held.values())).since + self._delivery_hold
+            if due is None or held_due < due:
+                due = held_due
+        return due
+
+    def _write_held(self, batch: PendingBatch, *, everything: bool) -> None:
+        """Move the held deliveries whose time is up (all of them when ``everything``) into
+        ``batch``, in their order; commits after them wait until the batch is on disk."""
+        held = self._held
+        if not held:
+            return
+        now = time.monotonic()
+        limit = math.inf if everything else now - self._delivery_hold
+        moved = 0
+        for key, entry in held.items():
+            if entry.since > limit:
+                break
+            if moved == 0 and (self._left_writing is None or entry.number < self._left_writing):
+                self._left_writing = entry.number
+            client_id, seq = key
+            if not everything and client_id in self._sending:
+                del self._sending[client_id]  # too slow to acknowledge: written as they come
+                self._paused[client_id] = now + HOLD_PAUSE
+            batch.queues.setdefault(client_id, {})[seq] = QueueWrite(
+                entry.message, packet_id=entry.packet_id)
+            moved += 1
+        for key in list(itertools.islice(held, moved)):
+            del held[key]
 
     def _prune_taken(self, db: sqlite3.Connection, batch: PendingBatch) -> None:
         """Count what the batch wrote to ``taken``; past the slack, keep the newest only."""

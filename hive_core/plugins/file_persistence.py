@@ -15,4 +15,5 @@ def hive_session_store(context: ExtensionContext) -> SessionStore:
     if persistence is None:
         return FileSessionStore(node_dir)
     return FileSessionStore(node_dir, commit_interval=persistence.commit_interval / 1000,
-                            sync=persistence.sync)
+                            sync=persistence.sync,
+                            delivery_hold=persistence.delivery_hold / 1000)

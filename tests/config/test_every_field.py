@@ -182,6 +182,8 @@ FIELDS: dict[str, str] = {
     "Persistence.mode": EFFECTS + "test_in_memory_persistence_keeps_nothing_across_a_restart",
     "Persistence.commit_interval": EFFECTS + "test_commit_interval_and_sync_reach_the_file_store",
     "Persistence.sync": EFFECTS + "test_commit_interval_and_sync_reach_the_file_store",
+    "Persistence.delivery_hold": EFFECTS
+    + "test_delivery_hold_keeps_the_publishers_puback_until_the_subscriber_acknowledges",
     "Extensions.disabled": "tests/extensions/test_loading.py::test_node_applies_config_disabled",
     "OverloadProtection.enabled": "tests/overload/test_overload_node.py::test_a_flooded_node_keeps_answering_and_loses_nothing + "
                                   "tests/overload/test_overload_node.py::test_disabled_the_node_reads_every_client_and_the_subscribers_queue_overflows + "

@@ -20,7 +20,7 @@ from e2e.rawclient import RawClient
 from e2e.test_listeners import upgrade_answer
 
 from hive_core.config import parse_config
-from hive_core.mqtt import Disconnect, Publish
+from hive_core.mqtt import Disconnect, PubAck, Publish
 from hive_core.plugins import file_persistence
 from hive_core.plugins.multicast_discovery import MulticastDiscovery
 from hive_ext_api import ExtensionContext
@@ -204,6 +204,27 @@ def test_commit_interval_and_sync_reach_the_file_store(tmp_path: Path) -> None:
         "persistence", tmp_path, None, logging.getLogger("t"), parse_config("<hivemq/>"),  # type: ignore[arg-type]
         tmp_path))
     assert (default._commit_interval, default._sync) == (0.002, True)  # type: ignore[attr-defined]
+
+
+def test_delivery_hold_keeps_the_publishers_puback_until_the_subscriber_acknowledges(
+        hive_factory: Any) -> None:
+    """With a hold of 3 s, a delivery to a connected persistent subscriber is not written while
+    its PUBACK may come, so the publisher's PUBACK waits for the subscriber's."""
+    node = hive_factory(body="<persistence><delivery-hold>3000</delivery-hold></persistence>")
+    with RawClient(node.port) as subscriber, RawClient(node.port) as publisher:
+        subscriber.connect(4, "holding", clean_start=False)
+        subscriber.subscribe("held/t", qos=1)
+        publisher.connect(4, "holding-pub")
+        publisher.publish("held/t", b"x", qos=1)
+        delivery = subscriber.expect(Publish)
+        assert publisher.receive(timeout=1.0) is None  # held: neither written nor acknowledged
+        subscriber.send(PubAck(delivery.packet_id))
+        assert isinstance(publisher.receive(timeout=5.0), PubAck)
+    off = parse_config("<hivemq><persistence><delivery-hold>0</delivery-hold></persistence>"
+                       "</hivemq>")
+    store = file_persistence.hive_session_store(ExtensionContext(
+        "persistence", node.folder, None, logging.getLogger("t"), off, node.folder))  # type: ignore[arg-type]
+    assert store._delivery_hold == 0  # type: ignore[attr-defined]
 
 
 def test_in_memory_persistence_keeps_nothing_across_a_restart(hive_factory: Any) -> None:

@@ -657,6 +657,35 @@ def test_unacked_qos1_is_redelivered_with_dup_after_kill9(hive):
     acknowledge_the_redelivery(hive.port, "forgetful", first)
 
 
+def test_deliveries_acknowledged_or_not_when_the_node_is_killed(hive):
+    """A connected subscriber's deliveries wait for their PUBACKs before they are written
+    (``<delivery-hold>``); the publisher's PUBACK waits for that. After kill -9, exactly the
+    deliveries it did not acknowledge come back, with DUP and their packet ids."""
+    subscriber = RawClient(hive.port)
+    subscriber.connect(4, "half-acks", clean_start=False)
+    subscriber.subscribe("persist/half", qos=1)
+    with RawClient(hive.port) as publisher:
+        publisher.connect(4, "half-pub")
+        packet_ids = [publisher.publish("persist/half", f"{n}".encode(), qos=1)
+                      for n in range(30)]  # within the 32 in flight to an MQTT 3 client
+        deliveries = [subscriber.expect(Publish) for _ in packet_ids]
+        for delivery in deliveries[:15]:
+            subscriber.send(PubAck(delivery.packet_id))
+        acknowledged = {publisher.expect(PubAck).packet_id for _ in packet_ids}
+        assert acknowledged == set(packet_ids)
+    hive.kill()
+    subscriber.close()
+    hive.start()
+    with RawClient(hive.port) as again:
+        assert again.connect(4, "half-acks", clean_start=False).session_present is True
+        redelivered = [again.expect(Publish) for _ in range(15)]
+        assert [(p.payload, p.packet_id, p.dup) for p in redelivered] == [
+            (d.payload, d.packet_id, True) for d in deliveries[15:]]
+        for delivery in redelivered:
+            again.send(PubAck(delivery.packet_id))
+        again.expect_nothing(0.5)
+
+
 def test_session_expiry_keeps_counting_across_restart(hive, clients):
     client = clients(hive.port, "mortal", expiry=2, clean=False).connect()
     client.disconnect()

@@ -530,6 +530,7 @@ async def test_writes_made_while_a_batch_fails_are_retried_with_it(
         both("save_inflight", api.StoredInflight("c1", 3, "out", "publish", message("later")))
         both("enqueue", "c1", 3, message("three"))
         both("dequeue", "c1", 2)
+        both("send_queued", "c1", 1, 9)  # a mark on the row the failing batch deletes: none
         both("save_retained", message("r", b"new"))
         both("save_session", session("c1"))
         resume.set()
@@ -574,3 +575,143 @@ async def test_a_queued_message_sent_keeps_its_row_marked_with_its_packet_id(
     await store.close()
     assert loaded.sent == {"c1": {2: 6}}
     assert [seq for seq, _m in loaded.queues["c1"]] == [2, 4]
+
+
+# ------------------------------------------------------------ deliveries held for their PUBACK
+
+
+async def commit_in_background(store: FileSessionStore, tg: anyio.abc.TaskGroup) -> anyio.Event:
+    done = anyio.Event()
+
+    async def commit() -> None:
+        await store.commit()
+        done.set()
+
+    tg.start_soon(commit)
+    await anyio.sleep(0)  # the commit is counted before anything written after this
+    return done
+
+
+async def test_a_delivery_acknowledged_within_the_hold_is_never_written(tmp_path: Path) -> None:
+    """A QoS 1 delivery sent at once stays out of the batches while its PUBACK may come: the
+    PUBACK cancels its row, and a commit waiting for it returns then, not after the hold."""
+    store = FileSessionStore(tmp_path, sync=False, delivery_hold=30)
+    await store.open()
+    store.save_session(session())
+    await store.commit()
+    rows = store.stats.rows
+    async with anyio.create_task_group() as tg:
+        for seq in range(1, 101):
+            store.enqueue("c1", seq, message(f"m{seq}"))
+            store.send_queued("c1", seq, seq)
+        done = await commit_in_background(store, tg)
+        await anyio.sleep(0.2)
+        assert not done.is_set()  # the publishers' acknowledgements wait for the deliveries
+        for seq in range(1, 100):
+            store.dequeue("c1", seq)
+        await anyio.sleep(0.1)
+        assert not done.is_set()  # one is left
+        store.dequeue("c1", 100)
+        with anyio.fail_after(5):
+            await done.wait()
+    assert (store.stats.rows, store.stats.spared) == (rows, 100)
+    store, loaded = await reopen(store)
+    await store.close()
+    assert loaded.queues == {} and loaded.sent == {}
+
+
+async def test_a_delivery_not_acknowledged_in_time_is_written_marked(tmp_path: Path) -> None:
+    """Past the hold the row is written, marked with its packet id, and so is what was queued
+    behind it for the same client; the commit waiting for them returns once they are on disk."""
+    store = FileSessionStore(tmp_path, sync=False, delivery_hold=0.2)
+    await store.open()
+    store.save_session(session())
+    store.enqueue("c1", 1, message("sent"))
+    store.send_queued("c1", 1, 9)
+    store.enqueue("c1", 2, message("queued behind it"))  # held too: its client is acknowledging
+    begun = time.monotonic()
+    await store.commit()
+    assert time.monotonic() - begun >= 0.2
+    assert store.stats.spared == 0
+    store, loaded = await reopen(store)
+    await store.close()
+    assert [(seq, m.topic) for seq, m in loaded.queues["c1"]] == [
+        (1, "sent"), (2, "queued behind it")]
+    assert loaded.sent == {"c1": {1: 9}}
+
+
+async def test_what_is_queued_for_a_client_not_being_sent_to_is_not_held(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path, sync=False, delivery_hold=30)
+    await store.open()
+    store.save_session(session("offline"))
+    store.enqueue("offline", 1, message())
+    with anyio.fail_after(5):  # not 30 s
+        await store.commit()
+    assert store.stats.rows == 2
+    await store.close()
+
+
+async def test_a_client_too_slow_for_the_hold_gets_its_rows_written_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a held delivery ran out of time, its client's next ones are written as they come
+    (for HOLD_PAUSE): holding them would only delay their publishers' acknowledgements."""
+    monkeypatch.setattr(_file_store, "HOLD_PAUSE", 30.0)
+    store = FileSessionStore(tmp_path, sync=False, delivery_hold=0.5)
+    await store.open()
+    store.enqueue("slow", 1, message())
+    store.send_queued("slow", 1, 1)
+    await store.commit()  # after the hold
+    rows = store.stats.rows
+    store.enqueue("slow", 2, message())
+    store.send_queued("slow", 2, 2)
+    with anyio.fail_after(0.4):  # shorter than the hold: written, not held
+        await store.commit()
+    assert store.stats.rows == rows + 1
+    store.enqueue("fast", 1, message())
+    store.send_queued("fast", 1, 1)
+    store.dequeue("fast", 1)
+    assert store.stats.spared == 1  # another client is still held
+    await store.close()
+
+
+async def test_a_session_deleted_with_held_deliveries_leaves_nothing(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path, sync=False, delivery_hold=30)
+    await store.open()
+    store.save_session(session())
+    await store.commit()
+    store.enqueue("c1", 1, message())
+    store.send_queued("c1", 1, 1)
+    store.delete_session("c1")
+    with anyio.fail_after(5):  # the held delivery went with the session: nothing to wait for
+        await store.commit()
+    store, loaded = await reopen(store)
+    await store.close()
+    assert (loaded.sessions, loaded.queues, loaded.sent) == ({}, {}, {})
+
+
+async def test_close_writes_the_held_deliveries(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path, sync=False, delivery_hold=30)
+    await store.open()
+    store.save_session(session())
+    store.enqueue("c1", 1, message("in flight"))
+    store.send_queued("c1", 1, 4)
+    with anyio.fail_after(5):
+        await store.close()
+    store, loaded = await reopen(store)
+    await store.close()
+    assert [m.topic for _seq, m in loaded.queues["c1"]] == ["in flight"]
+    assert loaded.sent == {"c1": {1: 4}}
+
+
+async def test_a_commit_waiting_only_for_a_held_delivery_returns_after_the_hold(
+        tmp_path: Path) -> None:
+    """The writer, asleep until the pending batch's (long) commit interval, still writes a held
+    delivery once its hold is over."""
+    store = FileSessionStore(tmp_path, sync=False, commit_interval=3600, delivery_hold=0.05)
+    await store.open()
+    store.enqueue("c1", 1, message())
+    await anyio.sleep(0.1)  # the writer goes back to sleep, until the commit interval is over
+    store.send_queued("c1", 1, 1)  # out of the pending batch, which is empty now
+    with anyio.fail_after(5):
+        await store.commit()
+    await store.close()
