@@ -55,6 +55,8 @@ class StoreStats:
     rows: int = 0  # rows inserted, replaced or deleted by those batches
     failures: int = 0  # batches that failed and were put back for a retry
     spared: int = 0  # deliveries acknowledged while held: no row written or deleted for them
+    late: int = 0  # held deliveries written because their hold ran out
+    paused: int = 0  # times a client got no more held for HOLD_PAUSE (one ran out)
 
 
 @dataclass(slots=True)
@@ -194,7 +196,8 @@ class FileSessionStore:
 
     def enqueue(self, client_id: str, seq: int, message: api.StoredMessage) -> None:
         with self._lock:
-            self._check_open()
+            if self._state is not _State.OPEN:
+                self._check_open()
             if self._held and (client_id, seq) in self._held:
                 self._leave_held((client_id, seq))  # written again: an ordinary write now
             high = self._high_seq.get(client_id, -1)
@@ -215,7 +218,8 @@ class FileSessionStore:
 
     def send_queued(self, client_id: str, seq: int, packet_id: int) -> None:
         with self._lock:
-            self._check_open()
+            if self._state is not _State.OPEN:
+                self._check_open()
             key = (client_id, seq)
             held = self._held.get(key)
             if held is not None:
@@ -226,15 +230,22 @@ class FileSessionStore:
 
     def dequeue(self, client_id: str, seq: int) -> None:
         with self._lock:
-            self._check_open()
+            if self._state is not _State.OPEN:
+                self._check_open()
             held = self._held.pop((client_id, seq), None)
             if held is None:
                 self._pending.dequeue(client_id, seq)
                 self._touch()
                 return
-            # Acknowledged while held: nothing of it is ever written.
+            # Acknowledged while held: nothing of it is ever written. The client acknowledges,
+            # so what is queued for it is held too, while it waits for room in its window.
             self.stats.spared += 1
-            if self._waiters:
+            if client_id not in self._paused:
+                self._sending[client_id] = time.monotonic()
+            waiters = self._waiters
+            # Only the lowest held number can hold the first commit back; check cheaply first.
+            if waiters and held.number <= waiters[0][0] and (
+                    not self._held or next(iter(self._held.values())).number > waiters[0][0]):
                 for waiter in self._releasable():
                     _set_result(waiter, None)
 
@@ -522,9 +533,12 @@ class FileSessionStore:
             if moved == 0 and (self._left_writing is None or entry.number < self._left_writing):
                 self._left_writing = entry.number
             client_id, seq = key
-            if not everything and client_id in self._sending:
-                del self._sending[client_id]  # too slow to acknowledge: written as they come
-                self._paused[client_id] = now + HOLD_PAUSE
+            if not everything:
+                self.stats.late += 1
+                if client_id in self._sending:
+                    del self._sending[client_id]  # too slow to acknowledge: written as they come
+                    self._paused[client_id] = now + HOLD_PAUSE
+                    self.stats.paused += 1
             batch.queues.setdefault(client_id, {})[seq] = QueueWrite(
                 entry.message, packet_id=entry.packet_id)
             moved += 1

@@ -661,6 +661,7 @@ async def test_a_client_too_slow_for_the_hold_gets_its_rows_written_at_once(
     store.enqueue("slow", 1, message())
     store.send_queued("slow", 1, 1)
     await store.commit()  # after the hold
+    assert (store.stats.late, store.stats.paused) == (1, 1)
     rows = store.stats.rows
     store.enqueue("slow", 2, message())
     store.send_queued("slow", 2, 2)
