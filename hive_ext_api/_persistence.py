@@ -216,7 +216,8 @@ class SessionStore(Protocol):
         ...
 
     async def commit(self) -> None:
-        """Resolve once every write made before this call is durable.
+        """Resolve once every write made before this call is durable (a write that a later
+        one cancelled, such as an enqueue and its dequeue, need never be written).
 
         :raises PersistenceError: the batch could not be written; its writes stay pending and
             are retried. The broker then acknowledges nothing that depended on them.
