@@ -105,6 +105,7 @@ class FileSessionStore:
         # their numbers; and the lowest number of those that left for the pending batch or the
         # batch being written, which commits after them wait for too.
         self._held: dict[tuple[str, int], _Held] = {}
+        self._held_count: dict[str, int] = {}  # per client that has some, how many
         self._left_pending: int | None = None
         self._left_writing: int | None = None
         # Per client, when a delivery was last sent to it (send_queued): while that is recent,
@@ -188,10 +189,10 @@ class FileSessionStore:
             self._high_seq.pop(client_id, None)
             self._sending.pop(client_id, None)
             self._paused.pop(client_id, None)
-            if self._held:
+            if client_id in self._held_count:
                 # Its held deliveries go with it; commits after them wait for this batch.
-                for key in [key for key in self._held if key[0] == client_id]:
-                    self._leave_held(key)
+                for _seq, held in self._take_held_of(client_id):
+                    self._left_at(held.number, writing=False)
             self._touch()
 
     def enqueue(self, client_id: str, seq: int, message: api.StoredMessage) -> None:
@@ -204,14 +205,18 @@ class FileSessionStore:
             if seq > high:
                 self._high_seq[client_id] = seq
                 sent = self._sending.get(client_id)
-                if sent is not None:
-                    now = time.monotonic()
-                    if now - sent < self._delivery_hold:
-                        self._writes += 1
-                        if not self._held:
-                            self._wake.notify()  # the writer learns when it is due
-                        self._held[(client_id, seq)] = _Held(message, None, self._writes, now)
-                        return
+                now = time.monotonic()
+                # Held while the client acknowledges, and behind what is held for it already:
+                # the holds run out in order, so the disk never has a later message of a queue
+                # without an earlier one.
+                if (sent is not None and now - sent < self._delivery_hold) or \
+                        client_id in self._held_count:
+                    self._writes += 1
+                    if not self._held:
+                        self._wake.notify()  # the writer learns when it is due
+                    self._held[(client_id, seq)] = _Held(message, None, self._writes, now)
+                    self._held_count[client_id] = self._held_count.get(client_id, 0) + 1
+                    return
             self._touch()
             self._pending.enqueue(client_id, seq, message, fresh=seq > high,
                                   number=self._writes)
@@ -237,6 +242,7 @@ class FileSessionStore:
                 self._pending.dequeue(client_id, seq)
                 self._touch()
                 return
+            self._count_out(client_id)
             # Acknowledged while held: nothing of it is ever written. The client acknowledges,
             # so what is queued for it is held too, while it waits for room in its window.
             self.stats.spared += 1
@@ -279,13 +285,36 @@ class FileSessionStore:
         if not self._held:
             self._wake.notify()  # the writer may sleep until the pending batch's time
         self._held[key] = _Held(write.message, packet_id, write.number, time.monotonic())
+        self._held_count[client_id] = self._held_count.get(client_id, 0) + 1
         return True
+
+    def _count_out(self, client_id: str) -> None:
+        count = self._held_count[client_id] - 1
+        if count:
+            self._held_count[client_id] = count
+        else:
+            del self._held_count[client_id]
 
     def _leave_held(self, key: tuple[str, int]) -> None:
         """A held delivery goes into the pending batch's hands (written, or purged)."""
-        held = self._held.pop(key)
-        if self._left_pending is None or held.number < self._left_pending:
-            self._left_pending = held.number
+        self._left_at(self._held.pop(key).number, writing=False)
+        self._count_out(key[0])
+
+    def _left_at(self, number: int, *, writing: bool) -> None:
+        """A held delivery numbered ``number`` left for the pending batch (or the one being
+        written): commits after it wait until that batch is on disk."""
+        if writing:
+            if self._left_writing is None or number < self._left_writing:
+                self._left_writing = number
+        elif self._left_pending is None or number < self._left_pending:
+            self._left_pending = number
+
+    def _take_held_of(self, client_id: str) -> list[tuple[int, _Held]]:
+        """Take every held delivery of ``client_id`` out of the hold, in order."""
+        if self._held_count.pop(client_id, None) is None:
+            return []
+        keys = [key for key in self._held if key[0] == client_id]
+        return [(key[1], self._held.pop(key)) for key in keys]
 
     def save_inflight(self, inflight: api.StoredInflight) -> None:
         with self._lock:
@@ -527,11 +556,12 @@ class FileSessionStore:
         now = time.monotonic()
         limit = math.inf if everything else now - self._delivery_hold
         moved = 0
+        paused: list[str] = []
         for key, entry in held.items():
             if entry.since > limit:
                 break
-            if moved == 0 and (self._left_writing is None or entry.number < self._left_writing):
-                self._left_writing = entry.number
+            if moved == 0:
+                self._left_at(entry.number, writing=True)
             client_id, seq = key
             if not everything:
                 self.stats.late += 1
@@ -539,11 +569,21 @@ class FileSessionStore:
                     del self._sending[client_id]  # too slow to acknowledge: written as they come
                     self._paused[client_id] = now + HOLD_PAUSE
                     self.stats.paused += 1
+                    paused.append(client_id)
             batch.queues.setdefault(client_id, {})[seq] = QueueWrite(
                 entry.message, packet_id=entry.packet_id)
             moved += 1
         for key in list(itertools.islice(held, moved)):
             del held[key]
+            self._count_out(key[0])
+        if paused:  # the rest of what is held for a paused client goes along, in order
+            clients = set(paused)
+            for key in [key for key in held if key[0] in clients]:
+                entry = held.pop(key)
+                self._count_out(key[0])
+                batch.queues.setdefault(key[0], {})[key[1]] = QueueWrite(
+                    entry.message, packet_id=entry.packet_id)
+                self._left_at(entry.number, writing=True)
 
     def _prune_taken(self, db: sqlite3.Connection, batch: PendingBatch) -> None:
         """Count what the batch wrote to ``taken``; past the slack, keep the newest only."""

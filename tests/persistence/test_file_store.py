@@ -716,3 +716,28 @@ async def test_a_commit_waiting_only_for_a_held_delivery_returns_after_the_hold(
     with anyio.fail_after(5):
         await store.commit()
     await store.close()
+
+
+async def test_what_is_held_for_a_paused_client_is_written_with_its_late_delivery(
+        tmp_path: Path) -> None:
+    """When a client's held delivery runs out of time, what is held behind it for the same
+    client is written in the same batch: the disk never has a later message of a queue without
+    an earlier one, and the next ones are written as they come."""
+    store = FileSessionStore(tmp_path, sync=False, delivery_hold=0.3)
+    await store.open()
+    store.enqueue("c1", 1, message("one"))
+    store.send_queued("c1", 1, 1)
+    await anyio.sleep(0.1)
+    store.enqueue("c1", 2, message("two"))  # held behind it, for another 0.3 s
+    with anyio.fail_after(5):
+        await store.commit()  # returns once "one" ran out of time, with "two" written too
+    assert (store.stats.late, store.stats.paused) == (1, 1)
+    rows = store.stats.rows
+    assert rows == 2
+    store.enqueue("c1", 3, message("three"))  # paused: written as it comes
+    await store.commit()
+    assert store.stats.rows == rows + 1
+    store, loaded = await reopen(store)
+    await store.close()
+    assert [m.topic for _seq, m in loaded.queues["c1"]] == ["one", "two", "three"]
+    assert loaded.sent == {"c1": {1: 1}}
