@@ -199,6 +199,7 @@ class Records:
         # row (the message written twice); with it the row stays, marked with the packet id.
         self._send_queued: Callable[[str, int, int], None] | None = getattr(
             store, "send_queued", None)
+        self._slowest_write: Callable[[], float] | None = getattr(store, "slowest_write", None)
 
         self._slowest_commit = 0.0  # seconds, since slowest_commit() was asked last
         self._commits: dict[int, float] = {}  # the commits under way: when each began
@@ -220,8 +221,12 @@ class Records:
 
     def slowest_commit(self) -> float:
         """The longest a commit took since the last call, or has been waiting for so far
-        (overload protection's measure of the disk)."""
+        (overload protection's measure of the disk); a store that can tell the time its disk
+        takes (``slowest_write``) is asked instead, as its commits may also wait for deliveries
+        it holds for their acknowledgements."""
         slowest, self._slowest_commit = self._slowest_commit, 0.0
+        if self._slowest_write is not None:
+            return self._slowest_write()
         if self._commits:
             slowest = max(slowest, time.monotonic() - next(iter(self._commits.values())))
         return slowest

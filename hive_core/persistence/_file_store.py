@@ -114,6 +114,8 @@ class FileSessionStore:
         # Per client, until when nothing is held for it (a held delivery ran out of time).
         self._paused: dict[str, float] = {}
         self._retry_at = 0.0
+        self._write_began: float | None = None  # when the batch being written began
+        self._slowest_write = 0.0  # seconds, since slowest_write() was asked last
         self._stopping = False
         self._high_seq: dict[str, int] = {}  # per client, the highest seq that may be on disk
         # Per client, the in-flight exchanges that may have a row on disk (loaded, or in a batch
@@ -402,6 +404,17 @@ class FileSessionStore:
         del waiters[:count]
         return released
 
+    def slowest_write(self) -> float:
+        """The longest a batch took to write since the last call, or has taken so far: the
+        disk's own time, for overload protection (a commit may also wait for held deliveries,
+        which says nothing about the disk)."""
+        with self._lock:
+            slowest, self._slowest_write = self._slowest_write, 0.0
+            began = self._write_began
+        if began is not None:
+            slowest = max(slowest, time.monotonic() - began)
+        return slowest
+
     def _check_open(self) -> None:
         if self._state is not _State.OPEN:
             raise api.PersistenceError(f"store is {self._state.value}")
@@ -494,8 +507,10 @@ class FileSessionStore:
                 self._pending_since = None
                 self._writing = True
             error: BaseException | None = None
+            began: float | None = None
             if not batch.is_empty():
                 self._version = max(time.time_ns(), self._version + 1)
+                began = self._write_began = time.monotonic()
                 try:
                     rows = schema.write(db, batch, self._version)
                 except Exception as exc:
@@ -507,6 +522,9 @@ class FileSessionStore:
                     self.stats.rows += rows
                     self._prune_taken(db, batch)
             with self._lock:
+                if began is not None:
+                    self._slowest_write = max(self._slowest_write, time.monotonic() - began)
+                    self._write_began = None
                 self._writing = False
                 if error is None:
                     self._committed = self._written_through

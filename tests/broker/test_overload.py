@@ -335,6 +335,24 @@ def test_the_disk_measure_is_the_slowest_commit_finished_or_still_waiting() -> N
     asyncio.run(scenario())
 
 
+def test_a_store_that_times_its_disk_is_asked_instead_of_timing_its_commits() -> None:
+    """The embedded store holds deliveries for their acknowledgements, so its commits may wait
+    for a slow subscriber: its own measure of the disk is the one that counts."""
+    class HoldingStore(MemorySessionStore):
+        async def commit(self) -> None:
+            await asyncio.sleep(0.2)  # waiting for a held delivery, not for the disk
+
+        def slowest_write(self) -> float:
+            return 0.01
+
+    async def scenario() -> None:
+        records = Records(HoldingStore())
+        await records.commit()
+        assert records.slowest_commit() == 0.01
+
+    asyncio.run(scenario())
+
+
 def test_the_monitor_counts_a_lagging_loop_only_when_two_samples_in_a_row_show_it() -> None:
     async def scenario() -> None:
         monitor = OverloadMonitor(set(), 1000, lambda: 0.0, memory_cap=0)

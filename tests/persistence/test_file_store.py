@@ -741,3 +741,33 @@ async def test_what_is_held_for_a_paused_client_is_written_with_its_late_deliver
     await store.close()
     assert [m.topic for _seq, m in loaded.queues["c1"]] == ["one", "two", "three"]
     assert loaded.sent == {"c1": {1: 1}}
+
+
+async def test_the_disk_time_leaves_out_the_wait_for_held_deliveries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Overload protection's measure of the disk (``slowest_write``) is the time a batch takes
+    to write, including one still being written; a commit waiting for a held delivery is not
+    the disk being slow."""
+    store = FileSessionStore(tmp_path, sync=False, delivery_hold=0.5)
+    await store.open()
+    store.enqueue("c1", 1, message())
+    store.send_queued("c1", 1, 1)
+    begun = time.monotonic()
+    await store.commit()
+    assert time.monotonic() - begun >= 0.5
+    assert store.slowest_write() < 0.4
+    real_write = _sqlite_schema.write
+
+    def slow_write(db: sqlite3.Connection, batch: object, version: int) -> int:
+        time.sleep(0.6)
+        return real_write(db, batch, version)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_sqlite_schema, "write", slow_write)
+    store.save_session(session())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.commit)
+        await anyio.sleep(0.4)
+        assert store.slowest_write() >= 0.3  # still writing: counted so far
+    assert store.slowest_write() >= 0.6
+    assert store.slowest_write() == 0.0  # asked again: nothing written since
+    await store.close()
