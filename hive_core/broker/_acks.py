@@ -82,7 +82,8 @@ class CommittedAcks:
         self.task: asyncio.Task[None] | None = None
 
     def send(self, data: bytes, durable: bool, forwards: bool) -> None:
-        if durable or self.waiting:
+        # Behind anything not sent yet: waiting, or in the batch whose commit is under way.
+        if durable or self.waiting or self.task is not None:
             self.waiting.append(data)
             self._needs_commit = self._needs_commit or durable
             self._needs_forwards = self._needs_forwards or forwards

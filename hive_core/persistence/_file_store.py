@@ -201,24 +201,25 @@ class FileSessionStore:
         with self._lock:
             if self._state is not _State.OPEN:
                 self._check_open()
-            if self._held and (client_id, seq) in self._held:
-                self._leave_held((client_id, seq))  # written again: an ordinary write now
             high = self._high_seq.get(client_id, -1)
             if seq > high:
                 self._high_seq[client_id] = seq
                 sent = self._sending.get(client_id)
-                now = time.monotonic()
-                # Held while the client acknowledges, and behind what is held for it already:
-                # the holds run out in order, so the disk never has a later message of a queue
-                # without an earlier one.
-                if (sent is not None and now - sent < self._delivery_hold) or \
-                        client_id in self._held_count:
-                    self._writes += 1
-                    if not self._held:
-                        self._wake.notify()  # the writer learns when it is due
-                    self._held[(client_id, seq)] = _Held(message, None, self._writes, now)
-                    self._held_count[client_id] = self._held_count.get(client_id, 0) + 1
-                    return
+                held_before = self._held_count.get(client_id, 0)
+                if sent is not None or held_before:
+                    now = time.monotonic()
+                    # Held while the client acknowledges, and behind what is held for it
+                    # already: the holds run out in order, so the disk never has a later
+                    # message of a queue without an earlier one.
+                    if held_before or (sent is not None and now - sent < self._delivery_hold):
+                        self._writes += 1
+                        if not self._held:
+                            self._wake.notify()  # the writer learns when it is due
+                        self._held[(client_id, seq)] = _Held(message, None, self._writes, now)
+                        self._held_count[client_id] = held_before + 1
+                        return
+            elif self._held and (client_id, seq) in self._held:
+                self._leave_held((client_id, seq))  # written again: an ordinary write now
             self._touch()
             self._pending.enqueue(client_id, seq, message, fresh=seq > high,
                                   number=self._writes)
@@ -244,7 +245,11 @@ class FileSessionStore:
                 self._pending.dequeue(client_id, seq)
                 self._touch()
                 return
-            self._count_out(client_id)
+            count = self._held_count[client_id] - 1
+            if count:
+                self._held_count[client_id] = count
+            else:
+                del self._held_count[client_id]
             # Acknowledged while held: nothing of it is ever written. The client acknowledges,
             # so what is queued for it is held too, while it waits for room in its window.
             self.stats.spared += 1

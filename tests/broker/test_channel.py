@@ -790,3 +790,29 @@ def test_a_qos2_publish_sent_again_on_a_new_connection_waits_for_its_commit_too(
         assert pub.new() == [mqtt.PubRec(1)]
 
     run(scenario, store)
+
+
+def test_acknowledgements_keep_the_order_of_their_publishes_while_a_commit_waits() -> None:
+    """A PUBACK that needs no commit (no persistent subscriber) does not overtake one that
+    waits for the store (MQTT-4.6.0-2), also while that one's commit is already under way."""
+    store = GatedStore()
+
+    async def scenario(broker: Broker) -> None:
+        sub = Peer(broker)
+        sub.connect("s", clean_start=False, properties=PERSISTENT)
+        sub.subscribe("kept", qos=1)
+        pub = Peer(broker)
+        pub.connect("p")
+        store.gate.clear()
+        try:
+            pub.send(mqtt.Publish("kept", b"1", qos=1, packet_id=1))
+            await settle()  # its acknowledgement's commit is under way, and waits
+            pub.send(mqtt.Publish("nobody", b"2", qos=1, packet_id=2))
+            await settle()
+            assert pub.new() == []
+        finally:
+            store.gate.set()
+        await settle()
+        assert pub.new() == [mqtt.PubAck(1), mqtt.PubAck(2, mqtt.ReasonCode.NO_MATCHING_SUBSCRIBERS)]
+
+    run(scenario, store)
