@@ -813,6 +813,7 @@ def test_acknowledgements_keep_the_order_of_their_publishes_while_a_commit_waits
         finally:
             store.gate.set()
         await settle()
-        assert pub.new() == [mqtt.PubAck(1), mqtt.PubAck(2, mqtt.ReasonCode.NO_MATCHING_SUBSCRIBERS)]
+        assert pub.new() == [mqtt.PubAck(1),
+                             mqtt.PubAck(2, mqtt.ReasonCode.NO_MATCHING_SUBSCRIBERS)]
 
     run(scenario, store)
