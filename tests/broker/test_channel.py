@@ -798,11 +798,8 @@ def test_acknowledgements_keep_the_order_of_their_publishes_while_a_commit_waits
     store = GatedStore()
 
     async def scenario(broker: Broker) -> None:
-        sub = Peer(broker)
-        sub.connect("s", clean_start=False, properties=PERSISTENT)
-        sub.subscribe("kept", qos=1)
-        pub = Peer(broker)
-        pub.connect("p")
+        _sub, pub = subscriber_and_publisher(broker, "kept", 1, clean_start=False,
+                                             properties=PERSISTENT)
         store.gate.clear()
         try:
             pub.send(mqtt.Publish("kept", b"1", qos=1, packet_id=1))
