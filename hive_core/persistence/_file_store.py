@@ -106,6 +106,7 @@ class FileSessionStore:
         # batch being written, which commits after them wait for too.
         self._held: dict[tuple[str, int], _Held] = {}
         self._held_count: dict[str, int] = {}  # per client that has some, how many
+        self._atomic = 0  # depth of atomic() blocks the loop is in
         self._left_pending: int | None = None
         self._left_writing: int | None = None
         # Per client, when a delivery was last sent to it (send_queued): while that is recent,
@@ -250,6 +251,12 @@ class FileSessionStore:
                 self._held_count[client_id] = count
             else:
                 del self._held_count[client_id]
+            if self._atomic:
+                # Moved, not acknowledged (a QoS 2 delivery to its in-flight row, written in
+                # this same transaction): what waits for it waits for the batch with the move.
+                self._left_at(held.number, writing=False)
+                self._touch()
+                return
             # Acknowledged while held: nothing of it is ever written. The client acknowledges,
             # so what is queued for it is held too, while it waits for room in its window.
             self.stats.spared += 1
@@ -359,7 +366,11 @@ class FileSessionStore:
     def atomic(self) -> Iterator[None]:
         """Writes made inside go into one transaction: the writer thread cannot split them."""
         with self._lock:
-            yield
+            self._atomic += 1
+            try:
+                yield
+            finally:
+                self._atomic -= 1
 
     async def commit(self) -> None:
         """Return once every write made before this call is on disk, or was a held delivery

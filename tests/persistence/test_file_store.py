@@ -771,3 +771,33 @@ async def test_the_disk_time_leaves_out_the_wait_for_held_deliveries(
     assert store.slowest_write() >= 0.6
     assert store.slowest_write() == 0.0  # asked again: nothing written since
     await store.close()
+
+
+async def test_a_held_delivery_moved_to_an_in_flight_row_is_waited_for_until_the_row_is_written(
+        tmp_path: Path) -> None:
+    """A queued QoS 2 delivery held for its client leaves the queue for an in-flight row when it
+    is sent (dequeue and save_inflight in one atomic write): a commit that waited for it must
+    wait for that row, not take the dequeue for an acknowledgement."""
+    store = FileSessionStore(tmp_path, sync=False, delivery_hold=30)
+    await store.open()
+    store.enqueue("c1", 1, message("qos 1"))
+    store.send_queued("c1", 1, 1)  # held; the client is being sent to
+    store.enqueue("c1", 2, api.StoredMessage("qos 2", b"p", 2))  # held behind it
+    async with anyio.create_task_group() as tg:
+        done = await commit_in_background(store, tg)
+        await anyio.sleep(0.1)  # the writer has nothing else to write meanwhile
+        with store.atomic():
+            store.dequeue("c1", 2)
+            store.save_inflight(api.StoredInflight(
+                "c1", 7, "out", "publish", api.StoredMessage("qos 2", b"p", 2)))
+        store.dequeue("c1", 1)  # its PUBACK
+        with anyio.fail_after(5):
+            await done.wait()
+        crashed = sqlite3.connect(":memory:")
+        with sqlite3.connect(store.path) as live:
+            live.backup(crashed)
+        loaded = _sqlite_schema.load(crashed, time.time())
+        crashed.close()
+    assert [i.packet_id for i in loaded.inflight.get("c1", [])] == [7]
+    assert loaded.queues == {}
+    await store.close()
