@@ -21,6 +21,7 @@ class QueueWrite:
     fresh: bool = False  # the row cannot be on disk yet, so a dequeue may simply forget the write
     packet_id: int | None = None  # sent to the client under this id (send_queued)
     number: int = 0  # the store's count of writes when this one was made (FileSessionStore)
+    grouped: bool = False  # made in an atomic() block: it goes to the disk with the others
 
 
 @dataclass(slots=True)
@@ -86,12 +87,13 @@ class PendingBatch:
         self.taken.setdefault(client_id, []).append((origin, serial))
 
     def enqueue(self, client_id: str, seq: int, message: StoredMessage, *, fresh: bool,
-                number: int = 0) -> None:
+                number: int = 0, grouped: bool = False) -> None:
         queue = self.queues.setdefault(client_id, {})
         earlier = queue.get(seq)
         if earlier is not None and earlier.message is not None:
             fresh = earlier.fresh
-        queue[seq] = QueueWrite(message, fresh or client_id in self.purged, number=number)
+        queue[seq] = QueueWrite(message, fresh or client_id in self.purged, number=number,
+                                grouped=grouped)
 
     def send_queued(self, client_id: str, seq: int, packet_id: int) -> None:
         queue = self.queues.setdefault(client_id, {})

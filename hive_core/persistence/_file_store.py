@@ -207,7 +207,8 @@ class FileSessionStore:
                 self._high_seq[client_id] = seq
                 sent = self._sending.get(client_id)
                 held_before = self._held_count.get(client_id, 0)
-                if sent is not None or held_before:
+                # (never a write of an atomic() block: it goes to the disk with the others)
+                if (sent is not None or held_before) and not self._atomic:
                     now = time.monotonic()
                     # Held while the client acknowledges, and behind what is held for it
                     # already: the holds run out in order, so the disk never has a later
@@ -223,7 +224,7 @@ class FileSessionStore:
                 self._leave_held((client_id, seq))  # written again: an ordinary write now
             self._touch()
             self._pending.enqueue(client_id, seq, message, fresh=seq > high,
-                                  number=self._writes)
+                                  number=self._writes, grouped=self._atomic > 0)
 
     def send_queued(self, client_id: str, seq: int, packet_id: int) -> None:
         with self._lock:
@@ -289,7 +290,7 @@ class FileSessionStore:
         queue = self._pending.queues.get(client_id)
         write = None if queue is None else queue.get(seq)
         if write is None or write.message is None or not write.fresh or \
-                write.packet_id is not None:
+                write.packet_id is not None or write.grouped:
             return False
         if self._held and next(reversed(self._held.values())).number > write.number:
             return False  # out of order (queued earlier, sent later): written as usual

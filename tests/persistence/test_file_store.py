@@ -801,3 +801,32 @@ async def test_a_held_delivery_moved_to_an_in_flight_row_is_waited_for_until_the
     assert [i.packet_id for i in loaded.inflight.get("c1", [])] == [7]
     assert loaded.queues == {}
     await store.close()
+
+
+async def test_a_delivery_written_in_an_atomic_block_is_never_held(tmp_path: Path) -> None:
+    """A QoS 2 PUBLISH is routed and remembered in one transaction: its deliveries are written
+    with its in-flight row, held neither when enqueued nor when sent, so that a crash keeps both
+    or neither (a resend then is answered without routing, and would lose the message)."""
+    store = FileSessionStore(tmp_path, sync=False, delivery_hold=30)
+    await store.open()
+    store.enqueue("c1", 1, message())
+    store.send_queued("c1", 1, 1)  # held: the client is being sent to
+    store.dequeue("c1", 1)
+    with store.atomic():
+        store.enqueue("c1", 2, message("routed"))
+        store.save_inflight(api.StoredInflight("pub", 3, "in", "pubrec"))
+    store.send_queued("c1", 2, 2)  # sent at once: still not held
+    with store.atomic():
+        store.enqueue("c1", 3, message("routed too"))
+        store.save_inflight(api.StoredInflight("pub", 4, "in", "pubrec"))
+    with anyio.fail_after(5):  # not the 30 s hold
+        await store.commit()
+    crashed = sqlite3.connect(":memory:")
+    with sqlite3.connect(store.path) as live:
+        live.backup(crashed)
+    loaded = _sqlite_schema.load(crashed, time.time())
+    crashed.close()
+    assert [m.topic for _seq, m in loaded.queues["c1"]] == ["routed", "routed too"]
+    assert loaded.sent == {"c1": {2: 2}}
+    assert [i.packet_id for i in loaded.inflight["pub"]] == [3, 4]
+    await store.close()
