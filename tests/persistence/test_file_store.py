@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import threading
@@ -580,6 +581,14 @@ async def test_a_queued_message_sent_keeps_its_row_marked_with_its_packet_id(
 # ------------------------------------------------------------ deliveries held for their PUBACK
 
 
+def as_after_a_crash(store: FileSessionStore) -> api.Snapshot:
+    """What a node killed now would load: the database as it is, read through a copy."""
+    crashed = sqlite3.connect(":memory:")
+    with contextlib.closing(crashed), contextlib.closing(sqlite3.connect(store.path)) as live:
+        live.backup(crashed)
+        return _sqlite_schema.load(crashed, time.time())
+
+
 async def commit_in_background(store: FileSessionStore, tg: anyio.abc.TaskGroup) -> anyio.Event:
     done = anyio.Event()
 
@@ -793,11 +802,7 @@ async def test_a_held_delivery_moved_to_an_in_flight_row_is_waited_for_until_the
         store.dequeue("c1", 1)  # its PUBACK
         with anyio.fail_after(5):
             await done.wait()
-        crashed = sqlite3.connect(":memory:")
-        with sqlite3.connect(store.path) as live:
-            live.backup(crashed)
-        loaded = _sqlite_schema.load(crashed, time.time())
-        crashed.close()
+        loaded = as_after_a_crash(store)
     assert [i.packet_id for i in loaded.inflight.get("c1", [])] == [7]
     assert loaded.queues == {}
     await store.close()
@@ -821,11 +826,7 @@ async def test_a_delivery_written_in_an_atomic_block_is_never_held(tmp_path: Pat
         store.save_inflight(api.StoredInflight("pub", 4, "in", "pubrec"))
     with anyio.fail_after(5):  # not the 30 s hold
         await store.commit()
-    crashed = sqlite3.connect(":memory:")
-    with sqlite3.connect(store.path) as live:
-        live.backup(crashed)
-    loaded = _sqlite_schema.load(crashed, time.time())
-    crashed.close()
+    loaded = as_after_a_crash(store)
     assert [m.topic for _seq, m in loaded.queues["c1"]] == ["routed", "routed too"]
     assert loaded.sent == {"c1": {2: 2}}
     assert [i.packet_id for i in loaded.inflight["pub"]] == [3, 4]
