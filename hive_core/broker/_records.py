@@ -209,6 +209,9 @@ class Records:
         self._seq = max(self._seq, seq)
 
     async def commit(self) -> None:
+        if self._slowest_write is not None:  # the store times its disk itself
+            await self.store.commit()
+            return
         number = self._commit_number = self._commit_number + 1
         begun = self._commits[number] = time.monotonic()
         try:
@@ -224,9 +227,9 @@ class Records:
         (overload protection's measure of the disk); a store that can tell the time its disk
         takes (``slowest_write``) is asked instead, as its commits may also wait for deliveries
         it holds for their acknowledgements."""
-        slowest, self._slowest_commit = self._slowest_commit, 0.0
         if self._slowest_write is not None:
             return self._slowest_write()
+        slowest, self._slowest_commit = self._slowest_commit, 0.0
         if self._commits:
             slowest = max(slowest, time.monotonic() - next(iter(self._commits.values())))
         return slowest
