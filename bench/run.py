@@ -968,6 +968,7 @@ def main(argv: list[str] | None = None) -> int:
                             label += f" ({rep + 1}/{reps})"
                         print(f"{label}: starting", file=sys.stderr, flush=True)
                         before = len(errors.get((s, b), []))
+                        r = None
                         try:
                             try:
                                 broker.start()
@@ -986,7 +987,8 @@ def main(argv: list[str] | None = None) -> int:
                         finally:
                             broker.stop()
                             failed = len(errors.get((s, b), [])) > before
-                            if failed and isinstance(broker, HiveCluster):
+                            lossy = bool(r.get("lost")) if r is not None else False
+                            if (failed or lossy) and isinstance(broker, HiveCluster):
                                 broker.keep_logs(f"{s}-{rnd * reps + rep + 1}")
     except KeyboardInterrupt:
         interrupted = True

@@ -26,6 +26,12 @@ Only messages for a node's plain subscribers (PUBLISH, KEPT_PUBLISH frames) can 
 PUBACK waits for everything sent before it, so while a shared-subscription, moved-session or
 merge frame for the silent node is unacknowledged, the publishers whose messages went to that
 node after it wait for the node as before.
+
+QoS 0 messages are not written: no publisher waits for them, and QoS 0 promises nothing past
+this node's memory. They stay kept in memory for the silent node like any frame, and a QoS 1
+or 2 message after them is covered by its own row. (A QoS 0 flood to a node that fell behind
+would otherwise be written, and replicated, a hundred thousand rows at a time, on the event
+loop, and stall this node and its backups: ``bench/run.py``'s ``cluster`` scenario did.)
 """
 
 from __future__ import annotations
@@ -193,10 +199,14 @@ class KeptOnDisk:
                         "for it", peer, self.after, len(state.rows))
 
     def write(self, peer: str, state: OnDisk, place: int, frame: bytes) -> None:
-        stored = stored_of(frame, self.node_id)
         state.written_upto = place
+        if frame[4] == _PUBLISH and frame[5] == 0:
+            return  # QoS 0: nobody waits for it, and it promises nothing past memory
+        stored = stored_of(frame, self.node_id)
         if stored is None:
             state.unwritten.append(place)
+            return
+        if not stored.qos:
             return
         self._seq += 1
         self.store.enqueue(kept_id(peer), self._seq, stored)

@@ -21,8 +21,8 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def publish(n: int) -> bytes:
-    return encode_publish_frame(f"t/{n}", b"%d" % n, 1, False, b"", None, "pub", 100 + n)
+def publish(n: int, qos: int = 1) -> bytes:
+    return encode_publish_frame(f"t/{n}", b"%d" % n, qos, False, b"", None, "pub", 100 + n)
 
 
 async def waited(forwarding: Forwarding, timeout: float) -> bool:
@@ -66,6 +66,21 @@ async def test_a_silent_peer_gets_its_frames_written_and_the_wait_ends_at_the_co
     assert rows_of(store) == [] and forwarding.disk is not None
     assert "p" not in forwarding.disk.peers and forwarding.disk.rows == 0
     forwarding.sent("p", publish(4))  # a live peer again: nothing written
+    assert rows_of(store) == []
+
+
+async def test_qos_0_frames_are_kept_in_memory_only_and_do_not_hold_the_wait() -> None:
+    store, forwarding = on_disk()
+    for n in range(4):
+        forwarding.sent("p", publish(n, qos=n % 2))  # QoS 0, 1, 0, 1
+    assert await waited(forwarding, 0.5)  # silent: the QoS 1 ones on disk end the wait
+    assert [t for _c, _s, t, _n in rows_of(store)] == ["t/1", "t/3"]
+    forwarding.sent("p", publish(4, qos=0))  # sent while it is silent: not written either
+    forwarding.sent("p", publish(5))
+    assert await waited(forwarding, 0.05)
+    assert [t for _c, _s, t, _n in rows_of(store)] == ["t/1", "t/3", "t/5"]
+    assert len(forwarding.outgoing["p"].frames) == 6  # every frame is kept for a replay
+    forwarding.acknowledged_by("p", 6)
     assert rows_of(store) == []
 
 
