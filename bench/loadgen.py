@@ -1151,6 +1151,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="MQTT 3.1.1 load generator (prints JSON)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--pub-port", type=int, default=0, help="publishers connect here (a cluster)")
     ap.add_argument("--scenario", choices=[*SCENARIO_SPECS, "conns"], default="qos0")
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=1.0)
@@ -1202,7 +1203,8 @@ def main(argv: list[str] | None = None) -> int:
             v = getattr(a, name)
             if v is not None:
                 kw[name] = v
-        spec = LoadSpec(host=a.host, port=a.port, duration=a.duration, warmup=a.warmup, **kw)
+        spec = LoadSpec(host=a.host, port=a.port, pub_port=a.pub_port, duration=a.duration,
+                        warmup=a.warmup, **kw)
         res = run_load(spec)
         res["spec"] = asdict(spec)
     json.dump(res, sys.stdout, indent=2, default=str)

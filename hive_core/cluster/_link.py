@@ -27,6 +27,11 @@ on one node (a few thousand PUBLISHes) reaches the next node in slices it can st
 two nodes work side by side instead of taking turns."""
 
 
+READ_TURN = 256 * 1024
+"""Bytes a link reads in one turn of the event loop before it pauses until the next (about one
+read of uvloop's); see ``PeerLink._take_turn``."""
+
+
 class PeerLink(asyncio.Protocol):
     """One TCP (or TLS, or UDP) connection between two nodes; either side may have opened it.
 
@@ -68,6 +73,9 @@ class PeerLink(asyncio.Protocol):
         self._sealer: RecordSealer | None = None
         self._opener: RecordOpener | None = None
         self._first_read = True
+        self._turns = True  # reads are counted per turn of the event loop (_take_turn)
+        self._turn_bytes = 0  # read in this turn so far
+        self._turn_paused = False
 
     @property
     def peer_address(self) -> tuple[str, int] | None:
@@ -88,6 +96,8 @@ class PeerLink(asyncio.Protocol):
                                                                self._timed_out)
 
     def data_received(self, data: bytes) -> None:
+        if self._turns:
+            self._take_turn(len(data))
         now = time.monotonic()
         if self.stale_after is not None and now - self.last_read > self.stale_after \
                 and self.peer_id is not None:
@@ -133,6 +143,32 @@ class PeerLink(asyncio.Protocol):
                 log.exception("bad %s frame from %s", kind.name, self.peer_id)
                 self.close()
                 return
+
+    def _take_turn(self, size: int) -> None:
+        """The event loop reads a busy socket again and again in one turn (libuv: up to 32
+        reads of 256 KiB) before its timers and other sockets: a peer far ahead would have
+        this node decode and route megabytes of frames in one go, its heartbeats and clients
+        waiting a second or more. Past READ_TURN bytes, the link stops reading until the next
+        turn."""
+        if not self._turn_bytes:
+            asyncio.get_running_loop().call_soon(self._next_turn)
+        self._turn_bytes += size
+        transport = self.transport
+        if self._turn_bytes > READ_TURN and not self._turn_paused and transport is not None:
+            try:
+                transport.pause_reading()
+            except NotImplementedError:  # a UDP link's end: its datagrams come one by one
+                self._turns = False
+            else:
+                self._turn_paused = True
+
+    def _next_turn(self) -> None:
+        self._turn_bytes = 0
+        if self._turn_paused:
+            self._turn_paused = False
+            transport = self.transport
+            if transport is not None and not transport.is_closing():
+                transport.resume_reading()
 
     def _authenticate(self, data: bytes) -> bytes:
         """Feed the handshake; once the peer is proven, let the held frames go. What remains
