@@ -16,9 +16,9 @@ fills and TCP slows it down) until the shares have paid the debt back. While a s
 queue is filling (the sources that end in dropped messages), a client that is read may take its
 credit and one more share until the next sample, no more: past that it holds its own reading
 (``Sender.read_until``), since between two samples a fast sender whose messages are
-acknowledged at once could otherwise bring in what the node takes in a whole second. While
-every client that wants to send is held and no source shows pressure, the least indebted is
-read again: the node's input never sits idle for debts alone. Light
+acknowledged at once could otherwise bring in what the node takes in a whole second. Once the
+level has fallen back to 0, if every client sending more than a share is held, the least
+indebted is read again: the node's input does not sit idle for debts alone. Light
 senders (a CONNECT, a PINGREQ, a few messages a second) stay under their share and are never
 held, nor is a client the node is delivering to (its acknowledgements are what drains the
 backlog). The node ends the engagement once the level has stayed 0 for ``CALM`` seconds.
@@ -266,13 +266,15 @@ class OverloadProtection:
             # In shares, not bytes: a debt made when the share was large is not forgiven
             # when the share shrinks, nor made heavier.
             account.credit = max(-MAX_DEBT, min(account.credit + 1, 1) - used / before)
-        if wanting and not read and not any(sources.values()):
-            # Every client that wants to send is held, and the node shows no pressure: its
-            # input would sit idle for debts alone (one burst against a share shrunk to its
-            # floor is the longest debt there is, MAX_DEBT samples). The least indebted is
-            # read again; the others keep their debts.
+        if not self.level:
+            # The level has fallen back to 0 (one step per sample: the larger the pressure
+            # was, the longer this takes). If every client sending more than a share is held
+            # now, the node's input would sit idle for debts alone (one burst against a share
+            # shrunk to its floor is the longest debt there is, MAX_DEBT samples): the least
+            # indebted is read again; the others keep their debts. Light senders do not count.
             indebted = [account for _sender, account, _used in counted if account.credit < 0]
-            if len(indebted) == wanting:
+            if indebted and not any(account.credit >= 0 and used >= before
+                                    for _sender, account, used in counted):
                 max(indebted, key=lambda account: account.credit).credit = 0.0
         for sender, account, _used in counted:
             if account.credit < 0:
