@@ -199,13 +199,17 @@ class Membership:
         link.before_write = node.broker.record_received
         return link
 
-    def hello(self) -> dict[str, Any]:
+    def hello(self, kept_old: bool | None = None) -> dict[str, Any]:
+        """HELLO's body, and WELCOME's: ``kept_old`` when this node answers a link from a node
+        it is linked to already (True: it keeps that link and closes this one)."""
         node = self.node
-        return {"id": node.node_id, "protocol": node.settings.protocol,
+        choice = {} if kept_old is None else {"kept_old": int(kept_old)}
+        return {**choice, "id": node.node_id, "protocol": node.settings.protocol,
                 "min_protocol": MIN_PROTOCOL_VERSION, "version": __version__,
                 "host": node.address.host, "port": node.address.port,
                 "incarnation": node.incarnation, "arrival_stamps": 1, "session_seen": 1,
                 "identities": 1, "forward_on": 1, "taken_ops": 1, "kept_publish": 1,
+                "link_verdict": 1,
                 **self._health_hello()}
 
     def _health_hello(self) -> dict[str, Any]:
@@ -219,17 +223,30 @@ class Membership:
         return hello
 
     def _keeps_existing(self, link: PeerLink, existing: Member, peer_id: str,
-                        incarnation: int, answer: bool) -> bool:
+                        incarnation: int, hello: dict[str, Any], answer: bool) -> bool:
         """A second link from a member: True keeps the old one (this link is closed), False
-        replaces the old one by this one."""
+        replaces the old one by this one.
+
+        The answering node decides, and its WELCOME says what (``kept_old``) when it had a
+        link to this node already. The dialling node follows: the rule below reads each end's
+        clock and load (how long ago the member joined, whether its link answered lately), and
+        the two ends, deciding on their own, could each keep the link the other closed. A
+        WELCOME without a verdict from a node that gives them (``link_verdict``) says it had no
+        link to this node: the old link is dead at its end, or its own dial crossed this one,
+        and then the ids alone decide, alike on both ends."""
         node_id = self.node.node_id
+        if not answer and "kept_old" in hello:
+            return bool(hello["kept_old"])
+        if not answer and hello.get("link_verdict"):
+            return (incarnation <= existing.incarnation and not existing.link.outbound
+                    and peer_id < node_id)
         if incarnation > existing.incarnation:
             keep_new = True  # the peer restarted: its old link is dead, whatever it looks
         elif link.outbound == existing.link.outbound:
             # One node opened both: it reached the same peer under a second address.
             # Keep the first link; the WELCOME tells the dialling node whom it reached.
             if answer:
-                link.send(FrameKind.WELCOME, self.hello())
+                link.send(FrameKind.WELCOME, self.hello(kept_old=True))
             return True
         else:
             # Both dialled at once: keep the link opened by the node with the smaller id.
@@ -243,7 +260,7 @@ class Membership:
                 # The same process, reached under another address (NAT, two names): the
                 # WELCOME tells it whom it reached, so that it stops dialling it.
                 if answer:
-                    link.send(FrameKind.WELCOME, self.hello())
+                    link.send(FrameKind.WELCOME, self.hello(kept_old=True))
             else:
                 log.error("a second link (from %s) claims the node id %s of a member that "
                           "is connected and answering: refused", link.peer_address, peer_id)
@@ -252,9 +269,19 @@ class Membership:
             if answer and time.monotonic() - existing.joined_at > SIMULTANEOUS_DIALS:
                 # Not a dial crossing ours: the peer reached this node under another
                 # address. The WELCOME tells it whom; it keeps the old link as well.
-                link.send(FrameKind.WELCOME, self.hello())
+                link.send(FrameKind.WELCOME, self.hello(kept_old=True))
             return True
         return False
+
+    def _note_spoken(self, peer_id: str, protocol: int, hello: dict[str, Any]) -> bool:
+        """What the peer's HELLO says it speaks; True when it takes arrival stamps."""
+        stamps = bool(hello.get("arrival_stamps"))
+        self.spoke[peer_id] = (protocol, stamps)
+        if hello.get("kept_publish"):
+            self.takes_kept.add(peer_id)
+        else:
+            self.takes_kept.discard(peer_id)
+        return stamps
 
     def establish(self, link: PeerLink, hello: dict[str, Any], answer: bool = False) -> None:
         """A HELLO (``answer``: send WELCOME) or a WELCOME arrived on ``link``."""
@@ -274,11 +301,13 @@ class Membership:
             link.close()
             return
         existing = self.members.get(peer_id)
+        if existing is not None and existing.link.closed:
+            existing = None  # its link is gone: nothing to choose between
         incarnation = int(hello.get("incarnation", 0))
         swapped = False  # the same member on another link: no news for the log
         merge_goes_on = False  # ... in the middle of a merge, which the new link finishes
-        if existing is not None and not existing.link.closed:
-            if self._keeps_existing(link, existing, peer_id, incarnation, answer):
+        if existing is not None:
+            if self._keeps_existing(link, existing, peer_id, incarnation, hello, answer):
                 link.close()
                 return
             swapped = incarnation == existing.incarnation
@@ -291,12 +320,7 @@ class Membership:
         merging = merge_goes_on or (away is not None and away[1] == incarnation
                                     and protocol >= 3)
         address = ClusterNodeAddress(str(hello["host"]), int(hello["port"]))
-        stamps = bool(hello.get("arrival_stamps"))
-        self.spoke[peer_id] = (protocol, stamps)
-        if hello.get("kept_publish"):
-            self.takes_kept.add(peer_id)
-        else:
-            self.takes_kept.discard(peer_id)
+        stamps = self._note_spoken(peer_id, protocol, hello)
         member = self.members[peer_id] = Member(
             peer_id, address, str(hello.get("version", "")), protocol, link, incarnation,
             merging=merging, arrival_stamps=stamps, session_seen=bool(hello.get("session_seen")),
@@ -321,7 +345,7 @@ class Membership:
             log.info("Cluster node %s (%s:%d, Hive %s) joined the cluster; node protocol %d",
                      peer_id, address.host, address.port, hello.get("version"), protocol)
         if answer:  # WELCOME first: the dialling node drops every frame before it
-            link.send(FrameKind.WELCOME, self.hello())
+            link.send(FrameKind.WELCOME, self.hello(None if existing is None else False))
         node.custody.member_joined(peer_id)
         node.synchronise(member)
         node.moved.member_joined(member)
@@ -391,6 +415,9 @@ class Membership:
         if node.health is not None:
             node.health.forget(peer_id)
         log.warning("Cluster node %s left the cluster: %s", peer_id, why)
+        if member.merging:  # its SYNCED never came: the merge begins again when it is back
+            log.warning("Cluster merge process with node %s stopped before it finished: the "
+                        "node left again. It starts again when the node is back.", peer_id)
         self.log_view()
         node.custody.member_left(peer_id)
         node.takeover.member_left(member, why)

@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import pytest
 
 from hive_core.broker import Broker, BrokerSettings, ClientConnection
-from hive_core.cluster import Cluster, ClusterSettings, NodeTransport
+from hive_core.cluster import Cluster, ClusterSettings, FrameKind, NodeTransport
+from hive_core.cluster._membership import SIMULTANEOUS_DIALS
 from hive_core.mqtt import (
     Connect,
     PacketDecoder,
@@ -271,15 +273,79 @@ def test_every_merge_after_a_heal_finishes_also_on_a_link_swapped_for_another(
             for one, other in ((n1, n3), (n3, n1), (n2, n3), (n3, n2)):  # crossing dials
                 one.cluster.membership.dial(address(other.name))
             await until(full_mesh(nodes), what="the mesh after the heal")
-        await until(lambda: not any(m.merging for n in nodes
-                                    for m in n.cluster.membership.members.values()),
-                    what="every merge to finish")
+            # Before the next split: one cut before a SYNCED arrived stops that merge.
+            await until(lambda: not any(m.merging for n in nodes
+                                        for m in n.cluster.membership.members.values()),
+                        what="every merge to finish")
+        # A member that left again within a round (a heartbeat missed on a loaded machine)
+        # stopped its merge, and the log says so: each start has one end or the other.
         starts = caplog.text.count("Starting cluster merge process")
-        assert starts >= 3
-        assert caplog.text.count("Finished cluster merge process successfully.") == starts
+        finished = caplog.text.count("Finished cluster merge process successfully.")
+        assert finished >= 3
+        assert finished + caplog.text.count("stopped before it finished") == starts
 
     with caplog.at_level(logging.INFO, "hive.cluster"):
         run_cluster(scenario)
+
+
+def test_a_merge_cut_off_before_its_end_says_so_and_runs_again_at_the_next_heal(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A split again before the peer's SYNCED arrived: the merge cannot finish, and the log
+    says it stopped rather than leaving a start line without an end. The next heal merges."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2 = nodes
+        handlers = n1.cluster._handlers  # n1 does not read n2's SYNCED for now
+        synced = handlers[FrameKind.SYNCED]
+        handlers[FrameKind.SYNCED] = lambda _member, _body: None
+        stopped = "Cluster merge process with node n2 stopped before it finished"
+        for round_ in range(3):
+            if round_ == 2:
+                handlers[FrameKind.SYNCED] = synced
+            network.partition({"n1"}, {"n2"})
+            await until(lambda: not n1.peers and not n2.peers, timeout=10 * HEARTBEAT_TIMEOUT,
+                        what="the partition to be noticed")
+            assert caplog.text.count(stopped) == round_  # the last round's merge, if any
+            network.heal()
+            n1.cluster.membership.dial(address("n2"))
+            await until(full_mesh(nodes), what="the heal")
+            await until(lambda: not n2.cluster.membership.members["n1"].merging,
+                        what="n2's merge to finish")
+            assert round_ == 2 or n1.cluster.membership.members["n2"].merging
+        await until(lambda: not n1.cluster.membership.members["n2"].merging,
+                    what="n1's merge to finish")
+        assert caplog.text.count("Starting cluster merge process") == 6
+        assert caplog.text.count("Finished cluster merge process successfully.") == 4
+        assert caplog.text.count(stopped) == 2
+        assert "stopped before it finished" not in caplog.text.replace(stopped, "")
+
+    with caplog.at_level(logging.INFO, "hive.cluster"):
+        run_cluster(scenario, count=2)
+
+
+def test_a_second_link_is_kept_or_closed_as_the_answering_node_decided(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """n1 dials n2, linked already on n2's link. n2 has known n1 for a while and keeps its
+    link; to n1, which joined just now, the new link looks like a crossing dial that it, the
+    smaller id, should keep. Each end deciding on its own would keep the link the other
+    closed, and the member would leave and join again; n1 follows n2's WELCOME instead."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2 = nodes
+        at_n1 = n1.cluster.membership.members["n2"]
+        at_n2 = n2.cluster.membership.members["n1"]
+        assert at_n2.link.outbound and not at_n1.link.outbound  # n2 dialled: it seeds n1
+        at_n2.joined_at -= 10 * SIMULTANEOUS_DIALS
+        at_n1.joined_at = time.monotonic()
+        hellos = n2.cluster.metrics.frames_in["HELLO"]
+        await n1.cluster.membership._connect(address("n2"))  # dial() skips a member's address
+        await until(lambda: n2.cluster.metrics.frames_in["HELLO"] == hellos + 1
+                    and network.links() == 1, what="the second link to be closed")
+        await asyncio.sleep(3 * HEARTBEAT_TIMEOUT)
+        assert n1.cluster.membership.members["n2"] is at_n1
+        assert n2.cluster.membership.members["n1"] is at_n2
+        assert "left the cluster" not in caplog.text
+
+    with caplog.at_level(logging.INFO, "hive.cluster"):
+        run_cluster(scenario, count=2, seeds=lambda i: ["n1"] if i else [])
 
 
 def test_a_killed_node_leaves_at_once_and_a_restart_rejoins() -> None:
