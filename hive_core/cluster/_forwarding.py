@@ -123,8 +123,7 @@ class Forwarding:
             out = self.outgoing.get(peer)
             if out is None:
                 out = self.outgoing[peer] = Outgoing()
-            disk.begin(peer, out.acked, out.frames, out.sent, quiet=True)
-            out.signal()  # waiting publishers: what they wait for may be on disk now
+            disk.begin(peer, out, quiet=True)
 
     def _check_silent(self, peer: str, out: Outgoing) -> None:
         """KEEP_ON_DISK_AFTER after frame ``out.mark`` was sent: still not acknowledged, the
@@ -138,8 +137,7 @@ class Forwarding:
         if state is not None and state.writing:
             return
         if out.acked < out.mark and disk.allowed():
-            disk.begin(peer, out.acked, out.frames, out.sent)
-            out.signal()
+            disk.begin(peer, out)
         elif out.sent > out.acked:
             out.mark = out.sent
             out.check = asyncio.get_running_loop().call_later(disk.after, self._check_silent,

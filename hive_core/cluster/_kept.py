@@ -31,7 +31,8 @@ QoS 0 messages are not written: no publisher waits for them, and QoS 0 promises 
 this node's memory. They stay kept in memory for the silent node like any frame, and a QoS 1
 or 2 message after them is covered by its own row. (A QoS 0 flood to a node that fell behind
 would otherwise be written, and replicated, a hundred thousand rows at a time, on the event
-loop, and stall this node and its backups: ``bench/run.py``'s ``cluster`` scenario did.)
+loop, and stall this node and its backups: ``bench/run.py``'s ``cluster`` scenario did.) For
+the same reason the QoS 1/2 backlog is written :data:`SLICE` frames per turn of the loop.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import Protocol
 
 from hive_core.broker import Message, SessionRecords
 from hive_core.cluster._wire import (
@@ -141,6 +143,22 @@ def legacy_frame(frame: bytes) -> bytes:
                                 stored.properties, stored.expiry_at, stored.publisher_id)
 
 
+SLICE = 2048
+"""Frames of a silent node's backlog written per turn of the event loop: a backlog of hundreds
+of thousands, written at once, would stall the loop for seconds (clients, heartbeats)."""
+
+
+class Backlog(Protocol):
+    """The frames kept for a node (``Outgoing`` in ``_forwarding.py``): places ``acked + 1``
+    to ``sent``; ``signal`` wakes the publishers waiting for them."""
+
+    acked: int
+    sent: int
+    frames: deque[bytes]
+
+    def signal(self) -> None: ...
+
+
 @dataclass(slots=True)
 class OnDisk:
     """What is written of the frames kept for one node (places count as in ``Outgoing``)."""
@@ -176,29 +194,43 @@ class KeptOnDisk:
 
     # -- a silent node -------------------------------------------------------------------------
 
-    def begin(self, peer: str, acked: int, frames: Iterable[bytes], sent: int,
-              quiet: bool = False) -> None:
+    def begin(self, peer: str, backlog: Backlog, quiet: bool = False) -> None:
         """``peer`` has left a frame unacknowledged too long (or is sent messages kept on disk
-        before, ``quiet``): the frames kept for it (places ``acked + 1`` to ``sent``) go to
-        disk, those not written yet, and every frame for it from now on, until it has
-        acknowledged what was kept for it now."""
+        before, ``quiet``): the frames kept for it (``backlog``) go to disk, those not written
+        yet, and every frame for it from now on, until it has acknowledged what was kept for
+        it now. The backlog is written :data:`SLICE` frames per turn of the event loop (each
+        slice signals the waiting publishers); frames sent meanwhile join it."""
         state = self.peers.get(peer)
         if state is None:
-            state = self.peers[peer] = OnDisk(written_upto=acked)
+            state = self.peers[peer] = OnDisk(written_upto=backlog.acked)
         elif state.writing:
             return
-        start = max(state.written_upto, acked)  # the frames after it are not written yet
-        for place, frame in enumerate(islice(frames, start - acked, None), start + 1):
-            self.write(peer, state, place, frame)
-        state.written_upto = sent
         state.writing = True
-        state.began = sent
+        state.began = backlog.sent
         if not quiet:
             log.warning("node %s has not acknowledged messages for %.1f s: what is kept for "
                         "it is written to disk (%d messages), and publishers no longer wait "
-                        "for it", peer, self.after, len(state.rows))
+                        "for it", peer, self.after,
+                        backlog.sent - max(state.written_upto, backlog.acked))
+        self._write_slice(peer, state, backlog)
+
+    def _write_slice(self, peer: str, state: OnDisk, backlog: Backlog) -> None:
+        if self.peers.get(peer) is not state or not state.writing:
+            return  # dropped, or acknowledged meanwhile
+        acked = backlog.acked
+        start = max(state.written_upto, acked)  # the frames after it are not written yet
+        end = min(backlog.sent, start + SLICE)
+        for place, frame in enumerate(islice(backlog.frames, start - acked, end - acked),
+                                      start + 1):
+            self.write(peer, state, place, frame)
+        state.written_upto = end
+        if end < backlog.sent:
+            asyncio.get_running_loop().call_soon(self._write_slice, peer, state, backlog)
+        backlog.signal()  # waiting publishers: what they wait for may be on disk now
 
     def write(self, peer: str, state: OnDisk, place: int, frame: bytes) -> None:
+        if place != state.written_upto + 1:
+            return  # sent while the backlog is written: it joins the backlog
         state.written_upto = place
         if frame[4] == _PUBLISH and frame[5] == 0:
             return  # QoS 0: nobody waits for it, and it promises nothing past memory

@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from hive_core.cluster import _kept
 from hive_core.cluster._forwarding import Forwarding
 from hive_core.cluster._kept import KEPT_PREFIX, KeptOnDisk, kept_rows, message_of
 from hive_core.cluster._wire import FrameKind, encode_frame, encode_publish_frame
@@ -67,6 +68,47 @@ async def test_a_silent_peer_gets_its_frames_written_and_the_wait_ends_at_the_co
     assert "p" not in forwarding.disk.peers and forwarding.disk.rows == 0
     forwarding.sent("p", publish(4))  # a live peer again: nothing written
     assert rows_of(store) == []
+
+
+async def test_a_long_backlog_is_written_a_slice_per_turn_and_frames_sent_meanwhile_join_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A silent node's backlog goes to disk SLICE frames per turn of the event loop, not in
+    one callback that stalls the node; a frame sent meanwhile is written after the backlog,
+    in its place, and the wait covers nothing that is not written yet."""
+    monkeypatch.setattr(_kept, "SLICE", 4)
+    store, forwarding = on_disk()
+    for n in range(10):
+        forwarding.sent("p", publish(n))
+    forwarding.to_disk("p")
+    disk = forwarding.disk
+    assert disk is not None
+    assert [t for _c, _s, t, _n in rows_of(store)] == ["t/0", "t/1", "t/2", "t/3"]
+    assert disk.covers("p", 0, 4) and not disk.covers("p", 0, 5)
+    forwarding.sent("p", publish(10))  # behind the backlog: not written before it
+    assert len(rows_of(store)) == 4
+    await asyncio.sleep(0)
+    assert len(rows_of(store)) == 8 and not disk.covers("p", 0, 9)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert [t for _c, _s, t, _n in rows_of(store)] == [f"t/{n}" for n in range(11)]
+    assert disk.covers("p", 0, 11)
+    assert await waited(forwarding, 0.05)
+    forwarding.sent("p", publish(11))  # the backlog is written: written as it is sent
+    assert len(rows_of(store)) == 12
+
+
+async def test_a_backlog_acknowledged_while_it_is_written_is_not_written_further(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_kept, "SLICE", 4)
+    store, forwarding = on_disk()
+    for n in range(10):
+        forwarding.sent("p", publish(n))
+    forwarding.to_disk("p")
+    forwarding.acknowledged_by("p", 10)  # the peer is back and handled it all
+    for _ in range(4):
+        await asyncio.sleep(0)
+    assert rows_of(store) == [] and forwarding.disk is not None
+    assert "p" not in forwarding.disk.peers and forwarding.disk.rows == 0
 
 
 async def test_qos_0_frames_are_kept_in_memory_only_and_do_not_hold_the_wait() -> None:
