@@ -175,9 +175,24 @@ def run_to_exit(config: Path, data_dir: Path | None = None, timeout: float = 30,
         env={**os.environ, **env} if env else None)
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Each phase's report on the item (``rep_call``...): fixtures see whether the test failed."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+NODE_LOG_TAIL = 120
+"""Lines of each node's log printed when a test that started nodes fails."""
+
+
 @pytest.fixture
-def hive_factory(tmp_path: Path) -> Iterator[object]:
-    """Start nodes: ``hive_factory(body="<mqtt>...</mqtt>")`` returns a started HiveProcess."""
+def hive_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[object]:
+    """Start nodes: ``hive_factory(body="<mqtt>...</mqtt>")`` returns a started HiveProcess.
+
+    When the test fails, the last lines of each node's log are printed (the report shows
+    them), so that a failure seen once, in CI, can be read afterwards."""
     nodes: list[HiveProcess] = []
 
     def start(body: str = "", listeners: str | None = None, port: int | None = None,
@@ -192,6 +207,13 @@ def hive_factory(tmp_path: Path) -> Iterator[object]:
     yield start
     for node in nodes:
         node.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        for index, node in enumerate(nodes):
+            lines = node.log_path.read_text(errors="replace").splitlines() \
+                if node.log_path.exists() else []
+            print(f"--- node{index} (MQTT port {node.port}), last {NODE_LOG_TAIL} of "
+                  f"{len(lines)} log lines ---", *lines[-NODE_LOG_TAIL:], sep="\n")
 
 
 @pytest.fixture

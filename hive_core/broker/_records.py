@@ -197,7 +197,8 @@ class Records:
             store, "remember_taken", None)
         # One of an API before 1.8 moves a QoS 1 delivery from its queue row to an in-flight
         # row (the message written twice); with it the row stays, marked with the packet id.
-        self._send_queued: Callable[[str, int, int], None] | None = getattr(
+        # It may decline one (False: a replicating store while a backup cannot read the mark).
+        self._send_queued: Callable[[str, int, int], bool | None] | None = getattr(
             store, "send_queued", None)
         self._slowest_write: Callable[[], float] | None = getattr(store, "slowest_write", None)
 
@@ -290,8 +291,8 @@ class Records:
         if pending.qos == 1 and send_queued is not None and outbound.state != "pubrel":
             if not pending.seq:  # sent at once, never queued: its row now
                 self.enqueue(session, pending)
-            send_queued(session.client_id, pending.seq, packet_id)
-            return
+            if send_queued(session.client_id, pending.seq, packet_id) is not False:
+                return
         with self.atomic():  # never out of the queue without being in the window
             self.dequeue(session, pending)
             self.store.save_inflight(outbound_record(session.client_id, packet_id, outbound))
@@ -396,9 +397,10 @@ class Records:
                     self.store.enqueue(session.client_id, pending.seq, stored_message(pending))
                 else:
                     self.enqueue(session, pending)
-                self._send_queued(session.client_id, pending.seq, pid)
-            else:
-                pending.seq = 0  # its row is an in-flight one
-                self.store.save_inflight(outbound_record(session.client_id, pid, outbound))
+                if self._send_queued(session.client_id, pending.seq, pid) is not False:
+                    continue
+                self.dequeue(session, pending)  # declined: an in-flight row after all
+            pending.seq = 0  # its row is an in-flight one
+            self.store.save_inflight(outbound_record(session.client_id, pid, outbound))
         for pid in session.inbound_qos2:
             self.received_qos2(session, pid)

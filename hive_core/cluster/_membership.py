@@ -209,7 +209,7 @@ class Membership:
                 "host": node.address.host, "port": node.address.port,
                 "incarnation": node.incarnation, "arrival_stamps": 1, "session_seen": 1,
                 "identities": 1, "forward_on": 1, "taken_ops": 1, "kept_publish": 1,
-                "link_verdict": 1,
+                "link_verdict": 1, "sent_ops": 1,
                 **self._health_hello()}
 
     def _health_hello(self) -> dict[str, Any]:
@@ -325,7 +325,7 @@ class Membership:
             peer_id, address, str(hello.get("version", "")), protocol, link, incarnation,
             merging=merging, arrival_stamps=stamps, session_seen=bool(hello.get("session_seen")),
             identities=bool(hello.get("identities")), forwards_on=bool(hello.get("forward_on")),
-            taken_ops=bool(hello.get("taken_ops")))
+            taken_ops=bool(hello.get("taken_ops")), sent_ops=bool(hello.get("sent_ops")))
         if merging:
             # A session here may have a copy there (a takeover while apart), and the members
             # route to both for a moment: each session takes each message once (its identity).

@@ -77,6 +77,7 @@ class Member:
     identities: bool = False  # its HELLO said so: stored messages may carry their identity
     forwards_on: bool = False  # its HELLO said so: it takes SESSION_PUBLISH
     taken_ops: bool = False  # its HELLO said so: as a backup, it reads TAKEN replication ops
+    sent_ops: bool = False  # its HELLO said so: as a backup, it reads SEND_QUEUED ops
     filters_known: bool = False  # its FILTERS arrived on this link
     beats_sent: int = 0  # HEARTBEATs sent it on this link
     beats_read: int = 0  # HEARTBEATs read from it on this link

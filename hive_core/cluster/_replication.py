@@ -87,22 +87,26 @@ def inflight_of(fields: list[Any]) -> api.StoredInflight:
 
 
 def records_fields(records: SessionRecords, identified: bool = False,
-                   taken: bool = False) -> list[Any]:
-    """``taken`` (the receiver's HELLO said taken_ops): with what the client had, by identity."""
+                   taken: bool = False, sent: bool = False) -> list[Any]:
+    """``taken`` (the receiver's HELLO said taken_ops): with what the client had, by identity;
+    ``sent`` (and taken; its HELLO said sent_ops): with the queued messages sent, by seq."""
     fields = [session_fields(records.session),
               [[seq, message_fields(m, identified)] for seq, m in records.queue],
               [inflight_fields(i, identified) for i in records.inflight]]
     if taken:
         fields.append([list(mid) for mid in records.seen or ()])
+        if sent:
+            fields.append([[seq, packet_id] for seq, packet_id in records.sent.items()])
     return fields
 
 
 def records_of(fields: list[Any]) -> SessionRecords:
-    session, queue, inflight, *taken = fields
+    session, queue, inflight, *rest = fields
     return SessionRecords(session_of(session),
                           [(seq, api.StoredMessage(*m)) for seq, m in queue],
                           [inflight_of(i) for i in inflight],
-                          [(str(o), int(n)) for o, n in taken[0]] if taken else None)
+                          [(str(o), int(n)) for o, n in rest[0]] if rest else None,
+                          {int(seq): int(pid) for seq, pid in rest[1]} if len(rest) > 1 else {})
 
 
 # Op codes: the first item of an op; the rest are the write's arguments.
@@ -110,6 +114,7 @@ SAVE_SESSION, SAVE_SUB, DELETE_SUB, DELETE_SESSION = "s", "+", "-", "x"
 ENQUEUE, DEQUEUE, SAVE_INFLIGHT, DELETE_INFLIGHT = "q", "d", "i", "j"
 WILL = "w"  # [client id, will fields or None]: not a store write; the replica keeps it aside
 TAKEN = "t"  # [client id, origin, serial]: remember_taken (to a backup whose HELLO said taken_ops)
+SEND_QUEUED = "m"  # [client id, seq, packet id]: send_queued (to backups whose HELLO said sent_ops)
 
 
 def apply_op(store: api.SessionStore, op: Op) -> None:
@@ -131,6 +136,10 @@ def apply_op(store: api.SessionStore, op: Op) -> None:
         store.delete_subscription(op[1], op[2])
     elif code == DELETE_SESSION:
         store.delete_session(op[1])
+    elif code == SEND_QUEUED:
+        send_queued = getattr(store, "send_queued", None)
+        if send_queued is not None:
+            send_queued(op[1], op[2], op[3])
     elif code == TAKEN:
         remember = getattr(store, "remember_taken", None)
         if remember is not None:
@@ -156,6 +165,11 @@ class ReplicatingStore:
         # ops carry it, so that a session taken over from a replica takes no copy twice.
         self.identities = False
         self.taken_ops = False  # every backup reads TAKEN ops (its HELLO said so)
+        self.sent_ops = False  # every backup reads SEND_QUEUED ops (its HELLO said so)
+        self._send_queued: Callable[[str, int, int], None] | None = getattr(
+            inner, "send_queued", None)
+        if self._send_queued is None:  # a store of extension API before 1.8
+            self.send_queued = None  # type: ignore[assignment]
         self._remember = getattr(inner, "remember_taken", None)
         self._atomic: Callable[[], AbstractContextManager[None]] = getattr(
             inner, "atomic", nullcontext)
@@ -209,6 +223,17 @@ class ReplicatingStore:
     def delete_inflight(self, client_id: str, packet_id: int, direction: api.Direction) -> None:
         self.inner.delete_inflight(client_id, packet_id, direction)
         self._op([DELETE_INFLIGHT, client_id, packet_id, direction])
+
+    def send_queued(self, client_id: str, seq: int, packet_id: int) -> bool:
+        """Mark a queue row as sent under ``packet_id``; False (declined) while a backup cannot
+        read the mark: the caller moves the delivery to an in-flight row, which it reads."""
+        replicator = self.replicator
+        if not self.sent_ops and replicator is not None and (
+                replicator.backups or replicator.fenced_by):
+            return False
+        self._send_queued(client_id, seq, packet_id)  # type: ignore[misc]  # (None: no method)
+        self._op([SEND_QUEUED, client_id, seq, packet_id])
+        return True
 
     def remember_taken(self, client_id: str, origin: str, serial: int) -> None:
         if self._remember is not None:
@@ -523,6 +548,10 @@ class Replicas:
                     store.save_session(r.session)
                 for queued_seq, message in r.queue:
                     store.enqueue(r.session.client_id, queued_seq, message)
+                send_queued = getattr(store, "send_queued", None)
+                if send_queued is not None:
+                    for queued_seq, packet_id in r.sent.items():
+                        send_queued(r.session.client_id, queued_seq, packet_id)
                 for inflight in r.inflight:
                     store.save_inflight(inflight)
                 remember = getattr(store, "remember_taken", None)
@@ -710,12 +739,12 @@ def _read_sidecar(folder: Path) -> tuple[Watermarks, dict[str, list[Any]]]:
 
 
 def in_record_parts(records: list[SessionRecords], size: int, identified: bool = False,
-                    taken: bool = False) -> Iterator[list[list[Any]]]:
+                    taken: bool = False, sent: bool = False) -> Iterator[list[list[Any]]]:
     """Sessions as snapshot parts of about ``size`` bytes of payload each."""
     part: list[list[Any]] = []
     total = 0
     for r in records:
-        part.append(records_fields(r, identified, taken))
+        part.append(records_fields(r, identified, taken, sent))
         total += 256 + sum(len(m.payload) for _, m in r.queue) + 32 * len(r.seen or ())
         if total >= size:
             yield part

@@ -113,6 +113,7 @@ class Takeover:
         backups = successors(self.node.node_id, ring, self.node.settings.replica_count - 1)
         replicator.store.identities = all(members[b].identities for b in backups)
         replicator.store.taken_ops = all(members[b].taken_ops for b in backups)
+        replicator.store.sent_ops = all(members[b].sent_ops for b in backups)
         replicator.set_backups(backups)
 
     def link_swapped(self, peer_id: str) -> None:
@@ -221,7 +222,8 @@ class Takeover:
         member = self.node.members.get(node_id)
         if member is None:
             return
-        parts = list(in_record_parts(records, PART_BYTES, member.identities, member.taken_ops))
+        parts = list(in_record_parts(records, PART_BYTES, member.identities, member.taken_ops,
+                                     member.taken_ops and member.sent_ops))
         for index, part in enumerate(parts):
             member.link.send(FrameKind.REPL_SNAPSHOT,
                              [seq, index == 0, part, wills if index == 0 else [],

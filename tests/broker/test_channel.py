@@ -675,6 +675,40 @@ def test_a_subscribe_writes_its_subscription_not_the_whole_session() -> None:
     run(scenario, store)
 
 
+class DecliningStore(MemorySessionStore):
+    """A store that declines to mark queue rows as sent (a replicating store while one of its
+    backups cannot read the mark)."""
+
+    def send_queued(self, client_id: str, seq: int, packet_id: int) -> bool:  # type: ignore[override]
+        return False
+
+
+@pytest.mark.parametrize("declines", [False, True])
+def test_a_qos1_delivery_keeps_its_queue_row_or_moves_to_an_in_flight_one_if_declined(
+        declines: bool) -> None:
+    store = DecliningStore() if declines else MemorySessionStore()
+
+    async def scenario(broker: Broker) -> None:
+        sub, pub = subscriber_and_publisher(broker, "t", clean_start=False,
+                                            properties=PERSISTENT)
+        pub.send(mqtt.Publish("t", b"x", qos=1, packet_id=1))
+        (delivery,) = sub.publishes()
+        contents = store.contents()
+        if declines:
+            assert contents.sent == {} and "s" not in contents.queues
+            assert [(i.packet_id, i.direction) for i in contents.inflight["s"]] == [
+                (delivery.packet_id, "out")]
+        else:
+            assert contents.sent == {"s": {contents.queues["s"][0][0]: delivery.packet_id}}
+            assert "s" not in contents.inflight
+        sub.send(mqtt.PubAck(delivery.packet_id))
+        await settle()
+        contents = store.contents()
+        assert "s" not in contents.queues and "s" not in contents.inflight
+
+    run(scenario, store)
+
+
 # ---------------------------------------------------------------- handover windows
 
 

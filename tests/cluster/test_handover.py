@@ -351,6 +351,51 @@ def test_a_replica_snapshot_carries_what_the_client_had_only_to_a_backup_that_re
     assert records_of(records_fields(records)).seen is None
 
 
+def test_a_queued_delivery_marked_sent_goes_to_backups_that_read_it() -> None:
+    """send_queued is a replicated write (op SEND_QUEUED) while every backup's HELLO said
+    sent_ops; while one did not, the store declines it (False), and the caller moves the
+    delivery to an in-flight row, which every backup reads."""
+    from types import SimpleNamespace
+
+    from hive_core.cluster._replication import ReplicatingStore, apply_op
+    from hive_core.persistence import StoredMessage
+
+    inner = MemorySessionStore()
+    store = ReplicatingStore(inner)
+    store.replicator = SimpleNamespace(backups={"b": None}, fenced_by=set(),  # type: ignore[assignment]
+                                       ship_soon=lambda: None)
+    message = StoredMessage("t", b"m", 1, False, b"", None, "pub")
+    store.enqueue("c", 1, message)
+    assert store.send_queued("c", 1, 7) is False
+    assert inner.contents().sent == {} and len(store.pending) == 1  # the ENQUEUE only
+    store.sent_ops = True
+    assert store.send_queued("c", 1, 7) is True
+    assert inner.contents().sent == {"c": {1: 7}}
+    replica = MemorySessionStore()
+    for op in store.pending:
+        apply_op(replica, op)
+    assert replica.contents().sent == {"c": {1: 7}}
+    assert replica.contents().queues == {"c": [(1, message)]}
+    assert ReplicatingStore(MemorySessionStore()).send_queued("c", 1, 7) is True  # no backups
+
+    class Older(MemorySessionStore):  # a store of extension API before 1.8
+        send_queued = None  # type: ignore[assignment]
+
+    assert ReplicatingStore(Older()).send_queued is None  # the records take in-flight rows
+
+
+def test_a_replica_snapshot_carries_the_sent_marks_only_to_a_backup_that_reads_them() -> None:
+    from hive_core.broker import SessionRecords
+    from hive_core.cluster._replication import records_fields, records_of
+    from hive_core.persistence import StoredMessage, StoredSession
+
+    message = StoredMessage("t", b"m", 1, False, b"", None, "pub")
+    records = SessionRecords(StoredSession("c", 5, 60), [(3, message)], [], [], {3: 12})
+    assert len(records_fields(records, taken=True)) == 4
+    assert records_of(records_fields(records, taken=True)).sent == {}
+    assert records_of(records_fields(records, taken=True, sent=True)).sent == {3: 12}
+
+
 def test_a_stale_copy_here_is_folded_into_the_session_fetched_for_its_client() -> None:
     """A copy that lost a merge and waits to be dropped no longer serves its client: the
     CONNECT fetches the keeper's session, and the copy here is folded into it. Its queue is

@@ -22,7 +22,7 @@ from hive_core.persistence._batch import copy_session
 
 _WRITES = ("save_session", "save_subscription", "delete_subscription", "delete_session",
            "enqueue", "dequeue", "save_inflight", "delete_inflight", "save_retained",
-           "delete_retained", "remember_taken")
+           "delete_retained", "remember_taken", "send_queued")
 
 
 class SimStore:
