@@ -168,11 +168,13 @@ class Custody:
         self.node.moved.came_back(client_id)
         self.owners.pop(client_id, None)
         self.claims.forget(client_id)
+        # Written at once, not at the end of the turn: the CONNACK may go out first, and the
+        # client, moving on to another node, get there before this frame (a fresh session).
         for member in self.node.members.values():
             if member.protocol < 3:
-                member.link.send(FrameKind.CLIENT_CONNECTED, client_id)
+                member.link.send_now(FrameKind.CLIENT_CONNECTED, client_id)
                 continue
-            member.link.send(FrameKind.CLIENT_CONNECTED, [client_id, since])
+            member.link.send_now(FrameKind.CLIENT_CONNECTED, [client_id, since])
             # What the member compares its own copy's claim with in a merge: this claim, also
             # if the client is gone here again by the time the member's OWNED arrives.
             self._told.setdefault(member.node_id, {})[client_id] = (True, since)

@@ -221,6 +221,12 @@ class PeerLink(asyncio.Protocol):
         """Queue a frame; everything queued in one loop iteration goes out in one write."""
         self.send_encoded(encode_frame(kind, body))
 
+    def send_now(self, kind: FrameKind, body: Any = None) -> None:
+        """Queue a frame and write everything queued, now: for a frame that must be on its way
+        before this node answers a client (CLIENT_CONNECTED before the CONNACK)."""
+        self.send(kind, body)
+        self._flush()
+
     def send_encoded(self, frame: bytes) -> None:
         """Queue a frame that is already encoded (one PUBLISH sent to several nodes)."""
         if self.closed or self.transport is None:

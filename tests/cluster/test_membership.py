@@ -19,6 +19,7 @@ from hive_core.broker import Broker, BrokerSettings, ClientConnection
 from hive_core.cluster import Cluster, ClusterSettings, FrameKind, NodeTransport
 from hive_core.cluster._membership import SIMULTANEOUS_DIALS
 from hive_core.mqtt import (
+    ConnAck,
     Connect,
     PacketDecoder,
     Publish,
@@ -346,6 +347,35 @@ def test_a_second_link_is_kept_or_closed_as_the_answering_node_decided(
 
     with caplog.at_level(logging.INFO, "hive.cluster"):
         run_cluster(scenario, count=2, seeds=lambda i: ["n1"] if i else [])
+
+
+def test_client_connected_is_written_before_the_connack(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that resumes its session on another node right after its CONNACK here must
+    find the other node told already: CLIENT_CONNECTED is written at once, not after the
+    output of the turn (the CONNACK among it), or a loaded machine lets the client reach the
+    other node first, which then opens a fresh session."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1 = nodes[0]
+        links = [n1.cluster.membership.members[peer].link for peer in ("n2", "n3")]
+        sub = n1.client("sub")
+        sub.subscribe("x")
+        await settle()
+        unsent: list[bool] = []
+        write = _Wire.write
+
+        def noting(wire: _Wire, data: bytes) -> None:
+            unsent.append(any(link._pending for link in links))
+            write(wire, data)
+
+        monkeypatch.setattr(_Wire, "write", noting)
+        n1.client("pub").publish("x", b"1")  # output of this turn: the flush is due first
+        resuming = n1.client("meter", clean=False)
+        await settle()
+        assert any(isinstance(p, ConnAck) for p in resuming.wire.packets)
+        assert unsent and not any(unsent)
+
+    run_cluster(scenario)
 
 
 def test_a_killed_node_leaves_at_once_and_a_restart_rejoins() -> None:
