@@ -168,8 +168,7 @@ class Custody:
         self.node.moved.came_back(client_id)
         self.owners.pop(client_id, None)
         self.claims.forget(client_id)
-        # Written at once, not at the end of the turn: the CONNACK may go out first, and the
-        # client, moving on to another node, get there before this frame (a fresh session).
+        # At once, not at the turn's end: after the CONNACK, a client could beat it elsewhere.
         for member in self.node.members.values():
             if member.protocol < 3:
                 member.link.send_now(FrameKind.CLIENT_CONNECTED, client_id)

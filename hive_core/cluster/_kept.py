@@ -218,7 +218,9 @@ class KeptOnDisk:
         if self.peers.get(peer) is not state or not state.writing:
             return  # dropped, or acknowledged meanwhile
         acked = backlog.acked
-        start = max(state.written_upto, acked)  # the frames after it are not written yet
+        # The frames after it are not written yet; those up to ``acked`` need no row any more
+        # (acknowledged, or dropped at twice the bound), and write() goes on after them.
+        start = state.written_upto = max(state.written_upto, acked)
         end = min(backlog.sent, start + SLICE)
         for place, frame in enumerate(islice(backlog.frames, start - acked, end - acked),
                                       start + 1):

@@ -222,19 +222,30 @@ class Membership:
             hello["health_host"] = health.host
         return hello
 
+    def _keeps_other(self, link: PeerLink, existing: Member | None, peer_id: str,
+                     incarnation: int, hello: dict[str, Any], answer: bool) -> bool:
+        """Whether ``link`` is closed for another link to the same node: the member's, or
+        (``existing`` None) the one the answering node said it keeps, whose WELCOME is on its
+        way here."""
+        if existing is None:
+            return not answer and bool(hello.get("kept_old"))
+        return self._keeps_existing(link, existing, peer_id, incarnation, hello, answer)
+
     def _keeps_existing(self, link: PeerLink, existing: Member, peer_id: str,
                         incarnation: int, hello: dict[str, Any], answer: bool) -> bool:
         """A second link from a member: True keeps the old one (this link is closed), False
         replaces the old one by this one.
 
         The answering node decides, and its WELCOME says what (``kept_old``) when it had a
-        link to this node already. The dialling node follows: the rule below reads each end's
+        link to this same process already (not to an earlier incarnation: that link is not
+        one the dialling node knows). The dialling node follows: the rule below reads each end's
         clock and load (how long ago the member joined, whether its link answered lately), and
         the two ends, deciding on their own, could each keep the link the other closed. A
         WELCOME without a verdict from a node that gives them (``link_verdict``) says it had no
         link to this node: the old link is dead at its end, or its own dial crossed this one,
         and then the ids alone decide, alike on both ends."""
         node_id = self.node.node_id
+        kept = True if incarnation == existing.incarnation else None  # a verdict on this process
         if not answer and "kept_old" in hello:
             return bool(hello["kept_old"])
         if not answer and hello.get("link_verdict"):
@@ -246,7 +257,7 @@ class Membership:
             # One node opened both: it reached the same peer under a second address.
             # Keep the first link; the WELCOME tells the dialling node whom it reached.
             if answer:
-                link.send(FrameKind.WELCOME, self.hello(kept_old=True))
+                link.send(FrameKind.WELCOME, self.hello(kept_old=kept))
             return True
         else:
             # Both dialled at once: keep the link opened by the node with the smaller id.
@@ -260,7 +271,7 @@ class Membership:
                 # The same process, reached under another address (NAT, two names): the
                 # WELCOME tells it whom it reached, so that it stops dialling it.
                 if answer:
-                    link.send(FrameKind.WELCOME, self.hello(kept_old=True))
+                    link.send(FrameKind.WELCOME, self.hello(kept_old=kept))
             else:
                 log.error("a second link (from %s) claims the node id %s of a member that "
                           "is connected and answering: refused", link.peer_address, peer_id)
@@ -269,7 +280,7 @@ class Membership:
             if answer and time.monotonic() - existing.joined_at > SIMULTANEOUS_DIALS:
                 # Not a dial crossing ours: the peer reached this node under another
                 # address. The WELCOME tells it whom; it keeps the old link as well.
-                link.send(FrameKind.WELCOME, self.hello(kept_old=True))
+                link.send(FrameKind.WELCOME, self.hello(kept_old=kept))
             return True
         return False
 
@@ -304,12 +315,12 @@ class Membership:
         if existing is not None and existing.link.closed:
             existing = None  # its link is gone: nothing to choose between
         incarnation = int(hello.get("incarnation", 0))
+        if self._keeps_other(link, existing, peer_id, incarnation, hello, answer):
+            link.close()
+            return
         swapped = False  # the same member on another link: no news for the log
         merge_goes_on = False  # ... in the middle of a merge, which the new link finishes
         if existing is not None:
-            if self._keeps_existing(link, existing, peer_id, incarnation, hello, answer):
-                link.close()
-                return
             swapped = incarnation == existing.incarnation
             merge_goes_on = swapped and existing.merging
             existing.link.peer_id = None
@@ -345,7 +356,7 @@ class Membership:
             log.info("Cluster node %s (%s:%d, Hive %s) joined the cluster; node protocol %d",
                      peer_id, address.host, address.port, hello.get("version"), protocol)
         if answer:  # WELCOME first: the dialling node drops every frame before it
-            link.send(FrameKind.WELCOME, self.hello(None if existing is None else False))
+            link.send(FrameKind.WELCOME, self.hello(_verdict(existing, incarnation)))
         node.custody.member_joined(peer_id)
         node.synchronise(member)
         node.moved.member_joined(member)
@@ -553,3 +564,9 @@ class Membership:
                     entry["messages_out_per_second"] = round((load[3] - before[1][3]) / span, 1)
             report[node_id] = entry
         return report
+
+
+def _verdict(existing: Member | None, incarnation: int) -> bool | None:
+    """A WELCOME's ``kept_old`` when the answering node takes the link: False (this link
+    replaced the member's) if that link was to the same process, else none (no link to it)."""
+    return False if existing is not None and existing.incarnation == incarnation else None

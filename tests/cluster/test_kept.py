@@ -97,6 +97,23 @@ async def test_a_long_backlog_is_written_a_slice_per_turn_and_frames_sent_meanwh
     assert len(rows_of(store)) == 12
 
 
+async def test_a_backlog_acknowledged_past_what_is_written_goes_on_after_the_acknowledged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between two slices the peer acknowledges past what is written (but not the whole
+    backlog), or the oldest frames are dropped at twice the bound: the next slice writes the
+    frames after those, and none of them is left without a row while the wait counts it."""
+    monkeypatch.setattr(_kept, "SLICE", 4)
+    store, forwarding = on_disk()
+    for n in range(12):
+        forwarding.sent("p", publish(n))
+    forwarding.to_disk("p")
+    forwarding.acknowledged_by("p", 6)  # places 1 to 6; 1 to 4 were written
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert [t for _c, _s, t, _n in rows_of(store)] == [f"t/{n}" for n in range(6, 12)]
+    assert forwarding.disk is not None and forwarding.disk.covers("p", 6, 12)
+
+
 async def test_a_backlog_acknowledged_while_it_is_written_is_not_written_further(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_kept, "SLICE", 4)
