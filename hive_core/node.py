@@ -344,8 +344,7 @@ class HiveNode:
                 cluster = self.cluster = Cluster(self.services.node_id, settings, broker,
                                                  self.extensions, store=replicating,
                                                  kept_store=store)
-                if cluster.kept is not None:  # messages kept for silent nodes before a restart
-                    cluster.kept.restore(snapshot)
+                cluster.restore(snapshot)  # what it sends on again after the join
                 cluster.client_queries.details = views.local_client_details
                 self.services.members_from(cluster.view)
                 cluster.client_services = ClusterClients(

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -54,6 +55,7 @@ from hive_core.persistence import SessionStore, Snapshot, StoredMessage
 from hive_core.plugins import Extensions
 
 log = logging.getLogger("hive.broker")
+_NOTHING_HELD: AbstractContextManager[Callable[[], bool]] = nullcontext(lambda: False)
 access_log = logging.getLogger("hive.access")  # connects and disconnects: one line each
 P = PropertyId
 RC = ReasonCode
@@ -580,6 +582,9 @@ class Broker:
     async def commit(self) -> None:
         await self.records.commit()
 
+    def forwards_held(self) -> AbstractContextManager[Callable[[], bool]]:  # (ChannelHost)
+        return self.cluster.forwards_held() if self.cluster is not None else _NOTHING_HELD
+
     async def settle(self) -> None:
         """Until what was written and forwarded so far is durable here and acknowledged by the
         nodes it went to: then a publisher may be told its message is safe."""
@@ -627,12 +632,17 @@ class Broker:
         self.retained.apply(message)
         return True
 
+    def deliver_again(self, message: Message) -> None:  # (PeerDelivery)
+        self.publish_among(message, (), among=False, again=True)
+
     def publish_among(self, message: Message, client_ids: Collection[str],
-                      among: bool) -> None:
+                      among: bool, again: bool = False) -> None:
         """A message from another node for the plain subscribers here whose client id is
-        (``among``) or is not in ``client_ids``: the slow path of a takeover."""
-        self.metrics.messages_in += 1
-        self.metrics.messages_in_by_qos[message.qos] += 1
+        (``among``) or is not in ``client_ids``: the slow path of a takeover. ``again``:
+        a local one routed before (``deliver_again``), not counted in again."""
+        if not again:
+            self.metrics.messages_in += 1
+            self.metrics.messages_in_by_qos[message.qos] += 1
         deliveries, _groups = self.subscriptions.match(message.topic)
         publisher = message.publisher_id
         for delivery in deliveries:
@@ -645,7 +655,7 @@ class Broker:
                     continue
                 delivery = own
             if message.qos and not takes(session, message.mid):
-                self.metrics.handover_duplicates_skipped += 1
+                self.metrics.handover_duplicates_skipped += not again  # (again: most had it)
                 continue  # it reached the session another way first
             granted = min(delivery.qos, message.qos)
             retain = message.retain and delivery.retain_as_published

@@ -608,11 +608,18 @@ class Channel:
         qos = packet.qos
         if qos == 2 and session.persistent:
             # Routed and remembered in one transaction: a crash keeps both or neither, so a
-            # resend after it is neither lost nor routed twice.
-            with broker.records.atomic():
+            # resend after it is neither lost nor routed twice. Other nodes get it once the
+            # record is committed (on the backups too), and the record holds the message then:
+            # a node taking the session over sends it on again if this one could not.
+            with broker.records.atomic(), broker.forwards_held() as held:
                 matched, _durable = broker.publish(message)
                 session.received_qos2(packet.packet_id)  # type: ignore[arg-type]
-                broker.records.received_qos2(session, packet.packet_id)  # type: ignore[arg-type]
+                forwarded = message if held() else None
+                if forwarded is not None:
+                    session.unconfirmed = session.unconfirmed or {}
+                    session.unconfirmed[packet.packet_id] = message  # type: ignore[index]
+                broker.records.received_qos2(session, packet.packet_id,  # type: ignore[arg-type]
+                                             forwarded)
             self._ack_publish(packet, RC.SUCCESS if matched else RC.NO_MATCHING_SUBSCRIBERS,
                               True)
             return

@@ -60,6 +60,8 @@ def on_pubrel(channel: Channel, packet: PubRel) -> None:
     durable = known and session.persistent
     if known:
         session.inbound_qos2.discard(pid)
+        if session.unconfirmed:
+            session.unconfirmed.pop(pid, None)
         if durable:
             channel.broker.records.released_qos2(session, pid)
     reason = RC.SUCCESS if known or channel.version != 5 else RC.PACKET_IDENTIFIER_NOT_FOUND

@@ -45,7 +45,8 @@ class InboundQoS2Records(Protocol):
 
     atomic: Callable[[], AbstractContextManager[None]]
 
-    def received_qos2(self, session: Session, packet_id: int) -> None: ...
+    def received_qos2(self, session: Session, packet_id: int,
+                      forwarded: Message | None = None) -> None: ...
 
     def released_qos2(self, session: Session, packet_id: int) -> None: ...
 
@@ -93,6 +94,10 @@ class ChannelHost(StepBroker, Committer, Protocol):
     def refused(self, message: Message) -> bool: ...
 
     def publish(self, message: Message, from_cluster: bool = False) -> tuple[bool, bool]: ...
+
+    def forwards_held(self) -> AbstractContextManager[Callable[[], bool]]:
+        """A block whose sends to other nodes wait for the next commit (``ClusterPort``)."""
+        ...
 
     def received(self, message: Message) -> None:
         """A client's PUBLISH was accepted: for the recorders (``hive_publishes_received``)."""

@@ -12,7 +12,8 @@ and :class:`ReplicaSource` (what backups copy, what a taker adopts).
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Collection
+from collections.abc import Awaitable, Callable, Collection
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -76,6 +77,12 @@ class ClusterPort(Protocol):
 
     def forward(self, message: Message, nodes: frozenset[str]) -> None:
         """Send a local publisher's message to ``nodes`` (once each)."""
+        ...
+
+    def forwards_held(self) -> AbstractContextManager[Callable[[], bool]]:
+        """A block whose sends to other nodes (forward(), send_shared()) wait for the next
+        commit: a QoS 2 message reaches no other node before its publisher's record of it is
+        durable. What the block yields tells whether it held any."""
         ...
 
     def pick_shared(self, key: SharedKey, remote: frozenset[str], local: bool) -> str | None:
@@ -154,6 +161,12 @@ class PeerDelivery(Protocol):
     def publish_among(self, message: Message, client_ids: Collection[str],
                       among: bool) -> None:
         """A message from another node for the local sessions in (or not in) ``client_ids``."""
+        ...
+
+    def deliver_again(self, message: Message) -> None:
+        """A local publisher's QoS 1/2 message (with its identity), routed a while ago, for
+        this node's plain subscribers: those that came here since take it, the others had
+        it."""
         ...
 
     def flush(self) -> None:

@@ -75,6 +75,13 @@ def pending_from(stored: api.StoredMessage) -> Pending:
     return Pending(message, stored.qos, tuple(sub_ids) if sub_ids else None, stored.retain)
 
 
+def _stored_forwarded(message: Message | None) -> api.StoredMessage | None:
+    """An inbound QoS 2 message as its record carries it (None: routed here only)."""
+    if message is None:
+        return None
+    return stored_message(Pending(message, message.qos, None, message.retain))
+
+
 def stored_retained(message: Message) -> api.StoredMessage:
     props = encode_properties(message.properties) if message.properties else b""
     return api.StoredMessage(message.topic, message.payload, message.qos, True, props,
@@ -162,6 +169,9 @@ def session_from(records: SessionRecords, now: float) -> Session:
     for inflight in records.inflight:
         if inflight.direction == "in":
             session.received_qos2(inflight.packet_id)
+            if inflight.message is not None:  # its forwards may not have left (Takeover)
+                session.unconfirmed = session.unconfirmed or {}
+                session.unconfirmed[inflight.packet_id] = pending_from(inflight.message).message
         elif inflight.message is not None or inflight.state == "pubrel":
             pending = (pending_from(inflight.message) if inflight.message
                        else Pending(Message("", b"", 2, False, None, ""), 2, None, False))
@@ -319,9 +329,14 @@ class Records:
         if mid is not None and self._remember is not None:
             self._remember(session.client_id, mid[0], mid[1])
 
-    def received_qos2(self, session: Session, packet_id: int) -> None:
-        """An inbound QoS 2 PUBLISH was routed; its PUBREL is awaited."""
-        self.store.save_inflight(api.StoredInflight(session.client_id, packet_id, "in", "pubrec"))
+    def received_qos2(self, session: Session, packet_id: int,
+                      forwarded: Message | None = None) -> None:
+        """An inbound QoS 2 PUBLISH was routed; its PUBREL is awaited. ``forwarded``: the
+        message, with its identity, whose forwards to other nodes wait for this record's
+        commit; the record keeps it, for a node that takes the session over."""
+        stored = _stored_forwarded(forwarded)
+        self.store.save_inflight(api.StoredInflight(session.client_id, packet_id, "in", "pubrec",
+                                                    stored))
 
     def released_qos2(self, session: Session, packet_id: int) -> None:
         self.store.delete_inflight(session.client_id, packet_id, "in")
@@ -353,7 +368,9 @@ class Records:
         client_id = session.client_id
         queue = [(index, stored_message(p)) for index, p in enumerate(session.queue, 1)]
         inflight = [outbound_record(client_id, pid, o) for pid, o in session.inflight.items()]
-        inflight += [api.StoredInflight(client_id, pid, "in", "pubrec")
+        unconfirmed = session.unconfirmed or {}
+        inflight += [api.StoredInflight(client_id, pid, "in", "pubrec",
+                                        _stored_forwarded(unconfirmed.get(pid)))
                      for pid in session.inbound_qos2]
         seen = list(session.seen) if session.seen else None
         return SessionRecords(stored_session(session), queue, inflight, seen)
@@ -402,5 +419,6 @@ class Records:
                 self.dequeue(session, pending)  # declined: an in-flight row after all
             pending.seq = 0  # its row is an in-flight one
             self.store.save_inflight(outbound_record(session.client_id, pid, outbound))
+        unconfirmed = session.unconfirmed or {}
         for pid in session.inbound_qos2:
-            self.received_qos2(session, pid)
+            self.received_qos2(session, pid, unconfirmed.get(pid))

@@ -132,7 +132,7 @@ class Session:
     __slots__ = (
         "client_id", "connection", "disconnected_at", "expiry_interval", "inbound_qos2",
         "inflight", "next_packet_id", "protocol_version", "queue", "seen", "stored",
-        "subscriptions", "taken_over", "will",
+        "subscriptions", "taken_over", "unconfirmed", "will",
     )
 
     def __init__(self, client_id: str, protocol_version: int, expiry_interval: int,
@@ -148,6 +148,10 @@ class Session:
         self.queue: deque[Pending] = NO_QUEUE
         self.inflight: dict[int, Outbound] = NO_ENTRIES
         self.inbound_qos2: set[int] = NO_IDS
+        # Of those, the messages whose forwards to other nodes waited for their record
+        # (cluster/_forwarding.py HeldForwards): their records carry them until the PUBREL,
+        # for a node that takes the session over. None until the first.
+        self.unconfirmed: dict[int, Message] | None = None
         self.next_packet_id = 1
         self.disconnected_at: float | None = None
         self.will: Will | None = None
@@ -212,3 +216,4 @@ class Session:
         self.queue = NO_QUEUE
         self.inflight.clear()
         self.inbound_qos2 = NO_IDS
+        self.unconfirmed = None

@@ -25,7 +25,8 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,7 @@ from hive_core.cluster._auth import PeerAuthentication
 from hive_core.cluster._client_queries import ClientQueries
 from hive_core.cluster._client_services import SERVICE_FRAMES, ClusterClients
 from hive_core.cluster._custody import Custody
-from hive_core.cluster._forwarding import Forwarding
+from hive_core.cluster._forwarding import Forwarding, HeldForwards
 from hive_core.cluster._health import HealthCheck
 from hive_core.cluster._kept import KeptOnDisk
 from hive_core.cluster._latency import Latencies, LatencySnapshot
@@ -51,6 +52,7 @@ from hive_core.cluster._moved import Moved
 from hive_core.cluster._overload import PeerPressure
 from hive_core.cluster._parts import Beside, ClusterSettings, FrameHandler, Member
 from hive_core.cluster._replication import ReplicaShelf, ReplicatingStore
+from hive_core.cluster._retained_versions import RetainedVersions
 from hive_core.cluster._routing import RoutingTable
 from hive_core.cluster._session_frames import Handover, in_parts, message_body, message_from
 from hive_core.cluster._takeover import Takeover
@@ -62,7 +64,7 @@ from hive_core.cluster._wire import (
     encode_publish_frame,
 )
 from hive_core.mqtt import decode_properties, encode_properties
-from hive_ext_api import ClusterMember, ClusterNodeAddress, SessionStore
+from hive_ext_api import ClusterMember, ClusterNodeAddress, SessionStore, Snapshot, StoredInflight
 
 if TYPE_CHECKING:
     from hive_core.plugins import Extensions
@@ -72,8 +74,6 @@ log = logging.getLogger("hive.cluster")
 _PUBLISH = FrameKind.PUBLISH
 FLUSH_PUBLISHES = 256
 """PUBLISH frames from other nodes between two flushes of the local subscribers' output."""
-RETAINED_VERSIONS = 1_000_000
-"""Versions of retained topics kept (live ones and clears); beyond it the oldest clears go."""
 
 
 @dataclass(slots=True)
@@ -174,10 +174,7 @@ class Cluster:
         self._shared_turn: dict[SharedKey, int] = {}
         self._ack_due: set[str] = set()  # peers whose data frames were handled, not acknowledged
         self._ack_wanted = asyncio.Event()  # wakes _acknowledger, a task of the group below
-        # Retained messages: the version of each topic's last set or clear (clears kept as
-        # tombstones, so that a node that missed one cannot bring the message back).
-        self.retained_versions: dict[str, int] = {}
-        self._clock = 0
+        self.retained = RetainedVersions(broker)  # the version of each topic's set or clear
         self.transport = transport if transport is not None else (
             UdpTransport(settings.bind_host, settings.bind_port)
             if settings.transport_kind == "udp" else TcpTransport(
@@ -187,6 +184,10 @@ class Cluster:
         # task group inside the node's (or in a task of its own); stop() cancels it and waits.
         self.tasks: TaskGroup | None = None
         self.beside = Beside()
+        self.held = HeldForwards(broker.commit, self.beside.start)  # QoS 2: after the record
+        # Inbound QoS 2 records from before a restart that carry their message (HeldForwards):
+        # its forwards may not have left, so it goes again after the join.
+        self.unconfirmed: list[StoredInflight] = []
         self._background: anyio.CancelScope | None = None
         self._background_over: anyio.Event | None = None
         self._own_task: asyncio.Task[None] | None = None
@@ -218,8 +219,7 @@ class Cluster:
             FrameKind.FILTER_REMOVE: lambda member, body: self._routes(self.table.remove,
                                                                        member, body),
             FrameKind.FILTERS: self._on_filters,
-            FrameKind.RETAIN: lambda _member, body: self._apply_retained(body, join=False),
-            FrameKind.RETAINED: self._on_retained,
+            **self.retained.frame_handlers(),
             FrameKind.OVERLOAD: lambda member, body: self.peer_pressure.heard(member.node_id,
                                                                                body),
             **self.membership.frame_handlers(),
@@ -263,10 +263,19 @@ class Cluster:
             await self.membership.join()
         log.info("Finished cluster join process successfully.")
         self.membership.log_view()
-        if self.kept is not None and self.kept.restored:
+        unconfirmed, self.unconfirmed = self.unconfirmed, []
+        if self.kept is not None and (self.kept.restored or unconfirmed):
             with self.kept.atomic():  # the old rows go in the batch that keeps them anew
                 self.takeover.publish_kept(self.kept.take_restored())
+                self.takeover.publish_unconfirmed(unconfirmed)
             await self.broker.commit()
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """From the store as it was before a restart, what goes on again after the join:
+        messages kept for silent nodes, and QoS 2 messages not confirmed forwarded."""
+        if self.kept is not None:
+            self.kept.restore(snapshot)
+        self.unconfirmed = [i for rows in snapshot.inflight.values() for i in rows]
 
     async def _run_background(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
                               started: anyio.Event | None = None) -> None:
@@ -450,13 +459,7 @@ class Cluster:
         their versions, the sessions held here) and what was kept for it (REPLAY)."""
         link, protocol = member.link, member.protocol
         link.send(FrameKind.FILTERS, self.local_filters())
-        versions = self.retained_versions
-        retained = [[*message_body(m), versions.get(m.topic, 0)]
-                    for m in self.broker.retained_messages()]
-        if protocol >= 3:  # the clears the peer may have missed
-            live = {m.topic for m in self.broker.retained_messages()}
-            retained += [[topic, b"", 0, True, b"", None, "", version]
-                         for topic, version in versions.items() if topic not in live]
+        retained = self.retained.for_peer(protocol)
         for part in in_parts(retained, lambda body: len(body[1])):
             link.send(FrameKind.RETAINED, part)
         self.custody.send_owned(member, self.broker.custody.owned_sessions())
@@ -503,8 +506,32 @@ class Cluster:
         for member in self.members.values():
             member.link.send(kind, body)
 
+    def forwards_held(self) -> AbstractContextManager[Callable[[], bool]]:
+        """Within the block, sends to other nodes wait for the next commit (HeldForwards)."""
+        return self.held.block()
+
     def forward(self, message: Message, nodes: frozenset[str]) -> None:
         """Send a local publisher's message to every interested node, once per node."""
+        if self.held.holding:
+            self.identify(message)
+            self.held.hold(partial(self._forward_held, message, nodes))
+            return
+        self._forward(message, nodes)
+
+    def _forward_held(self, message: Message, nodes: frozenset[str]) -> None:
+        """A held message's forwards, a commit after it was routed: what went out meanwhile
+        must not make it miss a session (docs/architecture.md). A session that moved here
+        from a node it went to gets it here (one that had it takes no copy); a node gone
+        meanwhile is replaced by where its topic routes now; ROUTED waits for these."""
+        absent = self.membership.absent
+        gone = [n for n in nodes if n not in self.members and n not in absent]
+        self._forward(message, nodes)
+        if gone:
+            now = self.table.match(message.topic)[0]
+            self._forward(message, frozenset(n for n in now if n not in nodes))
+        self.broker.deliver_again(message)
+
+    def _forward(self, message: Message, nodes: frozenset[str]) -> None:
         props = message.properties
         raw_props = encode_properties(props) if props else b""
         serial = self.identify(message)[1]  # the same message, wherever it ends up queued
@@ -562,11 +589,19 @@ class Cluster:
         return None if chosen == self.node_id else chosen
 
     def send_shared(self, node_id: str, key: SharedKey, message: Message) -> None:
+        if self.held.holding:
+            self.held.hold(partial(self._send_shared, node_id, key, message))
+            return
+        self._send_shared(node_id, key, message)
+
+    def _send_shared(self, node_id: str, key: SharedKey, message: Message) -> None:
         member = self.members.get(node_id)
-        if member is not None:
+        # (Absent: it left after it was picked, while the send was held; kept for it.)
+        if member is not None or node_id in self.membership.absent:
             frame = encode_frame(FrameKind.SHARED_PUBLISH,
                                  [key[0], key[1], message_body(message)])
-            member.link.send_encoded(frame)
+            if member is not None:
+                member.link.send_encoded(frame)
             self.forwarding.sent(node_id, frame)
             self.metrics.publishes_forwarded += 1
 
@@ -578,6 +613,7 @@ class Cluster:
 
     async def forwards_acknowledged(self) -> None:
         """Until the peers have acknowledged every message sent to them so far (or left)."""
+        await self.held.sent()  # (held ones included: they go out first)
         await self.forwarding.acknowledged(self.members)
 
     def acknowledge_soon(self, peer_id: str) -> None:
@@ -613,44 +649,7 @@ class Cluster:
     # ------------------------------------------------------------------ retained messages
 
     def retained_changed(self, message: Message) -> None:
-        version = self._retained_version(message.topic)
-        self._broadcast(FrameKind.RETAIN, [*message_body(message), version])
-
-    def _retained_version(self, topic: str, seen: int = 0) -> int:
-        """A new version for ``topic``'s retained message: later than any this node has made
-        or seen (a hybrid logical clock: wall-clock nanoseconds, moved on by what arrives)."""
-        self._clock = max(self._clock + 1, time.time_ns(), seen)
-        self.retained_versions[topic] = self._clock
-        if len(self.retained_versions) > RETAINED_VERSIONS:
-            self._trim_retained_versions()
-        return self._clock
-
-    def _trim_retained_versions(self) -> None:
-        live = {m.topic for m in self.broker.retained_messages()}
-        clears = sorted((v, t) for t, v in self.retained_versions.items() if t not in live)
-        for _version, topic in clears[:len(clears) // 2]:  # the oldest clears go first
-            del self.retained_versions[topic]
-
-    def _on_retained(self, _member: Member, body: Any) -> None:
-        for item in body:  # at a join: every retained message of the member, and its clears
-            self._apply_retained(item, join=True)
-
-    def _apply_retained(self, body: list[Any], join: bool) -> None:
-        """A retained message (or clear) from a peer: the newer version wins. A message
-        without a version (an older peer, or one restored from disk) never replaces one that
-        has a version, and at a join only fills a gap."""
-        message = message_from(body)
-        version = int(body[7]) if len(body) > 7 and body[7] else 0
-        topic = message.topic
-        known = self.retained_versions.get(topic, 0)
-        if version:
-            if version <= known:
-                return
-            self._clock = max(self._clock, version)
-            self.retained_versions[topic] = version
-            self.broker.apply_retained(message)
-        elif not known:
-            self.broker.apply_retained(message, only_if_absent=join)
+        self._broadcast(FrameKind.RETAIN, self.retained.changed(message))
 
     # ------------------------------------------------------------------ sessions (Custody)
 

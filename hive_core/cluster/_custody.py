@@ -583,8 +583,8 @@ class Custody:
             node.membership.expect(keeper, address, int(body[4]))
             log.info("node %s keeps sessions node %s held: routing its %d filters to it until "
                      "it is linked here", keeper, member.node_id, len(body[5]))
-        # After every message routed to the sender before now: it drops its copies on this.
-        member.link.send(FrameKind.ROUTED, token)
+        # After all routed to the sender before now (held too): it drops its copies on this.
+        node.held.after(lambda: member.link.send(FrameKind.ROUTED, token))
 
     def _drop_copy(self, client_id: str, keeper: str, since: int) -> None:
         """Another node keeps this session: hand it what was queued here, end the copy.

@@ -25,7 +25,8 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Container
+from collections.abc import Awaitable, Callable, Container, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from hive_core.cluster._kept import KeptOnDisk, OnDisk
@@ -307,3 +308,90 @@ class Forwarding:
     def handled(self, peer: str) -> int:
         seen = self.incoming.get(peer)
         return seen.handled if seen is not None else 0
+
+
+class HeldForwards:
+    """The forwards of a QoS 2 message from a persistent session, held until the commit that
+    makes its publisher's record of it durable here and on the backups.
+
+    A node that sent such a message on at once could fail before its backup had the record:
+    the copy of the session taken over from the replica knows nothing of the message, the
+    client sends it again there (DUP), and it is routed anew under another identity while the
+    nodes it went to first deliver it too: twice. Held, no other node has it before the
+    record is on every copy; the record carries the message (``Records.received_qos2``), and
+    a node taking the session over sends it on again with its identity (``Takeover``), since
+    the forwards may not have left before the failure.
+    """
+
+    def __init__(self, commit: Callable[[], Awaitable[None]],
+                 start: Callable[[Callable[[], Awaitable[None]], str], None]) -> None:
+        self._commit = commit
+        self._start = start
+        self.holding = False  # in a block(): forward() and send_shared() hold their sends
+        self._held: list[Callable[[], None]] = []
+        self.count = 0  # sends held so far
+        self.released = 0  # of those, sent (or dropped with the node's stop)
+        self._running = False
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    @contextmanager
+    def block(self) -> Iterator[Callable[[], bool]]:
+        """Sends in this block are held; what it yields tells whether any was."""
+        began = self.count
+        self.holding = True
+        try:
+            yield lambda: self.count > began
+        finally:
+            self.holding = False
+
+    def hold(self, send: Callable[[], None]) -> None:
+        self._held.append(send)
+        self.count += 1
+        if not self._running:
+            self._running = True
+            self._start(self._release, "forwarding QoS 2 messages once their records are "
+                                       "committed")
+
+    def after(self, send: Callable[[], None]) -> None:
+        """``send`` after the sends held so far (at once when none waits): a frame that must
+        follow every message routed to its node before it (ROUTED)."""
+        if self.released >= self.count:
+            send()
+        else:
+            self.hold(send)
+
+    async def _release(self) -> None:
+        try:
+            while self._held:
+                upto = len(self._held)  # held before this commit began: it covers them
+                try:
+                    await self._commit()
+                except Exception:  # its publisher's connection is refused (broker/_acks.py)
+                    log.exception("could not commit QoS 2 messages before forwarding them; "
+                                  "they are forwarded all the same")
+                batch, self._held = self._held[:upto], self._held[upto:]
+                for send in batch:
+                    send()
+                self.released += len(batch)
+                self._settle()
+        finally:  # (cancelled: the cluster stops, and what is held stays unsent)
+            self._running = False
+
+    async def sent(self) -> None:
+        """Until the sends held so far went out."""
+        target = self.count
+        if self.released >= target:
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((target, future))
+        await future
+
+    def _settle(self) -> None:
+        waiting = []
+        for target, future in self._waiters:
+            if self.released >= target:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                waiting.append((target, future))
+        self._waiters = waiting

@@ -20,7 +20,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from hive_core.cluster._auth import PeerAuthentication
-from hive_core.cluster._forwarding import Forwarding
+from hive_core.cluster._forwarding import Forwarding, HeldForwards
 from hive_core.cluster._health import HealthCheck, HealthCheckSettings
 from hive_core.cluster._kept import KeptOnDisk
 from hive_core.cluster._link import PeerLink
@@ -220,6 +220,7 @@ class NodeContext(Protocol):
     health: HealthCheck | None
     table: RoutingTable
     forwarding: Forwarding
+    held: HeldForwards
     kept: KeptOnDisk | None
     merge_wait: MergeWait
     members: dict[str, Member]

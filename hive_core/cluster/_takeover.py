@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import anyio
@@ -40,7 +40,7 @@ from hive_core.cluster._replication import (
 from hive_core.cluster._session_frames import PART_BYTES, in_parts, message_from
 from hive_core.cluster._wire import FrameDecoder, FrameKind
 from hive_core.mqtt import decode_properties
-from hive_ext_api import ClusterNodeAddress, StoredMessage
+from hive_ext_api import ClusterNodeAddress, StoredInflight, StoredMessage
 
 log = logging.getLogger("hive.cluster")
 
@@ -337,7 +337,8 @@ class Takeover:
             first, rescued = self._unhandled(failed, taken.watermarks)
             self._drop_node(failed)
             self.deliver_rescued(failed, rescued, node.node_id, node.incarnation, first)
-            self._publish_kept_by(failed, taken.kept)
+            self._publish_kept_by(failed, taken.kept,
+                                  [i for r in taken.records for i in r.inflight])
             wills = self.sessions.adopt_wills(taken.wills)
             for member in node.members.values():
                 member.link.send(FrameKind.FILTERS, node.local_filters())
@@ -356,15 +357,19 @@ class Takeover:
             del self.taking[failed]
             event.set()
 
-    def _publish_kept_by(self, failed: str, rows: list[Row]) -> None:
+    def _publish_kept_by(self, failed: str, rows: list[Row],
+                         inflight: list[StoredInflight]) -> None:
         """A takeover of ``failed``: what it kept on disk for silent nodes goes where it must
-        now, and what this node kept on disk for ``failed`` while it was away goes to the
-        sessions taken over from it."""
+        now, its clients' QoS 2 messages not confirmed forwarded go again, and what this node
+        kept on disk for ``failed`` while it was away goes to the sessions taken over from
+        it."""
         node = self.node
         if node.kept is None:
+            self.publish_unconfirmed(inflight)
             return
         with node.kept.atomic():
             self.publish_kept(rows)
+            self.publish_unconfirmed(inflight)
             adopted = self.adopted_from.get(failed, set())
             for stored in node.kept.take_waiting(failed):
                 self.delivery.publish_among(message_of(stored), adopted, among=True)
@@ -389,15 +394,38 @@ class Takeover:
                     self.delivery.publish_from_peer(message_of(stored))
                 continue
             for stored in messages:
-                message = message_of(stored)
-                self.delivery.publish_from_peer(message)
-                for node_id in node.table.match(message.topic)[0]:
-                    if node_id in members or node_id in absent:
-                        self.send_kept(node_id, [stored])
+                self._to_routes_of_now(stored)
             if node.kept is not None:
                 node.kept.wait_for(peer, messages)
         if rows:
             log.info("published again %d messages kept on disk for other nodes", len(rows))
+
+    def publish_unconfirmed(self, inflight: Iterable[StoredInflight]) -> int:
+        """QoS 2 messages that clients of a failed node (or of this node before a restart)
+        published, whose forwards to other nodes may not have left: their records carry them
+        (``HeldForwards``). Sent again with their identities to where their topics route now;
+        a session that had one takes no copy. Returns how many."""
+        count = 0
+        for record in inflight:
+            stored = record.message
+            if record.direction == "in" and stored is not None and stored.serial:
+                self._to_routes_of_now(stored)
+                count += 1
+        if count:
+            log.info("sent again %d QoS 2 messages whose forwards to other nodes were not "
+                     "confirmed", count)
+        return count
+
+    def _to_routes_of_now(self, stored: StoredMessage) -> None:
+        """A message with its identity: to this node's subscribers, and to the nodes its
+        topic routes to now, kept on disk for them until they acknowledge it."""
+        node = self.node
+        message = message_of(stored)
+        self.delivery.publish_from_peer(message)
+        members, absent = node.members, node.membership.absent
+        for node_id in node.table.match(message.topic)[0]:
+            if node_id in members or node_id in absent:
+                self.send_kept(node_id, [stored])
 
     def send_kept(self, peer: str, messages: list[StoredMessage]) -> None:
         """Messages kept on disk for ``peer`` before: to it, and on disk for it until it

@@ -61,7 +61,8 @@ class Records:
         self.atomic = nullcontext
         self.writes: list[tuple[str, int]] = []
 
-    def received_qos2(self, session: Session, packet_id: int) -> None:
+    def received_qos2(self, session: Session, packet_id: int,
+                      forwarded: Message | None = None) -> None:
         self.writes.append(("received", packet_id))
 
     def released_qos2(self, session: Session, packet_id: int) -> None:
@@ -172,6 +173,9 @@ class Host:
     def publish(self, message: Message, from_cluster: bool = False) -> tuple[bool, bool]:
         self.published.append(message)
         return self.matched, message.qos > 0
+
+    def forwards_held(self) -> nullcontext[Any]:
+        return nullcontext(lambda: False)  # no other node
 
     def subscribe(self, session: Session, requests: list[mqtt.SubscriptionRequest],
                   subscription_id: int | None, version: int

@@ -11,6 +11,7 @@ import itertools
 from collections import Counter
 
 from cluster.test_membership import Client, Node, full_mesh, run_cluster, settle, until
+from hive_core.cluster._forwarding import HeldForwards
 from hive_core.mqtt import PubAck, Publish, PubRec
 
 from ._memory_network import MemoryNetwork
@@ -167,3 +168,80 @@ def test_past_the_bound_kept_for_a_cut_off_node_new_messages_are_refused_none_dr
         await until(lambda: PubAck(500) in publisher.wire.packets, what="accepted again")
 
     run_cluster(scenario)
+
+
+def _held(commit_gate: asyncio.Event, commits: list[int],
+          tasks: list[asyncio.Task[None]]) -> HeldForwards:
+    async def commit() -> None:
+        commits.append(len(commits))
+        await commit_gate.wait()
+
+    return HeldForwards(commit, lambda work, what: tasks.append(
+        asyncio.ensure_future(work())))
+
+
+def test_held_sends_go_out_after_a_commit_begun_after_them_in_order() -> None:
+    """A QoS 2 message's forwards (cluster/_forwarding.py HeldForwards) wait for a commit
+    that began after they were held; one held during that commit waits for the next."""
+    async def main() -> None:
+        gate, commits, tasks = asyncio.Event(), [], []
+        held = _held(gate, commits, tasks)
+        sent: list[int] = []
+        with held.block() as any_held:
+            assert not any_held()
+            held.hold(lambda: sent.append(1))
+            assert any_held()
+        assert not held.holding
+        first = asyncio.ensure_future(held.sent())
+        await asyncio.sleep(0.01)
+        held.hold(lambda: sent.append(2))  # the commit under way may not cover its record
+        second = asyncio.ensure_future(held.sent())
+        await asyncio.sleep(0.01)
+        assert sent == [] and not first.done()
+        gate.set()
+        await asyncio.wait_for(first, 1)
+        await asyncio.wait_for(second, 1)
+        assert sent == [1, 2]
+        assert commits == [0, 1]
+        assert len(tasks) == 1  # one release at a time
+        await held.sent()  # nothing held: at once
+
+    asyncio.run(main())
+
+
+def test_a_frame_after_the_held_sends_follows_them_and_goes_at_once_when_none_waits() -> None:
+    async def main() -> None:
+        gate, commits, tasks = asyncio.Event(), [], []
+        held = _held(gate, commits, tasks)
+        sent: list[str] = []
+        held.after(lambda: sent.append("routed 1"))
+        assert sent == ["routed 1"]
+        held.hold(lambda: sent.append("publish"))
+        held.after(lambda: sent.append("routed 2"))
+        await asyncio.sleep(0.01)
+        assert sent == ["routed 1"]
+        gate.set()
+        await asyncio.wait_for(held.sent(), 1)
+        assert sent == ["routed 1", "publish", "routed 2"]
+
+    asyncio.run(main())
+
+
+def test_held_sends_stay_held_when_their_release_is_cancelled() -> None:
+    async def main() -> None:
+        gate, commits, tasks = asyncio.Event(), [], []
+        held = _held(gate, commits, tasks)
+        sent: list[int] = []
+        held.hold(lambda: sent.append(1))
+        wait = asyncio.ensure_future(held.sent())
+        await asyncio.sleep(0.01)
+        tasks[0].cancel()
+        await asyncio.sleep(0.01)
+        assert sent == [] and not wait.done()  # not sent, so not acknowledged either
+        held.hold(lambda: sent.append(2))  # a new release starts, with both
+        gate.set()
+        await asyncio.wait_for(wait, 1)
+        await asyncio.wait_for(held.sent(), 1)
+        assert sent == [1, 2]
+
+    asyncio.run(main())

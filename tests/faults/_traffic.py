@@ -169,15 +169,19 @@ class Publisher(_Endpoint):
             pause = started + index / self.rate - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-            # paho calls on_publish holding its own lock: never call paho holding ours
-            info = self.client.publish(self.topic, b"%d " % number + self.padding, self.qos)
-            with self._lock:
-                self.published += 1
-                if info.mid in self._early:
-                    if self._early.pop(info.mid):
-                        self.acknowledged.add(number)
-                else:
-                    self._by_mid[info.mid] = number
+            self.publish_one(number)
+
+    def publish_one(self, number: int) -> None:
+        """Publish message ``number`` now (the thread's loop, or a test's own step)."""
+        # paho calls on_publish holding its own lock: never call paho holding ours
+        info = self.client.publish(self.topic, b"%d " % number + self.padding, self.qos)
+        with self._lock:
+            self.published += 1
+            if info.mid in self._early:
+                if self._early.pop(info.mid):
+                    self.acknowledged.add(number)
+            else:
+                self._by_mid[info.mid] = number
 
     def finished(self) -> bool:
         return not self._thread.is_alive()

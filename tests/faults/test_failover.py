@@ -10,14 +10,17 @@ every kill and get every acknowledged message; QoS 2 exactly once.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import random
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster._nodes import cluster_body, metrics, wait_for_members
+from cluster._nodes import cluster_body, metrics, node_id, remote_filters, wait_for_members
 from conftest import free_port
 
 from faults._traffic import (
@@ -28,6 +31,7 @@ from faults._traffic import (
     wait_delivered,
     wait_until,
 )
+from hive_core.persistence import FileSessionStore, StoredInflight, StoredMessage
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -315,3 +319,104 @@ def test_a_frozen_node_whose_qos1_client_moved_merges_without_losing_its_stream(
     assert result["acked"] > 1000, result
     assert result["lost"] == 0, result
     assert "error" not in result, result["error"]
+
+
+def test_a_qos2_message_reaches_other_nodes_once_its_record_is_on_the_backup(
+        hive_factory: Any) -> None:
+    """The ring fixed by node names (n1 -> n2 -> n3): a QoS 2 publisher with a persistent
+    session on n1, whose sessions n2 holds a replica of, and a subscriber on n3.
+
+    1. n2 is frozen: the message waits on n1 until n2 has the publisher's record of it, and n3
+       gets it only after the thaw. (Sent on at once, it reached n3 while the record could
+       still be missing from the replica: the client, moving after a failure of n1, sent it
+       again to a copy that did not know it, and it was routed a second time. CI's chaos
+       run, seed 1: QoS 2 twice.)
+    2. n2 is frozen again, a second message waits, and n1 is killed before n2 thaws: n2
+       reads the record from its socket, takes n1's sessions over and sends the message on
+       itself (the record carries it). The publisher's resend on n3 gets its PUBREC from the
+       record and is not routed again. Exactly once, nothing lost."""
+    n1, n2, n3 = named_nodes(hive_factory, ["n1", "n2", "n3"])
+    subscriber = Subscriber([n3.port], "held/#", 2)
+    subscriber.start()
+    wait_until(lambda: "held/#" in remote_filters(n1).get("n3", []), 10,
+               "n1 to route held/# to n3")
+    publisher = Publisher([n1.port, n3.port], "held/x", 2, count=0, rate=1)
+    publisher.start()
+    n1.wait_for_log(r"Replica on \S+ complete", 20)
+    try:
+        os.kill(n2.pid, signal.SIGSTOP)
+        try:
+            publisher.publish_one(1)
+            time.sleep(0.8)  # within the heartbeat timeout (2 s): n2 is still a member
+            early = subscriber.snapshot()
+        finally:
+            os.kill(n2.pid, signal.SIGCONT)
+        assert not early, "the message reached n3 before n2 had its record"
+        wait_until(lambda: publisher.acknowledged == {1} and subscriber.snapshot()[1] == 1, 20,
+                   "message 1 to be acknowledged and delivered after the thaw")
+
+        os.kill(n2.pid, signal.SIGSTOP)
+        try:
+            publisher.publish_one(2)
+            time.sleep(0.5)
+            assert not subscriber.snapshot()[2]
+            n1.kill()
+            time.sleep(0.3)
+        finally:
+            os.kill(n2.pid, signal.SIGCONT)
+        wait_until(lambda: publisher.acknowledged == {1, 2} and subscriber.snapshot()[2] >= 1,
+                   30, "message 2 to be acknowledged on n3 and delivered")
+        assert metrics(n2)["cluster"]["sessions_taken_over"] >= 1
+        time.sleep(1)  # a second copy would come now
+    finally:
+        tally = Tally.of([publisher], subscriber)
+        print(f"QoS 2 held until the backup has its record: {tally}")
+        publisher.stop()
+        subscriber.stop()
+    tally.check(qos=2)
+    assert tally.received == 2, tally
+
+
+def test_a_qos2_message_whose_forwards_were_not_confirmed_goes_on_again_after_a_restart(
+        hive_factory: Any) -> None:
+    """replica-count 1: nobody takes a failed node's sessions over, so the node itself, once
+    it has joined again after a restart, sends on the QoS 2 messages its clients published
+    whose records still carry them (their forwards may not have left before the crash). A
+    second restart sends them again, and the subscriber's session, which had them, takes no
+    copy."""
+    a, b, _c = three_nodes(hive_factory, replica_count=1)
+    subscriber = Subscriber([b.port], "again/#", 2)
+    subscriber.start()
+    wait_until(lambda: "again/#" in remote_filters(a).get(node_id(b), []), 10,
+               "a to route again/# to b")
+    publisher = Publisher([a.port], "again/x", 2, count=0, rate=1)
+    publisher.start()
+    try:
+        publisher.publish_one(1)
+        wait_until(lambda: publisher.acknowledged == {1} and subscriber.snapshot()[1] == 1, 20,
+                   "message 1 to be acknowledged and delivered")
+        client_id = publisher.client._client_id.decode()
+        origin = node_id(a)
+        a.kill()
+        # What a crash after the record's commit and before its forwards leaves on the disk.
+        stored = StoredMessage("again/x", b"2 ", 2, False, b"", None, client_id, origin,
+                               time.time_ns())
+        asyncio.run(write_record(a.data_dir, StoredInflight(client_id, 60000, "in", "pubrec",
+                                                            stored)))
+        for _restart in range(2):
+            a.restart()
+            a.wait_for_log("sent again 1 QoS 2 messages whose forwards", 30)
+            wait_until(lambda: subscriber.snapshot()[2] >= 1, 20, "message 2 on b")
+            time.sleep(1)  # a second copy would come now
+            assert subscriber.snapshot() == {1: 1, 2: 1}
+    finally:
+        publisher.stop()
+        subscriber.stop()
+
+
+async def write_record(data_dir: Path, record: StoredInflight) -> None:
+    store = FileSessionStore(data_dir, sync=False)
+    await store.open()
+    store.save_inflight(record)
+    await store.commit()
+    await store.close()

@@ -34,6 +34,7 @@ class SimNetwork:
         self.listeners: dict[ClusterNodeAddress, tuple[Callable[[], asyncio.Protocol],
                                                          contextvars.Context]] = {}
         self.groups: dict[str, int] = {}  # host -> side of the partition (absent: 0)
+        self.cuts: set[frozenset[str]] = set()  # pairs of hosts whose link alone is cut
         self.dead: set[str] = set()
         self.links: dict[SimLink, None] = {}  # in the order made: a heal releases in it
 
@@ -41,13 +42,19 @@ class SimNetwork:
         return self.rng.uniform(0.0002, 0.003)
 
     def reachable(self, a: str, b: str) -> bool:
-        return self.groups.get(a, 0) == self.groups.get(b, 0)
+        return (self.groups.get(a, 0) == self.groups.get(b, 0)
+                and frozenset((a, b)) not in self.cuts)
 
     def isolate(self, host: str) -> None:
         self.groups = {host: 1}
 
+    def cut(self, a: str, b: str) -> None:
+        """Only the link between ``a`` and ``b``: each still reaches every other node."""
+        self.cuts.add(frozenset((a, b)))
+
     def heal(self) -> None:
         self.groups = {}
+        self.cuts = set()
         for link in list(self.links):
             link.release()
 

@@ -36,6 +36,8 @@ from ._net import SimNetwork
 
 PORT = 7800
 FAULTS = ("kill", "freeze", "isolate", "move")
+"""The default faults. ``cut`` (the link between two nodes only, both serving) is there on
+request: it is not in the default, so that a seed's schedule stays what it was."""
 
 
 @dataclass
@@ -300,6 +302,14 @@ class World:
                     self.note(f"freeze {victim.name} for {seconds:.1f} s")
                     self.loop.freeze(victim.incarnation, seconds)
                     await asyncio.sleep(seconds)
+                elif fault == "cut":
+                    seconds = rng.uniform(1.0, 8.0)
+                    other = rng.choice([n for n in self.nodes if n is not victim])
+                    self.note(f"cut {victim.name} - {other.name} for {seconds:.1f} s")
+                    self.net.cut(victim.name, other.name)
+                    await asyncio.sleep(seconds)
+                    self.note("heal")
+                    self.net.heal()
                 elif fault == "isolate":
                     seconds = rng.uniform(1.0, 8.0)
                     self.note(f"isolate {victim.name} for {seconds:.1f} s")
@@ -312,7 +322,7 @@ class World:
                 mover.cancel()
 
     async def _heal_all(self) -> None:
-        if self.net.groups:
+        if self.net.groups or self.net.cuts:
             self.note("heal")
             self.net.heal()
         for node in self.nodes:

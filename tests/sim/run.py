@@ -55,7 +55,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="0-99", help="seeds: 7, 0-999, or 1,5,9-12")
     parser.add_argument("--faults", default=",".join(FAULTS),
-                        help=f"which of {', '.join(FAULTS)} the nemesis uses")
+                        help=f"which of {', '.join(FAULTS)} (and cut: the link between two "
+                             "nodes only) the nemesis uses")
     parser.add_argument("--traffic", type=float, default=Options.traffic,
                         help="seconds of publishing (simulated)")
     parser.add_argument("--nodes", type=int, default=Options.nodes)
