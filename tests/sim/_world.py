@@ -307,6 +307,12 @@ class World:
                     other = rng.choice([n for n in self.nodes if n is not victim])
                     self.note(f"cut {victim.name} - {other.name} for {seconds:.1f} s")
                     self.net.cut(victim.name, other.name)
+                    if rng.random() < 0.5:  # and one end dies while its link is cut
+                        before = rng.uniform(0.0, seconds)
+                        await asyncio.sleep(before)
+                        self.note(f"kill {victim.name}")
+                        victim.kill()
+                        seconds -= before
                     await asyncio.sleep(seconds)
                     self.note("heal")
                     self.net.heal()
