@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from hive_core.broker._settings import BrokerSettings
@@ -44,6 +44,10 @@ class AckSender(Protocol):
     def refuse(self, reason: int, message: str) -> None: ...
 
     def resume_after_throttle(self) -> None: ...
+
+    def forwards_confirmation(self) -> Callable[[], None] | None:
+        """What to do once the messages forwarded so far are acknowledged, or None."""
+        ...
 
 log = logging.getLogger("hive.broker")
 
@@ -109,6 +113,7 @@ class CommittedAcks:
                 batch, needs_commit, needs_forwards = (self.waiting, self._needs_commit,
                                                        self._needs_forwards)
                 self.waiting, self._needs_commit, self._needs_forwards = [], False, False
+                confirm = channel.forwards_confirmation() if needs_forwards else None
                 if needs_commit:
                     try:
                         await (broker.settle() if needs_forwards else broker.commit())
@@ -121,6 +126,8 @@ class CommittedAcks:
                         return
                 for data in batch:
                     channel.send(data)
+                if confirm is not None:
+                    confirm()
                 if channel.throttled and len(self.waiting) < \
                         broker.settings.server_receive_maximum:
                     channel.resume_after_throttle()

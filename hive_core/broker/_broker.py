@@ -441,7 +441,7 @@ class Broker:
                 matched = True
                 durable = durable or message.qos > 0  # acknowledged once the nodes have it
             if route.remote_groups:
-                groups, sent_on = self._choose_shared(cluster, message, groups, route)
+                groups, sent_on = choose_shared(cluster, message, groups, route)
                 matched = matched or sent_on
                 durable = durable or (sent_on and message.qos > 0)
         for group in groups:
@@ -449,27 +449,6 @@ class Broker:
             matched = matched or delivered
             durable = durable or wrote
         return matched, durable
-
-    @staticmethod
-    def _choose_shared(cluster: ClusterPort, message: Message, groups: list[SharedGroup],
-                       route: Route) -> tuple[list[SharedGroup], bool]:
-        """Each shared group with members elsewhere: which node serves it for this message.
-
-        Returns the groups this node serves, and whether the message went to another node.
-        """
-        local = {(g.name, g.topic_filter): g for g in groups}
-        remote = route.remote_groups
-        served = []
-        sent_on = False
-        for key in local.keys() | remote.keys():
-            group = local.get(key)
-            target = cluster.pick_shared(key, remote.get(key, NO_NODES), group is not None)
-            if target is not None:
-                cluster.send_shared(target, key, message)
-                sent_on = True
-            elif group is not None:
-                served.append(group)
-        return served, sent_on
 
     def _deliver_to_group(self, group: SharedGroup, message: Message) -> tuple[bool, bool]:
         """One member of a shared group gets the message: (someone did, the store was written)."""
@@ -632,14 +611,21 @@ class Broker:
         self.retained.apply(message)
         return True
 
+    def share_again(self, message: Message) -> None:  # (PeerDelivery)
+        route = self._routes.get(message.topic) or self.route(message.topic)
+        groups = route.groups
+        if self.cluster is not None and route.remote_groups:
+            groups, _sent_on = choose_shared(self.cluster, message, groups, route)
+        for group in groups:
+            self._deliver_to_group(group, message)
+
     def deliver_again(self, message: Message) -> None:  # (PeerDelivery)
         self.publish_among(message, (), among=False, again=True)
 
     def publish_among(self, message: Message, client_ids: Collection[str],
                       among: bool, again: bool = False) -> None:
-        """A message from another node for the plain subscribers here whose client id is
-        (``among``) or is not in ``client_ids``: the slow path of a takeover. ``again``:
-        a local one routed before (``deliver_again``), not counted in again."""
+        """A message from another node for the plain subscribers here whose client id is (``among``)
+        or is not in ``client_ids``: a takeover's slow path. ``again``: see deliver_again."""
         if not again:
             self.metrics.messages_in += 1
             self.metrics.messages_in_by_qos[message.qos] += 1
@@ -654,11 +640,33 @@ class Broker:
                 if own is None:
                     continue
                 delivery = own
+            granted = min(delivery.qos, message.qos)
+            if again and not granted:
+                continue  # QoS 0 takes no identity (the fast path above): it had it
             if message.qos and not takes(session, message.mid):
                 self.metrics.handover_duplicates_skipped += not again  # (again: most had it)
                 continue  # it reached the session another way first
-            granted = min(delivery.qos, message.qos)
             retain = message.retain and delivery.retain_as_published
             self.outbox.deliver(session, Pending(message, granted, delivery.subscription_ids,
                                                  retain))
 
+
+def choose_shared(cluster: ClusterPort, message: Message, groups: list[SharedGroup],
+                  route: Route) -> tuple[list[SharedGroup], bool]:
+    """Each shared group with members elsewhere: which node serves it for this message.
+
+    Returns the groups this node serves, and whether the message went to another node.
+    """
+    local = {(g.name, g.topic_filter): g for g in groups}
+    remote = route.remote_groups
+    served = []
+    sent_on = False
+    for key in local.keys() | remote.keys():
+        group = local.get(key)
+        target = cluster.pick_shared(key, remote.get(key, NO_NODES), group is not None)
+        if target is not None:
+            cluster.send_shared(target, key, message)
+            sent_on = True
+        elif group is not None:
+            served.append(group)
+    return served, sent_on

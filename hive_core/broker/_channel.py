@@ -17,7 +17,7 @@ which calls the channel back; while one runs, later packets wait in order (``_de
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hive_core.broker import _extension_flow as flow
@@ -528,8 +528,9 @@ class Channel:
         if qos == 2 and packet.packet_id in session.inbound_qos2:
             # A resend, DUP flag or not (paho resends without it after some reconnects): the
             # exchange is still open here, because a PUBCOMP leaves only once it is forgotten
-            # on disk, so the client cannot have moved on to a new message with this id.
-            self._ack_publish(packet, RC.SUCCESS, False)
+            # on disk, so the client cannot have moved on to a new message with this id. Its
+            # forwards may wait for their record still: then so does this PUBREC.
+            self._ack_publish(packet, RC.SUCCESS, packet.packet_id in (session.unconfirmed or ()))
             return
         if qos and len(session.inbound_qos2) + len(self.acks.waiting) \
                 >= settings.server_receive_maximum and self._past_receive_maximum(session):
@@ -629,6 +630,25 @@ class Channel:
                 session.received_qos2(packet.packet_id)  # type: ignore[arg-type]
             self._ack_publish(packet, RC.SUCCESS if matched else RC.NO_MATCHING_SUBSCRIBERS,
                               durable)
+
+    def forwards_confirmation(self) -> Callable[[], None] | None:
+        """For acknowledgements that wait for the forwards (broker/_acks.py): once those are
+        acknowledged, the inbound QoS 2 records routed before stop carrying their messages
+        (``Session.unconfirmed``): nothing is to be sent on again from them after a failure.
+        Not once the connection closed: its session may be another node's by then."""
+        session = self.session
+        if session is None or not session.unconfirmed:
+            return None
+        pids = list(session.unconfirmed)
+
+        def confirmed() -> None:
+            unconfirmed = session.unconfirmed
+            if self.closed or not unconfirmed:
+                return
+            for pid in pids:
+                if unconfirmed.pop(pid, None) is not None and pid in session.inbound_qos2:
+                    self.broker.records.received_qos2(session, pid)  # the row, without it
+        return confirmed
 
     def _ack_publish(self, packet: Publish, reason: int, durable: bool) -> None:
         self.send_after_commit(encode_ack(PUBACK if packet.qos == 1 else PUBREC,

@@ -163,6 +163,12 @@ class PeerDelivery(Protocol):
         """A message from another node for the local sessions in (or not in) ``client_ids``."""
         ...
 
+    def share_again(self, message: Message) -> None:
+        """A client's message whose sends to shared groups may not have left (its node failed
+        while they waited for its record): each group that wants it chooses a member again,
+        here or on another node."""
+        ...
+
     def deliver_again(self, message: Message) -> None:
         """A local publisher's QoS 1/2 message (with its identity), routed a while ago, for
         this node's plain subscribers: those that came here since take it, the others had

@@ -149,8 +149,8 @@ class Session:
         self.inflight: dict[int, Outbound] = NO_ENTRIES
         self.inbound_qos2: set[int] = NO_IDS
         # Of those, the messages whose forwards to other nodes waited for their record
-        # (cluster/_forwarding.py HeldForwards): their records carry them until the PUBREL,
-        # for a node that takes the session over. None until the first.
+        # (cluster/_forwarding.py HeldForwards): their records carry them until the forwards are
+        # acknowledged, for a node that takes the session over. None until the first.
         self.unconfirmed: dict[int, Message] | None = None
         self.next_packet_id = 1
         self.disconnected_at: float | None = None

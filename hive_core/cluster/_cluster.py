@@ -590,9 +590,19 @@ class Cluster:
 
     def send_shared(self, node_id: str, key: SharedKey, message: Message) -> None:
         if self.held.holding:
-            self.held.hold(partial(self._send_shared, node_id, key, message))
+            self.held.hold(partial(self._send_shared_held, node_id, key, message))
             return
         self._send_shared(node_id, key, message)
+
+    def _send_shared_held(self, node_id: str, key: SharedKey, message: Message) -> None:
+        """Taken over or forgotten meanwhile: the group's member is chosen again."""
+        if node_id not in self.members and node_id not in self.membership.absent:
+            node_id = self.pick_shared(key, self.table.match(message.topic)[1].get(
+                key, frozenset()), local=False) or self.node_id
+        if node_id == self.node_id:  # no other node has a member now: one here, if any
+            self.broker.deliver_shared(key[0], key[1], message)
+        else:
+            self._send_shared(node_id, key, message)
 
     def _send_shared(self, node_id: str, key: SharedKey, message: Message) -> None:
         member = self.members.get(node_id)
@@ -693,39 +703,44 @@ class Cluster:
         return self.membership.load_report()
 
     def stats(self) -> ClusterStats:
-        links = [m.link for m in self.members.values()]
-        takeover, replicator = self.takeover, self.replicator
-        return ClusterStats(
-            members=1 + len(self.members), connections=len(links),
-            publishes_forwarded=self.metrics.publishes_forwarded,
-            publishes_received=self.metrics.publishes_received,
-            frames_in=dict(sorted(self.metrics.frames_in.items())),
-            frames_out=sum(link.frames_out for link in links),
-            remote_filters={peer: sorted(self.table.filters_of(peer))
-                            for peer in sorted(self.members)},
-            absent=sorted(self.membership.absent),
-            forwards_unacknowledged=sum(len(out.frames)
-                                        for out in self.forwarding.outgoing.values()),
-            forwards_replayed=self.forwarding.replayed,
-            forwards_duplicates=self.forwarding.duplicates,
-            forwards_dropped=self.forwarding.dropped, forwards_refused=self.forwarding.refused,
-            forwards_on_disk=self.kept.rows if self.kept is not None else 0,
-            forwards_written_to_disk=self.kept.written if self.kept is not None else 0,
-            authentication_failures=self.authentication.failures,
-            replica_count=self.settings.replica_count,
-            backups=sorted(replicator.backups) if replicator is not None else [],
-            replicas_held=sorted(self.replicas.held) if self.replicas is not None else [],
-            replication_lag=replicator.lag() if replicator is not None else {},
-            takeovers=takeover.takeovers, sessions_taken_over=takeover.sessions_taken_over,
-            messages_rescued=takeover.messages_rescued, merges=self.custody.merges,
-            peer_traffic={peer: (m.link.bytes_out, m.link.bytes_in)
-                          for peer, m in sorted(self.members.items())},
-            delivery_latency=self.delivery_times.snapshot(),
-            forward_ack_latency=self.forwarding.ack_times.snapshot(),
-            replication_ack_latency=(replicator.ack_times.snapshot()
-                                     if replicator is not None else {}))
+        return cluster_stats(self)
 
     def view(self) -> list[ClusterMember]:
         own = ClusterMember(self.node_id, self.address, "RUNNING", __version__)
         return [own, *(ClusterMember(m.node_id, m.address, "RUNNING", m.version)
                        for m in self.members.values())]
+
+
+def cluster_stats(cluster: Cluster) -> ClusterStats:
+    """What ``GET /api/v1/metrics`` shows of the cluster, now."""
+    links = [m.link for m in cluster.members.values()]
+    takeover, replicator = cluster.takeover, cluster.replicator
+    return ClusterStats(
+        members=1 + len(cluster.members), connections=len(links),
+        publishes_forwarded=cluster.metrics.publishes_forwarded,
+        publishes_received=cluster.metrics.publishes_received,
+        frames_in=dict(sorted(cluster.metrics.frames_in.items())),
+        frames_out=sum(link.frames_out for link in links),
+        remote_filters={peer: sorted(cluster.table.filters_of(peer))
+                        for peer in sorted(cluster.members)},
+        absent=sorted(cluster.membership.absent),
+        forwards_unacknowledged=sum(len(out.frames)
+                                    for out in cluster.forwarding.outgoing.values()),
+        forwards_replayed=cluster.forwarding.replayed,
+        forwards_duplicates=cluster.forwarding.duplicates,
+        forwards_dropped=cluster.forwarding.dropped, forwards_refused=cluster.forwarding.refused,
+        forwards_on_disk=cluster.kept.rows if cluster.kept is not None else 0,
+        forwards_written_to_disk=cluster.kept.written if cluster.kept is not None else 0,
+        authentication_failures=cluster.authentication.failures,
+        replica_count=cluster.settings.replica_count,
+        backups=sorted(replicator.backups) if replicator is not None else [],
+        replicas_held=sorted(cluster.replicas.held) if cluster.replicas is not None else [],
+        replication_lag=replicator.lag() if replicator is not None else {},
+        takeovers=takeover.takeovers, sessions_taken_over=takeover.sessions_taken_over,
+        messages_rescued=takeover.messages_rescued, merges=cluster.custody.merges,
+        peer_traffic={peer: (m.link.bytes_out, m.link.bytes_in)
+                      for peer, m in sorted(cluster.members.items())},
+        delivery_latency=cluster.delivery_times.snapshot(),
+        forward_ack_latency=cluster.forwarding.ack_times.snapshot(),
+        replication_ack_latency=(replicator.ack_times.snapshot()
+                                 if replicator is not None else {}))

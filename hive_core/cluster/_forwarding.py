@@ -371,7 +371,10 @@ class HeldForwards:
                                   "they are forwarded all the same")
                 batch, self._held = self._held[:upto], self._held[upto:]
                 for send in batch:
-                    send()
+                    try:
+                        send()
+                    except Exception:  # the others go all the same, and the waits end
+                        log.exception("could not forward a QoS 2 message held for its record")
                 self.released += len(batch)
                 self._settle()
         finally:  # (cancelled: the cluster stops, and what is held stays unsent)

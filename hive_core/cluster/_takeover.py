@@ -410,6 +410,7 @@ class Takeover:
             stored = record.message
             if record.direction == "in" and stored is not None and stored.serial:
                 self._to_routes_of_now(stored)
+                self.delivery.share_again(message_of(stored))
                 count += 1
         if count:
             log.info("sent again %d QoS 2 messages whose forwards to other nodes were not "

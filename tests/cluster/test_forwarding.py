@@ -245,3 +245,24 @@ def test_held_sends_stay_held_when_their_release_is_cancelled() -> None:
         assert sent == [1, 2]
 
     asyncio.run(main())
+
+
+def test_a_held_send_that_fails_does_not_hold_up_the_others_or_the_waits() -> None:
+    async def main() -> None:
+        gate, commits, tasks = asyncio.Event(), [], []
+        gate.set()
+        held = _held(gate, commits, tasks)
+        sent: list[int] = []
+
+        def fails() -> None:
+            raise OSError("a store write, an interceptor")
+
+        held.hold(fails)
+        held.hold(lambda: sent.append(2))
+        await asyncio.wait_for(held.sent(), 1)
+        assert sent == [2]
+        held.hold(lambda: sent.append(3))
+        await asyncio.wait_for(held.sent(), 1)
+        assert sent == [2, 3]
+
+    asyncio.run(main())
