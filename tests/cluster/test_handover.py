@@ -24,7 +24,7 @@ from cluster.test_membership import (
 )
 from hive_core import mqtt
 from hive_core.broker import ClientConnection, Message, snapshot_records
-from hive_core.broker._records import Records, session_from
+from hive_core.broker._records import session_from
 from hive_core.cluster import _session_frames
 from hive_core.persistence import MemorySessionStore, StoredMessage
 from hive_core.plugins import ExtensionManager, Extensions
@@ -464,41 +464,3 @@ def test_what_waits_for_a_copys_hand_over_goes_with_the_session_that_node_fetche
 
     run_cluster(scenario)
 
-
-def test_a_qos2_message_forwarded_after_its_record_is_carried_by_the_record_until_pubrel(
-) -> None:
-    """A persistent publisher's QoS 2 message goes to other nodes once its inbound record is
-    committed (cluster/_forwarding.py HeldForwards), and the record carries the message with
-    its identity until the PUBREL: in the store, in a session handed over or sent to a new
-    backup (Records.export), and in a session restored from it. A node that takes the
-    session over sends it on again from there."""
-    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
-        _n1, n2, n3 = nodes
-        subscriber = await qos2_subscriber_on_n2(n2, n3, "held-sub", "h")
-        publisher = n3.client("held-pub", clean=False)
-        pid = next(_pids)
-        publisher.send(mqtt.Publish("h/a", b"two", 2, packet_id=pid))
-        await until(lambda: any(isinstance(p, mqtt.PubRec) for p in publisher.wire.packets),
-                    what="the PUBREC")
-        assert [p.payload for p in subscriber.received] == [b"two"]
-        session = n3.broker.sessions["held-pub"]
-        message = (session.unconfirmed or {})[pid]
-        assert message.mid is not None and message.mid[0] == "n3"
-        store = n3.broker.records.store
-        (record,) = store.contents().inflight["held-pub"]  # type: ignore[attr-defined]
-        assert record.direction == "in" and record.message is not None
-        assert (record.message.payload, record.message.origin, record.message.serial) == (
-            b"two", *message.mid)
-        exported = Records.export(session)
-        (carried,) = [i for i in exported.inflight if i.direction == "in"]
-        assert carried.message == record.message
-        restored = session_from(exported, 0.0)
-        assert restored.unconfirmed is not None
-        assert restored.unconfirmed[pid].mid == message.mid
-        publisher.send(mqtt.PubRel(pid))
-        await until(lambda: any(isinstance(p, mqtt.PubComp) for p in publisher.wire.packets),
-                    what="the PUBCOMP")
-        assert not session.unconfirmed
-        assert "held-pub" not in store.contents().inflight  # type: ignore[attr-defined]
-
-    run_cluster(scenario)

@@ -13,8 +13,9 @@ import asyncio
 import itertools
 
 from cluster.test_handover import qos2_subscriber_on_n2
-from cluster.test_membership import Node, run_cluster, settle, until
+from cluster.test_membership import Client, Node, run_cluster, settle, until
 from hive_core import mqtt
+from hive_core.broker._records import Records, session_from
 from hive_ext_api import StoredInflight, StoredMessage
 
 from ._memory_network import MemoryNetwork
@@ -33,6 +34,19 @@ def gate_commits(node: Node) -> asyncio.Event:
 
     node.cluster.held._commit = gated  # type: ignore[method-assign]
     return gate
+
+
+async def held_publish(n2: Node, n3: Node, client_id: str,
+                       payload: bytes) -> tuple[Client, asyncio.Event, Client, int]:
+    """A QoS 2 subscriber on n2, and a persistent publisher on n3 whose QoS 2 message's
+    forwards wait (for the gate returned): subscriber, gate, publisher, packet id."""
+    subscriber = await qos2_subscriber_on_n2(n2, n3, "sub-" + client_id, "h")
+    gate = gate_commits(n3)
+    publisher = n3.client(client_id, clean=False)
+    pid = next(_pids)
+    publisher.send(mqtt.Publish("h/a", payload, 2, packet_id=pid))
+    await settle()
+    return subscriber, gate, publisher, pid
 
 
 def pubrecs(client: object) -> int:
@@ -89,12 +103,7 @@ def test_a_resend_while_the_first_copy_is_held_waits_for_it() -> None:
     message no other node has yet."""
     async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
         _n1, n2, n3 = nodes
-        subscriber = await qos2_subscriber_on_n2(n2, n3, "remote", "h")
-        gate = gate_commits(n3)
-        publisher = n3.client("pub", clean=False)
-        pid = next(_pids)
-        publisher.send(mqtt.Publish("h/a", b"m", 2, packet_id=pid))
-        await settle()
+        subscriber, gate, publisher, pid = await held_publish(n2, n3, "pub", b"m")
         publisher.connection.connection_lost(None)
         again = n3.client("pub", clean=False)
         again.send(mqtt.Publish("h/a", b"m", 2, packet_id=pid, dup=True))
@@ -147,5 +156,40 @@ def test_a_message_sent_on_again_reaches_shared_groups_too() -> None:
         assert n3.cluster.takeover.publish_unconfirmed([record]) == 1
         await until(lambda: plain.payloads == [b"m"] and shared.payloads == [b"m"],
                     what="both subscribers")
+
+    run_cluster(scenario)
+
+
+def test_while_its_forwards_wait_the_record_carries_the_message_and_so_does_the_session(
+) -> None:
+    """The record carries the message with its identity: in the store, in a session handed
+    over or sent to a new backup (Records.export), and in a session restored from it."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        _n1, n2, n3 = nodes
+        subscriber, gate, publisher, pid = await held_publish(n2, n3, "held-pub", b"two")
+        assert subscriber.payloads == []
+        session = n3.broker.sessions["held-pub"]
+        message = (session.unconfirmed or {})[pid]
+        assert message.mid is not None and message.mid[0] == "n3"
+        store = n3.broker.records.store
+        (record,) = store.contents().inflight["held-pub"]  # type: ignore[attr-defined]
+        assert record.direction == "in" and record.message is not None
+        assert (record.message.payload, record.message.origin, record.message.serial) == (
+            b"two", *message.mid)
+        exported = Records.export(session)
+        (carried,) = [i for i in exported.inflight if i.direction == "in"]
+        assert carried.message == record.message
+        restored = session_from(exported, 0.0)
+        assert restored.unconfirmed is not None
+        assert restored.unconfirmed[pid].mid == message.mid
+        gate.set()
+        await until(lambda: pubrecs(publisher) == 1, what="the PUBREC")
+        assert subscriber.payloads == [b"two"]
+        await settle()
+        assert not session.unconfirmed
+        publisher.send(mqtt.PubRel(pid))
+        await until(lambda: any(isinstance(p, mqtt.PubComp) for p in publisher.wire.packets),
+                    what="the PUBCOMP")
+        assert "held-pub" not in store.contents().inflight  # type: ignore[attr-defined]
 
     run_cluster(scenario)
