@@ -614,11 +614,8 @@ class Channel:
             # a node taking the session over sends it on again if this one could not.
             with broker.records.atomic(), broker.forwards_held() as held:
                 matched, _durable = broker.publish(message)
-                session.received_qos2(packet.packet_id)  # type: ignore[arg-type]
                 forwarded = message if held() else None
-                if forwarded is not None:
-                    session.unconfirmed = session.unconfirmed or {}
-                    session.unconfirmed[packet.packet_id] = message  # type: ignore[index]
+                session.received_qos2(packet.packet_id, forwarded)  # type: ignore[arg-type]
                 broker.records.received_qos2(session, packet.packet_id,  # type: ignore[arg-type]
                                              forwarded)
             self._ack_publish(packet, RC.SUCCESS if matched else RC.NO_MATCHING_SUBSCRIBERS,

@@ -167,11 +167,10 @@ def session_from(records: SessionRecords, now: float) -> Session:
         else:  # sent, in flight: the window, under its packet id (older than the queue)
             session.window()[packet_id] = Outbound(pending)
     for inflight in records.inflight:
-        if inflight.direction == "in":
-            session.received_qos2(inflight.packet_id)
-            if inflight.message is not None:  # its forwards may not have left (Takeover)
-                session.unconfirmed = session.unconfirmed or {}
-                session.unconfirmed[inflight.packet_id] = pending_from(inflight.message).message
+        if inflight.direction == "in":  # with its message: its forwards may not have left
+            carried = inflight.message
+            session.received_qos2(inflight.packet_id,
+                                  pending_from(carried).message if carried else None)
         elif inflight.message is not None or inflight.state == "pubrel":
             pending = (pending_from(inflight.message) if inflight.message
                        else Pending(Message("", b"", 2, False, None, ""), 2, None, False))

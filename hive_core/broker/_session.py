@@ -186,12 +186,16 @@ class Session:
             queue = self.queue = deque()
         return queue
 
-    def received_qos2(self, packet_id: int) -> None:
-        """The client's QoS 2 PUBLISH ``packet_id`` was routed: its PUBREL is awaited."""
+    def received_qos2(self, packet_id: int, forwarded: Message | None = None) -> None:
+        """The client's QoS 2 PUBLISH ``packet_id`` was routed: its PUBREL is awaited.
+        ``forwarded``: its forwards to other nodes wait for its record (``unconfirmed``)."""
         ids = self.inbound_qos2
         if ids is NO_IDS:
             ids = self.inbound_qos2 = set()
         ids.add(packet_id)
+        if forwarded is not None:
+            self.unconfirmed = self.unconfirmed or {}
+            self.unconfirmed[packet_id] = forwarded
 
     @property
     def persistent(self) -> bool:
