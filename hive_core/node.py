@@ -310,7 +310,9 @@ class HiveNode:
         replicating: ReplicatingStore | None = None
         if self.config.cluster.enabled and self.config.cluster.replication.replica_count > 1:
             # Every write of a session also goes to this node's backups (cluster/_replication).
-            store = replicating = ReplicatingStore(store)
+            # QoS 1 deliveries acknowledged within <delivery-hold> never reach the backups.
+            store = replicating = ReplicatingStore(
+                store, hold=self.config.persistence.delivery_hold / 1000)
         broker = self.broker = Broker(settings_from(self.config), store, self.extensions)
         self.services.bind(broker)
         broker.start(snapshot)

@@ -171,6 +171,13 @@ _CLUSTER: tuple[Scalar, ...] = (
     ("counter", "hive_cluster_messages_rescued",
      "Messages kept for a failed node and delivered to its sessions here.",
      lambda c: c.messages_rescued),
+    ("counter", "hive_cluster_replication_deliveries_spared",
+     "QoS 1 deliveries acknowledged while their ops were held back from the backups "
+     "(<delivery-hold>): nothing of them was replicated.",
+     lambda c: c.replication_spared),
+    ("counter", "hive_cluster_replication_deliveries_late",
+     "Held QoS 1 deliveries whose ops went to the backups because their hold ran out.",
+     lambda c: c.replication_late),
     ("counter", "hive_cluster_merges",
      "Copies of a session dropped here for another node's (a healed split).",
      lambda c: c.merges),

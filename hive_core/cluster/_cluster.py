@@ -116,6 +116,10 @@ class ClusterStats:
     backups: list[str] = field(default_factory=list)  # the nodes holding this node's replica
     replicas_held: list[str] = field(default_factory=list)  # the nodes whose replica is here
     replication_lag: dict[str, int] = field(default_factory=dict)  # ops not acknowledged, by backup
+    # QoS 1 deliveries whose ops were held from the backups: acknowledged meanwhile (nothing
+    # replicated), or shipped when the hold ran out (see _replication_hold.py)
+    replication_spared: int = 0
+    replication_late: int = 0
     takeovers: int = 0  # failed nodes whose sessions this node took over
     sessions_taken_over: int = 0
     messages_rescued: int = 0  # kept for a failed node, delivered to its sessions here
@@ -312,6 +316,7 @@ class Cluster:
             # and hand it to the node that takes this one's sessions over (TAKEN_OVER).
             self._handed_over = True
             with anyio.move_on_after(self.settings.connect_timeout):
+                self.replicator.store.release_held()  # its queues go whole to the backups
                 await self.replicator.replicated(self.replicator.ship())
                 replicated = True
             if replicated:
@@ -715,6 +720,7 @@ def cluster_stats(cluster: Cluster) -> ClusterStats:
     """What ``GET /api/v1/metrics`` shows of the cluster, now."""
     links = [m.link for m in cluster.members.values()]
     takeover, replicator = cluster.takeover, cluster.replicator
+    hold = replicator.store.hold if replicator is not None else None
     return ClusterStats(
         members=1 + len(cluster.members), connections=len(links),
         publishes_forwarded=cluster.metrics.publishes_forwarded,
@@ -736,6 +742,8 @@ def cluster_stats(cluster: Cluster) -> ClusterStats:
         backups=sorted(replicator.backups) if replicator is not None else [],
         replicas_held=sorted(cluster.replicas.held) if cluster.replicas is not None else [],
         replication_lag=replicator.lag() if replicator is not None else {},
+        replication_spared=hold.stats.spared if hold is not None else 0,
+        replication_late=hold.stats.late if hold is not None else 0,
         takeovers=takeover.takeovers, sessions_taken_over=takeover.sessions_taken_over,
         messages_rescued=takeover.messages_rescued, merges=cluster.custody.merges,
         peer_traffic={peer: (m.link.bytes_out, m.link.bytes_in)

@@ -31,7 +31,7 @@ import shutil
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,6 +40,7 @@ import hive_ext_api as api
 from hive_core.broker import SessionRecords, snapshot_records
 from hive_core.cluster._kept import Row, is_kept, kept_rows
 from hive_core.cluster._latency import Latencies, Probe
+from hive_core.cluster._replication_hold import DeliveryHold, HeldDelivery
 from hive_core.persistence import FileSessionStore
 
 log = logging.getLogger("hive.cluster")
@@ -154,13 +155,21 @@ class ReplicatingStore:
     """The node's own :class:`SessionStore`, with each write of a session also kept as an op.
 
     Retained messages are not ops: every node holds every retained message already.
+    ``hold`` (seconds, ``<persistence><delivery-hold>``): how long a QoS 1 delivery's ops may
+    wait for its PUBACK before they go to the backups (``_replication_hold.py``); 0 holds none.
     """
 
-    def __init__(self, inner: api.SessionStore) -> None:
+    def __init__(self, inner: api.SessionStore, hold: float = 0.0) -> None:
         self.inner = inner
         self.seq = 0  # ops recorded so far (only while there are backups to send them to)
         self.pending: list[Op] = []  # recorded, not yet sent
         self.replicator: Replicator | None = None
+        self.hold = DeliveryHold(hold, self._ship_held) if hold > 0 else None
+        # The forwarding marks at the last frame shipped: a delivery held from now on takes
+        # them (no frame handled since is counted in them; see _replication_hold.py).
+        self.shipped_watermarks: Watermarks = {}
+        self._last_enqueue: tuple[str, int, api.StoredMessage] | None = None  # its op pending
+        self._atomic_depth = 0
         # Every backup reads messages with their cluster identity (its HELLO said so): the
         # ops carry it, so that a session taken over from a replica takes no copy twice.
         self.identities = False
@@ -186,6 +195,27 @@ class ReplicatingStore:
         if len(self.pending) == 1:
             replicator.ship_soon()
 
+    def _may_hold(self) -> bool:
+        replicator = self.replicator
+        return replicator is not None and bool(replicator.backups) and not replicator.fenced_by
+
+    def _before(self, client_id: str) -> None:
+        """Another op of ``client_id`` follows: what is held of it goes first."""
+        hold = self.hold
+        if hold is not None and hold.holds(client_id):
+            hold.release_client(client_id)
+
+    def _ship_held(self, held: HeldDelivery) -> None:
+        client_id, seq = held.client_id, held.seq
+        self._op([ENQUEUE, client_id, seq, message_fields(held.message, self.identities)])
+        if held.packet_id is not None:
+            self._op([SEND_QUEUED, client_id, seq, held.packet_id])
+
+    def release_held(self) -> None:
+        """Ship every held delivery (a new backup's snapshot, a lost backup, leaving)."""
+        if self.hold is not None:
+            self.hold.release_all()
+
     async def open(self) -> api.Snapshot:
         return await self.inner.open()
 
@@ -194,34 +224,59 @@ class ReplicatingStore:
 
     def save_session(self, session: api.StoredSession) -> None:
         self.inner.save_session(session)
+        self._before(session.client_id)
         self._op([SAVE_SESSION, session_fields(session)])
 
     def save_subscription(self, client_id: str, subscription: api.StoredSubscription) -> None:
         self.inner.save_subscription(client_id, subscription)
+        self._before(client_id)
         self._op([SAVE_SUB, client_id, subscription_fields(subscription)])
 
     def delete_subscription(self, client_id: str, topic_filter: str) -> None:
         self.inner.delete_subscription(client_id, topic_filter)
+        self._before(client_id)
         self._op([DELETE_SUB, client_id, topic_filter])
 
     def delete_session(self, client_id: str) -> None:
         self.inner.delete_session(client_id)
+        self._before(client_id)
         self._op([DELETE_SESSION, client_id])
 
     def enqueue(self, client_id: str, seq: int, message: api.StoredMessage) -> None:
         self.inner.enqueue(client_id, seq, message)
+        hold = self.hold
+        if hold is not None:
+            key = (client_id, seq)
+            if key in hold.held:
+                hold.release(key)  # written again: an ordinary write from now on
+            elif message.qos == 1 and not self._atomic_depth and (
+                    hold.holds(client_id) or hold.sending(client_id)) and self._may_hold():
+                # Its client acknowledges, or it waits behind what is held: held too.
+                hold.add(client_id, seq, message, None, self.shipped_watermarks)
+                return
+            self._last_enqueue = (client_id, seq, message)
         self._op([ENQUEUE, client_id, seq, message_fields(message, self.identities)])
 
     def dequeue(self, client_id: str, seq: int) -> None:
         self.inner.dequeue(client_id, seq)
+        hold = self.hold
+        if hold is not None and hold.held:
+            key = (client_id, seq)
+            if key in hold.held:
+                if not self._atomic_depth:
+                    hold.cancel(key)  # acknowledged while held: no op of it ever goes
+                    return
+                hold.release(key)  # moved in a block (to an in-flight row): the ops go
         self._op([DEQUEUE, client_id, seq])
 
     def save_inflight(self, inflight: api.StoredInflight) -> None:
         self.inner.save_inflight(inflight)
+        self._before(inflight.client_id)
         self._op([SAVE_INFLIGHT, inflight_fields(inflight, self.identities)])
 
     def delete_inflight(self, client_id: str, packet_id: int, direction: api.Direction) -> None:
         self.inner.delete_inflight(client_id, packet_id, direction)
+        self._before(client_id)
         self._op([DELETE_INFLIGHT, client_id, packet_id, direction])
 
     def send_queued(self, client_id: str, seq: int, packet_id: int) -> bool:
@@ -232,17 +287,42 @@ class ReplicatingStore:
                 replicator.backups or replicator.fenced_by):
             return False
         self._send_queued(client_id, seq, packet_id)  # type: ignore[misc]  # (None: no method)
+        hold = self.hold
+        if hold is not None and self._hold_sent(hold, client_id, seq, packet_id):
+            return True
         self._op([SEND_QUEUED, client_id, seq, packet_id])
+        return True
+
+    def _hold_sent(self, hold: DeliveryHold, client_id: str, seq: int, packet_id: int) -> bool:
+        """A delivery was sent: True when its ops are (now) held."""
+        held = hold.held.get((client_id, seq))
+        if held is not None:
+            held.packet_id = packet_id
+            hold.sent(client_id)
+            return True
+        last, self._last_enqueue = self._last_enqueue, None
+        if self._atomic_depth or not hold.sent(client_id) or not self._may_hold():
+            return False
+        pending = self.pending
+        if last is None or last[0] != client_id or last[1] != seq or not pending or \
+                pending[-1][0] != ENQUEUE or pending[-1][1] != client_id or \
+                pending[-1][2] != seq:
+            return False  # queued before (its ENQUEUE is gone or not the last): it goes
+        pending.pop()  # queued and sent in one go: the two ops are held together
+        self.seq -= 1
+        hold.add(client_id, seq, last[2], packet_id, self.shipped_watermarks)
         return True
 
     def remember_taken(self, client_id: str, origin: str, serial: int) -> None:
         if self._remember is not None:
             self._remember(client_id, origin, serial)
         if self.taken_ops:
+            self._before(client_id)
             self._op([TAKEN, client_id, origin, serial])
 
     def save_will(self, client_id: str, fields: list[Any] | None) -> None:
         """A client's will changed (see ``Records.will``): only the backups keep wills."""
+        self._before(client_id)
         self._op([WILL, client_id, fields])
 
     def save_retained(self, message: api.StoredMessage) -> None:
@@ -251,16 +331,34 @@ class ReplicatingStore:
     def delete_retained(self, topic: str) -> None:
         self.inner.delete_retained(topic)
 
-    def atomic(self) -> AbstractContextManager[None]:
-        return self._atomic()  # the ops of one turn travel in one frame: atomic there too
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        # The ops of one turn travel in one frame: atomic there too. Nothing is held inside.
+        with self._atomic():
+            self._atomic_depth += 1
+            try:
+                yield
+            finally:
+                self._atomic_depth -= 1
 
     async def commit(self) -> None:
-        """Durable here and acknowledged by every backup (see the module docstring)."""
+        """Durable here and acknowledged by every backup (see the module docstring); a QoS 1
+        delivery held before this call acknowledged by its subscriber, or shipped too."""
         replicator = self.replicator
         target = replicator.ship() if replicator is not None else 0
+        hold = self.hold
+        mark = hold.marks if hold is not None and hold.held else 0
         await self.inner.commit()
         if replicator is not None and target:
             await replicator.replicated(target)
+        if mark:  # (a delivery held now may be released while this waits: waited for too)
+            assert hold is not None
+            await hold.resolved(mark)
+            replicator = self.replicator
+            if replicator is not None:  # what was released meanwhile is numbered by now
+                target = replicator.ship()
+                if target:
+                    await replicator.replicated(target)
 
 
 @dataclass(slots=True)
@@ -312,6 +410,7 @@ class Replicator:
             self._send_release(node_id)
         new = [n for n in wanted if n not in self.backups]
         if new:
+            self.store.release_held()  # the snapshot has what is held: the ops must go too
             self.ship()  # ops so far go to the current backups; the new ones get a snapshot
             records, wills = self._snapshot()
             seq = self.store.seq
@@ -331,6 +430,8 @@ class Replicator:
         """
         self.store.replicator = None
         self.store.pending = []
+        if self.store.hold is not None:
+            self.store.hold.drop_all()
         self.backups.clear()
         self.fenced_by.clear()
         self._settle_waiters()
@@ -339,6 +440,9 @@ class Replicator:
         """A backup left the cluster (the ring is recomputed by the caller). ``exposed``: this
         node sees the smaller side of a split, so the commits under way wait (``fenced_by``)."""
         if self.backups.pop(node_id, None) is not None:
+            # What is held goes to the backups left (and counts as written before a fence):
+            # a copy taken over from a replica without it would miss it.
+            self.store.release_held()
             if exposed:
                 self.fenced_by.add(node_id)
                 self.fence_seq = self.store.seq
@@ -367,7 +471,10 @@ class Replicator:
         if ops and store.replicator is self:
             store.pending = []
             first = store.seq - len(ops) + 1
-            watermarks = self._watermarks()
+            watermarks = store.shipped_watermarks = self._watermarks()
+            hold = store.hold
+            if hold is not None and hold.held:  # not past what a held delivery came with
+                watermarks = hold.floor()
             for node_id, backup in self.backups.items():
                 self._send_ops(node_id, first, ops, watermarks)
                 if backup.probe is None and backup.acked >= 0:

@@ -54,6 +54,8 @@ class Options:
     # Subscribers move on a clock of their own, also while a node is killed, frozen or cut
     # off (as in tests/chaos); else a move comes only between two node faults.
     overlap: bool = False
+    # <delivery-hold> of the nodes' replicating stores (seconds; 0: none held), as a node runs
+    hold: float = 0.05
 
 
 class _Seeds:
@@ -99,7 +101,7 @@ class SimNode:
         world = self.world
         store = self.store = SimStore(world.rng, self.disk)
         snapshot = await store.open()
-        replicating = ReplicatingStore(store)
+        replicating = ReplicatingStore(store, hold=world.options.hold)
         broker = self.broker = Broker(BrokerSettings(), replicating)
         broker.start(snapshot)
         manager = ExtensionManager(builtins=(), discover_installed=False)

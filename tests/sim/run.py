@@ -64,6 +64,9 @@ def main() -> int:
                         help="publishers retain every message; retained messages are checked")
     parser.add_argument("--overlap", action="store_true",
                         help="subscribers move also while a node fault is under way")
+    parser.add_argument("--hold", type=float, default=Options.hold,
+                        help="seconds the replicating stores hold a QoS 1 delivery's ops "
+                             "(<delivery-hold>); 0 holds none")
     parser.add_argument("--jobs", type=int, default=1,
                         help="seeds run at once, each in a process of its own (verdicts do not "
                              "depend on it)")
@@ -71,7 +74,7 @@ def main() -> int:
                         help="one seed, in this process, with the nodes' log lines")
     args = parser.parse_args()
     options = Options(nodes=args.nodes, traffic=args.traffic, retain=args.retain,
-                      overlap=args.overlap,
+                      overlap=args.overlap, hold=args.hold,
                       faults=tuple(f for f in args.faults.split(",") if f))
     seeds = seeds_from(args.seeds)
     begun = time.monotonic()

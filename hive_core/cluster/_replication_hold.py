@@ -1,0 +1,216 @@
+"""QoS 1 deliveries held back from the backups while their PUBACK may still come.
+
+A QoS 1 delivery to a persistent session costs the backups three ops (ENQUEUE, SEND_QUEUED,
+DEQUEUE) and the backup's disk a row written and deleted, although the subscriber usually
+acknowledges it within milliseconds. Like the file store's own hold (``<delivery-hold>``),
+:class:`DeliveryHold` keeps such a delivery's ops out of the REPL_OPS frames for up to that
+long: a PUBACK within the hold cancels them, and nothing of the message goes to the backups.
+Past the hold, the ops go, with every op held behind them for the same session.
+
+The promise is unchanged: a commit (a publisher's PUBACK, a FORWARD_ACK, a PUBREC) made
+while a delivery is held returns once that delivery was acknowledged by its subscriber, or
+its ops were shipped and acknowledged by every backup.
+
+Two rules keep a replica that lacks a held delivery correct if the node fails meanwhile:
+
+- **The forwarding marks.** A REPL_OPS frame carries how many forwarded messages this node
+  had handled from each peer; a node taking over sends again only the messages after those
+  marks. A message counted as handled there while its delivery was held would be lost with
+  the node, so while deliveries are held the frames carry the marks of before the oldest of
+  them (taken at the last frame shipped before it was held, which no read since counts).
+- **Order per session.** Any other op of a session with held deliveries (its record saved or
+  deleted, an in-flight exchange, an identity) first releases them, so that a replica never
+  applies a later write of a session before an earlier one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import hive_ext_api as api
+
+Watermarks = dict[str, list[int]]  # (as in _replication: peer id -> [incarnation, handled])
+
+HOLD_PAUSE = 1.0
+"""Seconds a session whose held delivery ran out of time gets none held (as the file store's
+``HOLD_PAUSE``): a subscriber slower than the hold costs its publishers one hold, not one per
+message."""
+
+
+@dataclass(slots=True)
+class HeldDelivery:
+    """A delivery's ENQUEUE (and SEND_QUEUED, once sent) kept out of the frames."""
+
+    client_id: str
+    seq: int
+    message: api.StoredMessage
+    packet_id: int | None  # sent under this id; None: still queued
+    since: float  # monotonic time it was held
+    mark: int  # its place among the holds made so far
+    watermarks: Watermarks  # what frames carry while it is the oldest held
+
+
+@dataclass(slots=True)
+class HoldStats:
+    spared: int = 0  # deliveries acknowledged while held: no op of them went to a backup
+    late: int = 0  # held deliveries whose ops went because their hold ran out
+    paused: int = 0  # times a session got none held for HOLD_PAUSE (one ran out)
+
+
+class DeliveryHold:
+    """The held deliveries of one replicating store, in the order they were held.
+
+    ``release`` ships one delivery's ops (the store numbers them as they go).
+    """
+
+    def __init__(self, hold: float, release: Callable[[HeldDelivery], None]) -> None:
+        self.hold = hold
+        self._release = release
+        self.held: dict[tuple[str, int], HeldDelivery] = {}
+        self.stats = HoldStats()
+        self.marks = 0  # holds made so far
+        self._count: dict[str, int] = {}  # per session that has some, how many
+        # Per session, when a delivery was last sent to it or acknowledged by it: while that
+        # is recent, its client acknowledges, and what is queued for it is held too.
+        self._sending: dict[str, float] = {}
+        self._paused: dict[str, float] = {}  # per session, until when nothing is held for it
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # commits: mark, future
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- what is held --------------------------------------------------------------------------
+
+    def holds(self, client_id: str) -> bool:
+        """Deliveries of ``client_id`` are held now: an ENQUEUE for it is held behind them."""
+        return client_id in self._count
+
+    def sending(self, client_id: str) -> bool:
+        """``client_id`` acknowledges (a delivery went to it within the hold), and is not
+        paused: what is queued for it is held."""
+        sent = self._sending.get(client_id)
+        return sent is not None and time.monotonic() - sent < self.hold
+
+    def sent(self, client_id: str) -> bool:
+        """A delivery is being sent to ``client_id``: False while holding is paused for it."""
+        now = time.monotonic()
+        paused = self._paused.get(client_id)
+        if paused is not None:
+            if now < paused:
+                return False
+            del self._paused[client_id]
+        self._sending[client_id] = now
+        return True
+
+    def add(self, client_id: str, seq: int, message: api.StoredMessage, packet_id: int | None,
+            watermarks: Watermarks) -> None:
+        self.marks += 1
+        now = time.monotonic()
+        self.held[(client_id, seq)] = HeldDelivery(client_id, seq, message, packet_id, now,
+                                                   self.marks, watermarks)
+        self._count[client_id] = self._count.get(client_id, 0) + 1
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.hold, self._expire)
+
+    def floor(self) -> Watermarks:
+        """The forwarding marks a frame may carry while deliveries are held (some are)."""
+        return next(iter(self.held.values())).watermarks
+
+    # -- how a hold ends -----------------------------------------------------------------------
+
+    def cancel(self, key: tuple[str, int]) -> bool:
+        """The delivery was acknowledged: True when it was held (no op of it ever goes)."""
+        entry = self.held.pop(key, None)
+        if entry is None:
+            return False
+        self._count_out(entry.client_id)
+        self.stats.spared += 1
+        if entry.client_id not in self._paused:
+            self._sending[entry.client_id] = time.monotonic()
+        self._settle()
+        return True
+
+    def release(self, key: tuple[str, int]) -> None:
+        """Ship the ops of one held delivery now (it is written again, or moved)."""
+        entry = self.held.pop(key)
+        self._count_out(entry.client_id)
+        self._release(entry)
+        self._settle()
+
+    def release_client(self, client_id: str) -> None:
+        """Ship every held delivery of ``client_id``, in order (another op of it follows)."""
+        if client_id not in self._count:
+            return
+        for key in [key for key in self.held if key[0] == client_id]:
+            self.release(key)
+
+    def release_all(self) -> None:
+        """Ship everything held, in order (a new backup, a fence, the node leaving)."""
+        for key in list(self.held):
+            self.release(key)
+
+    def drop_all(self) -> None:
+        """Forget everything held: nothing goes to the backups any more (detached)."""
+        self.held.clear()
+        self._count.clear()
+        self._settle()
+
+    async def resolved(self, mark: int) -> None:
+        """Until no delivery held at or before ``mark`` is held any more."""
+        if not self._waiting_for(mark):
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((mark, future))
+        await future
+
+    # -- inside --------------------------------------------------------------------------------
+
+    def _waiting_for(self, mark: int) -> bool:
+        return bool(self.held) and next(iter(self.held.values())).mark <= mark
+
+    def _count_out(self, client_id: str) -> None:
+        count = self._count[client_id] - 1
+        if count:
+            self._count[client_id] = count
+        else:
+            del self._count[client_id]
+
+    def _settle(self) -> None:
+        """The commits no held delivery keeps waiting any more end (their marks are not in
+        order: a commit takes its mark when it begins and waits after other waits)."""
+        waiters = self._waiters
+        if not waiters:
+            return
+        floor = next(iter(self.held.values())).mark if self.held else None
+        waiting = []
+        for mark, future in waiters:
+            if floor is not None and floor <= mark:
+                waiting.append((mark, future))
+            elif not future.done():
+                future.set_result(None)
+        self._waiters = waiting
+
+    def _expire(self) -> None:
+        """Ship what was held for too long, and what is held behind it for the same sessions;
+        those sessions get nothing held for HOLD_PAUSE."""
+        self._timer = None
+        now = time.monotonic()
+        late: list[tuple[str, int]] = []
+        for key, entry in self.held.items():
+            if entry.since + self.hold > now:
+                break
+            late.append(key)
+        paused: set[str] = set()
+        for key in late:
+            if key in self.held:
+                self.stats.late += 1
+                client_id = key[0]
+                if client_id not in paused and self._sending.pop(client_id, None) is not None:
+                    self._paused[client_id] = now + HOLD_PAUSE
+                    self.stats.paused += 1
+                paused.add(client_id)
+                self.release_client(client_id)
+        if self.held:
+            due = next(iter(self.held.values())).since + self.hold - now
+            self._timer = asyncio.get_running_loop().call_later(max(0.0, due), self._expire)
