@@ -22,8 +22,9 @@ class Persistence(ConfigModel, tag="persistence"):
     """fsync each commit."""
     delivery_hold: NonNegativeInt = element(tag="delivery-hold", default=50)
     """Milliseconds a QoS 1 delivery sent at once to a persistent session may wait for its
-    PUBACK before it is written; one acknowledged sooner is never written; 0 writes it with
-    the next commit."""
+    PUBACK before it is written (and, with replica-count above 1, before its ops go to the
+    backups); one acknowledged sooner is never written nor replicated; 0 writes it with the
+    next commit."""
 
 
 class Extensions(ConfigModel, tag="extensions"):

@@ -327,3 +327,39 @@ def test_extension_metrics_carry_their_own_help_text(hive_factory: Any) -> None:
         "gauge", "Bytes waiting in the queue (extension metric counting.queue-bytes).")
     assert [(s.name, s.value) for s in queue.samples] == [
         ("hive_extension_counting_queue_bytes", 42.0)]
+
+
+def test_qos1_deliveries_acknowledged_within_the_hold_are_not_replicated(
+        hive_factory: Any) -> None:
+    """Two nodes, replica-count 2: a persistent subscriber that keeps up gets every QoS 1
+    message, each publisher's PUBACK came, and the subscriber's node sent its backup nothing
+    of most deliveries (``<delivery-hold>``, cluster/_replication_hold.py)."""
+    nodes = start_cluster(hive_factory, 2)
+    wait_for_members(nodes, 2)
+    received: list[bytes] = []
+    subscriber = client(nodes[1].port, "hold-sub", clean=False)
+    subscriber.on_message = lambda _c, _u, m: received.append(m.payload)
+    subscriber.subscribe("held/#", qos=1)
+    wait_for_route(nodes[0], nodes[1], "held/#")
+    publisher = client(nodes[0].port, "hold-pub")
+    acknowledged: list[int] = []
+    publisher.on_publish = lambda _c, _u, mid, _rc, _p: acknowledged.append(mid)
+    count = 2000
+    try:
+        for n in range(count):
+            publisher.publish("held/x", b"%d" % n, qos=1)
+        deadline = time.monotonic() + 60
+        while (len(received) < count or len(acknowledged) < count) and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
+        scraped = scrape(nodes[1])
+    finally:
+        for c in (publisher, subscriber):
+            c.disconnect()
+            c.loop_stop()
+    assert sorted(set(received), key=int) == [b"%d" % n for n in range(count)]
+    assert len(acknowledged) == count
+    spared = value(scraped, "hive_cluster_replication_deliveries_spared_total")
+    late = value(scraped, "hive_cluster_replication_deliveries_late_total")
+    assert spared > 0
+    assert spared + late <= count

@@ -238,15 +238,7 @@ def test_the_seeds_that_failed_once_pass(seeds: list[int], faults: str, overlap:
         done.stdout[-8000:] + done.stderr[-2000:]
 
 
-OPEN: dict[tuple[int, bool], str] = {
-    (133, True): "1 QoS 2 message lost: a node woke from a freeze and delivered a message to its "
-                 "own copy of a session under packet id 80 just before a merge handed it the "
-                 "dropped copy's window, whose client held id 80 waiting for PUBREL; the copy "
-                 "here sent its PUBLISH under 80 and the client took it for the old message. "
-                 "Moving the copy's own delivery to a new id broke seed 93 (the client had "
-                 "finished the old exchange, and got the message twice). Since 8ef2579, by "
-                 "timing (the record rewritten once its forwards are acknowledged).",
-}
+OPEN: dict[tuple[int, bool], str] = {}
 """(seed, overlap) of the ranges that still break an invariant, with what breaks: an open defect
 each, named here so that it cannot go unnoticed. A fix removes its line (a seed listed here that
 passes fails the test, so the list only shrinks)."""
