@@ -394,8 +394,13 @@ class Records:
         """Store a session that arrived whole (from another node): record, queue, window.
 
         ``keep_positions``: the queue keeps the positions it had (a replica's), so that copies
-        of one session on two nodes can be merged by position later.
+        of one session on two nodes can be merged by position later. One transaction: nothing
+        of it is held for an acknowledgement its client (not connected here yet) cannot send.
         """
+        with self.atomic():
+            self._write_all(session, keep_positions)
+
+    def _write_all(self, session: Session, keep_positions: bool) -> None:
         self.save_session(session)
         for mid in had(session):  # what its client had on the other node: no row says it
             self.took(session, mid)

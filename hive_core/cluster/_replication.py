@@ -196,8 +196,21 @@ class ReplicatingStore:
             replicator.ship_soon()
 
     def _may_hold(self) -> bool:
+        """Holding needs backups that read identities and TAKEN ops: a node taking over may
+        send a held delivery's message again (see _replication_hold.py), and only those say
+        which copies a session had."""
         replicator = self.replicator
-        return replicator is not None and bool(replicator.backups) and not replicator.fenced_by
+        return replicator is not None and bool(replicator.backups) and \
+            not replicator.fenced_by and self.identities and self.taken_ops
+
+    def _unmarked(self, message: api.StoredMessage | None) -> None:
+        """An op with a message that has no identity (a shared group's, one from a node of
+        protocol 3) goes now: held deliveries go first, so that the frame carries the
+        forwarding marks of now. Sent again after a takeover, such a message would reach its
+        subscribers twice, since nothing says they had it."""
+        hold = self.hold
+        if hold is not None and hold.held and message is not None and not message.serial:
+            hold.release_all()
 
     def _before(self, client_id: str) -> None:
         """Another op of ``client_id`` follows: what is held of it goes first."""
@@ -240,6 +253,8 @@ class ReplicatingStore:
     def delete_session(self, client_id: str) -> None:
         self.inner.delete_session(client_id)
         self._before(client_id)
+        if self.hold is not None:
+            self.hold.forget(client_id)
         self._op([DELETE_SESSION, client_id])
 
     def enqueue(self, client_id: str, seq: int, message: api.StoredMessage) -> None:
@@ -254,6 +269,9 @@ class ReplicatingStore:
                 # Its client acknowledges, or it waits behind what is held: held too.
                 hold.add(client_id, seq, message, None, self.shipped_watermarks)
                 return
+            else:
+                self._before(client_id)  # (QoS 2, or in a block: after what is held)
+                self._unmarked(message)
             self._last_enqueue = (client_id, seq, message)
         self._op([ENQUEUE, client_id, seq, message_fields(message, self.identities)])
 
@@ -272,6 +290,7 @@ class ReplicatingStore:
     def save_inflight(self, inflight: api.StoredInflight) -> None:
         self.inner.save_inflight(inflight)
         self._before(inflight.client_id)
+        self._unmarked(inflight.message)
         self._op([SAVE_INFLIGHT, inflight_fields(inflight, self.identities)])
 
     def delete_inflight(self, client_id: str, packet_id: int, direction: api.Direction) -> None:

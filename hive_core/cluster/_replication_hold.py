@@ -11,21 +11,27 @@ The promise is unchanged: a commit (a publisher's PUBACK, a FORWARD_ACK, a PUBRE
 while a delivery is held returns once that delivery was acknowledged by its subscriber, or
 its ops were shipped and acknowledged by every backup.
 
-Two rules keep a replica that lacks a held delivery correct if the node fails meanwhile:
+What keeps a replica that lacks a held delivery correct if the node fails meanwhile:
 
 - **The forwarding marks.** A REPL_OPS frame carries how many forwarded messages this node
   had handled from each peer; a node taking over sends again only the messages after those
   marks. A message counted as handled there while its delivery was held would be lost with
   the node, so while deliveries are held the frames carry the marks of before the oldest of
   them (taken at the last frame shipped before it was held, which no read since counts).
+- **Identities.** Lower marks mean that a node taking over sends again messages whose other
+  deliveries the replica has: a session takes no copy of a message it had, by the message's
+  identity. So nothing is held while a backup cannot read identities or TAKEN ops, and an op
+  with a message that has none (a shared group's, one from a node of protocol 3) ships what
+  is held first: its frame then carries the marks of now.
 - **Order per session.** Any other op of a session with held deliveries (its record saved or
-  deleted, an in-flight exchange, an identity) first releases them, so that a replica never
-  applies a later write of a session before an earlier one.
+  deleted, an in-flight exchange, an identity, a QoS 2 message queued) first releases them,
+  so that a replica never applies a later write of a session before an earlier one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,19 +78,23 @@ class DeliveryHold:
         self.held: dict[tuple[str, int], HeldDelivery] = {}
         self.stats = HoldStats()
         self.marks = 0  # holds made so far
-        self._count: dict[str, int] = {}  # per session that has some, how many
+        # Per session that has some, its held deliveries' seqs in order (a dict as an
+        # ordered set): what is held of one session is found without a look at the others.
+        self._of: dict[str, dict[int, None]] = {}
         # Per session, when a delivery was last sent to it or acknowledged by it: while that
         # is recent, its client acknowledges, and what is queued for it is held too.
         self._sending: dict[str, float] = {}
         self._paused: dict[str, float] = {}  # per session, until when nothing is held for it
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # commits: mark, future
+        # Commits waiting, as a heap of (mark, number, future): the lowest mark ends first.
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._waits = 0
         self._timer: asyncio.TimerHandle | None = None
 
     # -- what is held --------------------------------------------------------------------------
 
     def holds(self, client_id: str) -> bool:
         """Deliveries of ``client_id`` are held now: an ENQUEUE for it is held behind them."""
-        return client_id in self._count
+        return client_id in self._of
 
     def sending(self, client_id: str) -> bool:
         """``client_id`` acknowledges (a delivery went to it within the hold), and is not
@@ -103,13 +113,22 @@ class DeliveryHold:
         self._sending[client_id] = now
         return True
 
+    def forget(self, client_id: str) -> None:
+        """The session is gone (what was held of it was released first)."""
+        self._sending.pop(client_id, None)
+        self._paused.pop(client_id, None)
+
     def add(self, client_id: str, seq: int, message: api.StoredMessage, packet_id: int | None,
             watermarks: Watermarks) -> None:
         self.marks += 1
         now = time.monotonic()
         self.held[(client_id, seq)] = HeldDelivery(client_id, seq, message, packet_id, now,
                                                    self.marks, watermarks)
-        self._count[client_id] = self._count.get(client_id, 0) + 1
+        seqs = self._of.get(client_id)
+        if seqs is None:
+            self._of[client_id] = {seq: None}
+        else:
+            seqs[seq] = None
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.hold, self._expire)
 
@@ -121,96 +140,90 @@ class DeliveryHold:
 
     def cancel(self, key: tuple[str, int]) -> bool:
         """The delivery was acknowledged: True when it was held (no op of it ever goes)."""
-        entry = self.held.pop(key, None)
-        if entry is None:
+        held = self.held
+        if key not in held:
             return False
-        self._count_out(entry.client_id)
+        oldest = next(iter(held)) == key
+        entry = held.pop(key)
+        self._count_out(entry)
         self.stats.spared += 1
         if entry.client_id not in self._paused:
             self._sending[entry.client_id] = time.monotonic()
-        self._settle()
+        if oldest and self._waiters:  # only the oldest can keep a commit waiting
+            self._settle()
         return True
 
     def release(self, key: tuple[str, int]) -> None:
         """Ship the ops of one held delivery now (it is written again, or moved)."""
+        oldest = next(iter(self.held)) == key
         entry = self.held.pop(key)
-        self._count_out(entry.client_id)
+        self._count_out(entry)
         self._release(entry)
-        self._settle()
+        if oldest and self._waiters:
+            self._settle()
 
     def release_client(self, client_id: str) -> None:
         """Ship every held delivery of ``client_id``, in order (another op of it follows)."""
-        if client_id not in self._count:
-            return
-        for key in [key for key in self.held if key[0] == client_id]:
-            self.release(key)
+        seqs = self._of.get(client_id)
+        if seqs is not None:
+            for seq in list(seqs):
+                self.release((client_id, seq))
 
     def release_all(self) -> None:
-        """Ship everything held, in order (a new backup, a fence, the node leaving)."""
+        """Ship everything held, in order (a new backup, a fence, the node leaving, an op
+        that the forwarding marks must count; see ReplicatingStore)."""
         for key in list(self.held):
             self.release(key)
 
     def drop_all(self) -> None:
         """Forget everything held: nothing goes to the backups any more (detached)."""
         self.held.clear()
-        self._count.clear()
+        self._of.clear()
         self._settle()
 
     async def resolved(self, mark: int) -> None:
         """Until no delivery held at or before ``mark`` is held any more."""
-        if not self._waiting_for(mark):
+        if not self.held or next(iter(self.held.values())).mark > mark:
             return
         future = asyncio.get_running_loop().create_future()
-        self._waiters.append((mark, future))
+        self._waits += 1
+        heapq.heappush(self._waiters, (mark, self._waits, future))
         await future
 
     # -- inside --------------------------------------------------------------------------------
 
-    def _waiting_for(self, mark: int) -> bool:
-        return bool(self.held) and next(iter(self.held.values())).mark <= mark
-
-    def _count_out(self, client_id: str) -> None:
-        count = self._count[client_id] - 1
-        if count:
-            self._count[client_id] = count
-        else:
-            del self._count[client_id]
+    def _count_out(self, entry: HeldDelivery) -> None:
+        seqs = self._of[entry.client_id]
+        del seqs[entry.seq]
+        if not seqs:
+            del self._of[entry.client_id]
 
     def _settle(self) -> None:
-        """The commits no held delivery keeps waiting any more end (their marks are not in
-        order: a commit takes its mark when it begins and waits after other waits)."""
+        """End the commits that no held delivery keeps waiting any more (their marks are
+        below the oldest held one's; a commit takes its mark when it begins)."""
         waiters = self._waiters
-        if not waiters:
-            return
         floor = next(iter(self.held.values())).mark if self.held else None
-        waiting = []
-        for mark, future in waiters:
-            if floor is not None and floor <= mark:
-                waiting.append((mark, future))
-            elif not future.done():
+        while waiters and (floor is None or waiters[0][0] < floor):
+            future = heapq.heappop(waiters)[2]
+            if not future.done():
                 future.set_result(None)
-        self._waiters = waiting
 
     def _expire(self) -> None:
         """Ship what was held for too long, and what is held behind it for the same sessions;
         those sessions get nothing held for HOLD_PAUSE."""
         self._timer = None
         now = time.monotonic()
-        late: list[tuple[str, int]] = []
-        for key, entry in self.held.items():
+        late: list[str] = []
+        for entry in self.held.values():
             if entry.since + self.hold > now:
                 break
-            late.append(key)
-        paused: set[str] = set()
-        for key in late:
-            if key in self.held:
-                self.stats.late += 1
-                client_id = key[0]
-                if client_id not in paused and self._sending.pop(client_id, None) is not None:
-                    self._paused[client_id] = now + HOLD_PAUSE
-                    self.stats.paused += 1
-                paused.add(client_id)
-                self.release_client(client_id)
+            late.append(entry.client_id)
+        self.stats.late += len(late)
+        for client_id in dict.fromkeys(late):  # (in order, once each)
+            if self._sending.pop(client_id, None) is not None:
+                self._paused[client_id] = now + HOLD_PAUSE
+                self.stats.paused += 1
+            self.release_client(client_id)
         if self.held:
             due = next(iter(self.held.values())).since + self.hold - now
             self._timer = asyncio.get_running_loop().call_later(max(0.0, due), self._expire)

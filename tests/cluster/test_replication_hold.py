@@ -7,18 +7,23 @@ session, a new backup, a lost one and a fence let the held ops go first."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
+from hive_core.broker import SessionRecords
+from hive_core.broker._records import Records, session_from
 from hive_core.cluster._replication import (
     DELETE_SESSION,
     DEQUEUE,
     ENQUEUE,
+    SAVE_INFLIGHT,
     SEND_QUEUED,
     ReplicatingStore,
     Replicator,
 )
 from hive_core.cluster._replication_hold import HOLD_PAUSE, DeliveryHold
 from hive_core.persistence import MemorySessionStore, StoredMessage, StoredSession
+from hive_ext_api import StoredInflight
 
 HOLD = 0.05
 
@@ -45,7 +50,7 @@ class Backups:
 def replicated(hold: float = HOLD) -> tuple[ReplicatingStore, Replicator, Backups]:
     backups = Backups()
     store = ReplicatingStore(MemorySessionStore(), hold=hold)
-    store.sent_ops = True
+    store.identities = store.taken_ops = store.sent_ops = True  # backups of this release
     replicator = Replicator(
         store, snapshot=lambda: ([], []), watermarks=lambda: {"p": [1, backups.handled]},
         send_snapshot=lambda node_id, *args: backups.snapshots.append(node_id),
@@ -58,8 +63,9 @@ def replicated(hold: float = HOLD) -> tuple[ReplicatingStore, Replicator, Backup
     return store, replicator, backups
 
 
-def message(n: int) -> StoredMessage:
-    return StoredMessage("t", b"%d" % n, 1, False, None, None, "pub")
+def message(n: int, qos: int = 1) -> StoredMessage:
+    """A message forwarded by peer "p", with its identity."""
+    return StoredMessage("t", b"%d" % n, qos, False, None, None, "pub", "p", n)
 
 
 def deliver(store: ReplicatingStore, seq: int, packet_id: int, client_id: str = "sub") -> None:
@@ -235,5 +241,144 @@ def test_a_commit_ends_when_what_was_held_before_it_is_gone_whatever_waits_besid
         hold.release(("sub", 5))
         hold.cancel(("sub", 4))
         await asyncio.wait_for(later, 1)
+
+    asyncio.run(main())
+
+
+def test_a_queued_qos2_delivery_does_not_overtake_the_held_qos1_ones_of_its_session() -> None:
+    """Docs: 'any other op of the client ... ships what is held of it first, so a replica never
+    applies a later write of a session before an earlier one'. A QoS 2 message queued behind
+    a full window of held QoS 1 deliveries goes out first."""
+    async def main() -> None:
+        store, replicator, backups = replicated()
+        sent = len(backups.frames)
+        deliver(store, 10, 1)  # held (sent, waiting for its PUBACK)
+        store.enqueue("sub", 11, message(11, qos=2))
+        replicator.ship()
+        ops = [op[:3] for f in backups.frames[sent:] for op in f[2]]
+        assert ops[:1] == [[ENQUEUE, "sub", 10]], ops  # fails: [['q', 'sub', 11]] alone
+
+    asyncio.run(main())
+
+
+def test_a_qos1_delivery_inside_an_atomic_block_does_not_overtake_the_held_ones() -> None:
+    """A QoS 2 PUBLISH from a persistent session is routed inside records.atomic()
+    (Channel.route): its QoS 1 copies to other subscribers are written there."""
+    async def main() -> None:
+        store, replicator, backups = replicated()
+        sent = len(backups.frames)
+        deliver(store, 10, 1)  # held
+        with store.atomic():
+            deliver(store, 11, 2)  # routed from a QoS 2 publisher's block: not held, ships
+        replicator.ship()
+        ops = [op[:3] for f in backups.frames[sent:] for op in f[2]]
+        assert ops[:1] == [[ENQUEUE, "sub", 10]], ops  # fails: E11, S11 without E10
+
+    asyncio.run(main())
+
+
+def test_the_hold_forgets_clients_whose_sessions_are_gone() -> None:
+    """DeliveryHold._sending (and _paused) only ever shrink when a hold runs out: one entry
+    per client id that ever got a QoS 1 delivery, for the life of the process (the file
+    store drops them in delete_session)."""
+    async def main() -> None:
+        store, _replicator, _backups = replicated()
+        for n in range(1000):
+            client = f"c{n}"
+            store.save_session(StoredSession(client, 5, 0))
+            deliver(store, 100 + n, 1, client_id=client)
+            store.dequeue(client, 100 + n)
+            store.delete_session(client)
+        assert store.hold is not None
+        assert len(store.hold._sending) < 1000, len(store.hold._sending)  # fails: 1000
+
+    asyncio.run(main())
+
+
+def test_a_session_arriving_whole_is_not_held_for_a_client_not_connected_here() -> None:
+    """Records.write_all (a session fetched before its CONNACK, adopted in a takeover) writes
+    its window as rows marked sent: held, its client (not connected here yet) could not
+    acknowledge them, the commit before the CONNACK would wait the whole hold, and the
+    client would get nothing held for HOLD_PAUSE after."""
+    async def main() -> None:
+        store, replicator, backups = replicated()
+        records = SessionRecords(StoredSession("moved", 5, 60), [(7, message(7))], [], [],
+                                 {7: 3})
+        session = session_from(records, time.time())
+        assert 3 in session.inflight
+        Records(store).write_all(session, keep_positions=True)
+        assert store.hold is not None and not store.hold.held
+        commit = asyncio.ensure_future(store.commit())
+        await ticks()
+        replicator.acknowledged("b", store.seq)
+        await asyncio.wait_for(commit, HOLD / 2)
+        assert [op[0] for op in backups.ops()][-2:] == [ENQUEUE, SEND_QUEUED]
+
+    asyncio.run(main())
+
+
+def test_expiring_many_clients_at_once_is_not_quadratic() -> None:
+    """_expire calls release_client per late client, and release_client scans every held
+    key: clients x held (a fan-out to many subscribers that all run late, e.g. after a
+    pause of the node, stalls the loop)."""
+    async def main() -> None:
+        hold = DeliveryHold(3600.0, lambda held: None)
+        n = 20000
+        for i in range(n):
+            hold.add(f"c{i}", i, message(i), 1, {})
+        for entry in hold.held.values():
+            entry.since -= 7200  # all ran out
+        began = time.perf_counter()
+        hold._expire()
+        took = time.perf_counter() - began
+        assert not hold.held and took < 0.5, took
+
+    asyncio.run(main())
+
+
+def test_each_puback_does_not_cost_one_step_per_waiting_commit() -> None:
+    async def main() -> None:
+        hold = DeliveryHold(10.0, lambda held: None)
+        hold.add("slow", 0, message(0), 1, {})  # one slow subscriber holds every commit
+        waiters = [asyncio.ensure_future(hold.resolved(hold.marks)) for _ in range(2000)]
+        await asyncio.sleep(0)
+        n = 20000
+        for i in range(1, n + 1):
+            hold.add("fast", i, message(i), 1, {})
+        began = time.perf_counter()
+        for i in range(1, n + 1):
+            hold.cancel(("fast", i))
+        took = time.perf_counter() - began
+        for w in waiters:
+            w.cancel()
+        assert took < 0.2, took
+
+    asyncio.run(main())
+
+
+def test_a_frame_with_a_delivery_that_is_not_held_counts_its_forwarded_message() -> None:
+    """Frame 8 from p is a SHARED_PUBLISH at QoS 2 for member x here (sent at once: its
+    in-flight row goes at once, QoS 2 is never held). Another subscriber's QoS 1 delivery,
+    held from before, keeps the marks at 7: the replica holds x's delivery of frame 8 and
+    counts frame 8 as not handled. A takeover (Takeover._unhandled) gets frame 8 from p again
+    and deliver_rescued hands the SHARED_PUBLISH to the group again (it has no identity,
+    _deliver_to_group checks none): the group gets a QoS 2 message twice. Before the hold the
+    frame carrying x's row carried 8."""
+    async def main() -> None:
+        store, replicator, backups = replicated()
+        backups.handled = 7
+        store.save_session(StoredSession("x", 5, 60))
+        replicator.ship()
+        deliver(store, 10, 1)  # "sub": a QoS 1 delivery, held
+        backups.handled = 8  # frame 8 arrives: QoS 2, shared group member x
+        with store.atomic():  # Records.sent for QoS 2
+            unidentified = StoredMessage("s", b"m", 2, False, None, None, "pub")
+            store.save_inflight(StoredInflight("x", 1, "out", "publish", unidentified))
+        replicator.ship()
+        _node, _first, ops, marks = backups.frames[-1]
+        # the held delivery goes first, so that the frame can count frame 8
+        assert [op[0] for op in ops] == [ENQUEUE, SEND_QUEUED, SAVE_INFLIGHT]
+        assert marks == {"p": [1, 8]}, marks
+        assert store.hold is not None and not store.hold.held
 
     asyncio.run(main())
