@@ -309,10 +309,8 @@ class HiveNode:
         snapshot = await store.open()
         replicating: ReplicatingStore | None = None
         if self.config.cluster.enabled and self.config.cluster.replication.replica_count > 1:
-            # Every write of a session also goes to this node's backups (cluster/_replication).
-            # QoS 1 deliveries acknowledged within <delivery-hold> never reach the backups.
-            store = replicating = ReplicatingStore(
-                store, hold=self.config.persistence.delivery_hold / 1000)
+            # Every write of a session also goes to its backups (but held QoS 1 deliveries).
+            store = replicating = ReplicatingStore(store, self.config.persistence.hold_seconds)
         broker = self.broker = Broker(settings_from(self.config), store, self.extensions)
         self.services.bind(broker)
         broker.start(snapshot)

@@ -26,6 +26,11 @@ class Persistence(ConfigModel, tag="persistence"):
     backups); one acknowledged sooner is never written nor replicated; 0 writes it with the
     next commit."""
 
+    @property
+    def hold_seconds(self) -> float:
+        """``delivery_hold`` in seconds."""
+        return self.delivery_hold / 1000
+
 
 class Extensions(ConfigModel, tag="extensions"):
     """<extensions><disabled><extension>name</extension>...</disabled></extensions>."""

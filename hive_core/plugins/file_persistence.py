@@ -16,4 +16,4 @@ def hive_session_store(context: ExtensionContext) -> SessionStore:
         return FileSessionStore(node_dir)
     return FileSessionStore(node_dir, commit_interval=persistence.commit_interval / 1000,
                             sync=persistence.sync,
-                            delivery_hold=persistence.delivery_hold / 1000)
+                            delivery_hold=persistence.hold_seconds)
