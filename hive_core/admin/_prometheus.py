@@ -176,7 +176,8 @@ _CLUSTER: tuple[Scalar, ...] = (
      "(<delivery-hold>): nothing of them was replicated.",
      lambda c: c.replication_spared),
     ("counter", "hive_cluster_replication_deliveries_late",
-     "Held QoS 1 deliveries whose ops went to the backups because their hold ran out.",
+     "Held QoS 1 deliveries whose hold ran out: their ops went to the backups (with those "
+     "held behind them for the same session, not counted here).",
      lambda c: c.replication_late),
     ("counter", "hive_cluster_merges",
      "Copies of a session dropped here for another node's (a healed split).",

@@ -170,6 +170,9 @@ class ReplicatingStore:
         self.shipped_watermarks: Watermarks = {}
         self._last_enqueue: tuple[str, int, api.StoredMessage] | None = None  # its op pending
         self._atomic_depth = 0
+        # An op with an unidentified message waits for the next frame: until then nothing is
+        # held (a hold would lower that frame's marks below the message's frame).
+        self.unmarked_pending = False
         # Every backup reads messages with their cluster identity (its HELLO said so): the
         # ops carry it, so that a session taken over from a replica takes no copy twice.
         self.identities = False
@@ -201,16 +204,20 @@ class ReplicatingStore:
         which copies a session had."""
         replicator = self.replicator
         return replicator is not None and bool(replicator.backups) and \
-            not replicator.fenced_by and self.identities and self.taken_ops
+            not replicator.fenced_by and self.identities and self.taken_ops and \
+            not self.unmarked_pending
 
     def _unmarked(self, message: api.StoredMessage | None) -> None:
         """An op with a message that has no identity (a shared group's, one from a node of
-        protocol 3) goes now: held deliveries go first, so that the frame carries the
-        forwarding marks of now. Sent again after a takeover, such a message would reach its
-        subscribers twice, since nothing says they had it."""
+        protocol 3) goes in a frame with the forwarding marks of now: what is held goes
+        first, and nothing more is held until that frame is shipped. Sent again after a
+        takeover, such a message would reach its subscribers twice, since nothing says they
+        had it."""
         hold = self.hold
-        if hold is not None and hold.held and message is not None and not message.serial:
-            hold.release_all()
+        if hold is not None and message is not None and not message.serial:
+            self.unmarked_pending = True
+            if hold.held:
+                hold.release_all()
 
     def _before(self, client_id: str) -> None:
         """Another op of ``client_id`` follows: what is held of it goes first."""
@@ -262,8 +269,9 @@ class ReplicatingStore:
         hold = self.hold
         if hold is not None:
             key = (client_id, seq)
-            if key in hold.held:
-                hold.release(key)  # written again: an ordinary write from now on
+            rewritten = key in hold.held
+            if rewritten:
+                hold.release(key)  # its ops went: an ordinary row from now on, never held
             elif message.qos == 1 and not self._atomic_depth and (
                     hold.holds(client_id) or hold.sending(client_id)) and self._may_hold():
                 # Its client acknowledges, or it waits behind what is held: held too.
@@ -271,8 +279,8 @@ class ReplicatingStore:
                 return
             else:
                 self._before(client_id)  # (QoS 2, or in a block: after what is held)
-                self._unmarked(message)
-            self._last_enqueue = (client_id, seq, message)
+            self._unmarked(message)
+            self._last_enqueue = None if rewritten else (client_id, seq, message)
         self._op([ENQUEUE, client_id, seq, message_fields(message, self.identities)])
 
     def dequeue(self, client_id: str, seq: int) -> None:
@@ -491,6 +499,7 @@ class Replicator:
             store.pending = []
             first = store.seq - len(ops) + 1
             watermarks = store.shipped_watermarks = self._watermarks()
+            store.unmarked_pending = False  # (the marks of now go with its op)
             hold = store.hold
             if hold is not None and hold.held:  # not past what a held delivery came with
                 watermarks = hold.floor()

@@ -22,7 +22,8 @@ What keeps a replica that lacks a held delivery correct if the node fails meanwh
   deliveries the replica has: a session takes no copy of a message it had, by the message's
   identity. So nothing is held while a backup cannot read identities or TAKEN ops, and an op
   with a message that has none (a shared group's, one from a node of protocol 3) ships what
-  is held first: its frame then carries the marks of now.
+  is held first, and nothing is held until its frame is shipped: that frame carries the
+  marks of now.
 - **Order per session.** Any other op of a session with held deliveries (its record saved or
   deleted, an in-flight exchange, an identity, a QoS 2 message queued) first releases them,
   so that a replica never applies a later write of a session before an earlier one.
@@ -33,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -75,7 +77,9 @@ class DeliveryHold:
     def __init__(self, hold: float, release: Callable[[HeldDelivery], None]) -> None:
         self.hold = hold
         self._release = release
-        self.held: dict[tuple[str, int], HeldDelivery] = {}
+        # (an OrderedDict: its first entry is found at once however many were taken from
+        # the front; a dict walks over the slots of the ones taken until it is resized)
+        self.held: OrderedDict[tuple[str, int], HeldDelivery] = OrderedDict()
         self.stats = HoldStats()
         self.marks = 0  # holds made so far
         # Per session that has some, its held deliveries' seqs in order (a dict as an
@@ -158,9 +162,11 @@ class DeliveryHold:
         oldest = next(iter(self.held)) == key
         entry = self.held.pop(key)
         self._count_out(entry)
-        self._release(entry)
-        if oldest and self._waiters:
-            self._settle()
+        try:
+            self._release(entry)
+        finally:
+            if oldest and self._waiters:
+                self._settle()
 
     def release_client(self, client_id: str) -> None:
         """Ship every held delivery of ``client_id``, in order (another op of it follows)."""
@@ -219,11 +225,14 @@ class DeliveryHold:
                 break
             late.append(entry.client_id)
         self.stats.late += len(late)
-        for client_id in dict.fromkeys(late):  # (in order, once each)
-            if self._sending.pop(client_id, None) is not None:
-                self._paused[client_id] = now + HOLD_PAUSE
-                self.stats.paused += 1
-            self.release_client(client_id)
-        if self.held:
-            due = next(iter(self.held.values())).since + self.hold - now
-            self._timer = asyncio.get_running_loop().call_later(max(0.0, due), self._expire)
+        try:
+            for client_id in dict.fromkeys(late):  # (in order, once each)
+                if self._sending.pop(client_id, None) is not None:
+                    self._paused[client_id] = now + HOLD_PAUSE
+                    self.stats.paused += 1
+                self.release_client(client_id)
+        finally:
+            if self.held:
+                due = next(iter(self.held.values())).since + self.hold - now
+                self._timer = asyncio.get_running_loop().call_later(max(0.0, due),
+                                                                    self._expire)

@@ -234,7 +234,8 @@ class FileSessionStore:
             held = self._held.get(key)
             if held is not None:
                 held.packet_id = packet_id
-            elif not (self._holds_for(client_id) and self._hold(key, packet_id)):
+            elif self._atomic or not (self._holds_for(client_id) and self._hold(key, packet_id)):
+                # (in a block, e.g. a session stored whole: its client is not sending here)
                 self._pending.send_queued(client_id, seq, packet_id)
                 self._touch()
 

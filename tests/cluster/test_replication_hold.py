@@ -7,7 +7,9 @@ session, a new backup, a lost one and a fence let the held ops go first."""
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from hive_core.broker import SessionRecords
@@ -22,7 +24,12 @@ from hive_core.cluster._replication import (
     Replicator,
 )
 from hive_core.cluster._replication_hold import HOLD_PAUSE, DeliveryHold
-from hive_core.persistence import MemorySessionStore, StoredMessage, StoredSession
+from hive_core.persistence import (
+    FileSessionStore,
+    MemorySessionStore,
+    StoredMessage,
+    StoredSession,
+)
 from hive_ext_api import StoredInflight
 
 HOLD = 0.05
@@ -380,5 +387,97 @@ def test_a_frame_with_a_delivery_that_is_not_held_counts_its_forwarded_message()
         assert [op[0] for op in ops] == [ENQUEUE, SEND_QUEUED, SAVE_INFLIGHT]
         assert marks == {"p": [1, 8]}, marks
         assert store.hold is not None and not store.hold.held
+
+    asyncio.run(main())
+
+
+def test_after_an_unidentified_op_nothing_is_held_until_its_frame_is_shipped() -> None:
+    """One read from p: frame 8 is a SHARED_PUBLISH at QoS 2 for x (no identity; its row
+    goes at once), frame 9 a QoS 1 delivery to "sub" (held). _unmarked released what was
+    held *before* x's row, but the hold made *after* it, in the same turn, sets the floor of
+    the frame that carries x's row: it carries 7, a takeover sends frame 8 again and the
+    group gets the QoS 2 message twice (what 4515a02 meant to prevent)."""
+    async def main() -> None:
+        store, replicator, backups = replicated()
+        backups.handled = 7
+        store.save_session(StoredSession("x", 5, 60))
+        replicator.ship()
+        backups.handled = 8
+        with store.atomic():  # Records.sent for QoS 2
+            unidentified = StoredMessage("s", b"m", 2, False, None, None, "pub")
+            store.save_inflight(StoredInflight("x", 1, "out", "publish", unidentified))
+        backups.handled = 9
+        deliver(store, 10, 1)  # same read, next frame: not held, or it would set the floor
+        replicator.ship()
+        _node, _first, ops, marks = backups.frames[-1]
+        assert [op[0] for op in ops] == [SAVE_INFLIGHT, ENQUEUE, SEND_QUEUED]
+        assert marks == {"p": [1, 9]}, marks
+        deliver(store, 11, 2)  # the frame went: held again
+        assert store.hold is not None and list(store.hold.held) == [("sub", 11)]
+
+    asyncio.run(main())
+
+
+def test_the_first_qos1_delivery_of_an_unidentified_message_is_held_anyway() -> None:
+    """Its frame must carry the marks of now: it is not held (holding it would lower them),
+    nor is anything else until that frame is shipped."""
+    async def main() -> None:
+        store, _replicator, _backups = replicated()
+        deliver(store, 9, 1, client_id="other")  # held
+        m = StoredMessage("s", b"m", 1, False, None, None, "pub")  # shared group, QoS 1
+        store.enqueue("sub", 10, m)
+        store.send_queued("sub", 10, 1)
+        assert store.hold is not None
+        assert ("sub", 10) not in store.hold.held
+
+    asyncio.run(main())
+
+
+def test_write_all_leaves_the_file_store_holding_what_is_queued_next_for_the_client() -> None:
+    """Records.write_all runs in one atomic() block, so its rows are not held; but the file
+    store's send_queued still calls _holds_for, which marks the client (not connected here)
+    as acknowledging: a message queued for it within the hold (append_handed_over, any
+    publish before the CONNACK) is held, the commit before the CONNACK waits the whole
+    hold, and the client is then paused for HOLD_PAUSE."""
+    async def main() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            store = FileSessionStore(Path(tmp), sync=False, delivery_hold=HOLD)
+            await store.open()
+            try:
+                records = SessionRecords(StoredSession("moved", 5, 60), [(7, message(7))],
+                                         [], [], {7: 3})
+                for _seq, m in records.queue:
+                    m.properties = b""
+                session = session_from(records, time.time())
+                Records(store).write_all(session, keep_positions=True)
+                await store.commit()
+                m8 = message(8)
+                m8.properties = b""
+                store.enqueue("moved", 8, m8)  # queued for it, before its CONNACK
+                began = time.monotonic()
+                await store.commit()
+                took = time.monotonic() - began
+                assert took < HOLD / 2, took
+            finally:
+                await store.close()
+
+    asyncio.run(main())
+
+
+def test_releasing_or_acknowledging_a_burst_in_order_is_not_quadratic() -> None:
+    """release()/cancel() compute next(iter(self.held)) on every call; a plain dict keeps the
+    slots of popped entries until it is resized, and iteration walks over them: popping n
+    entries from the front costs n**2/2 slot visits (release_all, _expire of many clients,
+    a fan-out acknowledged in order). collections.OrderedDict finds its first in O(1)."""
+    async def main() -> None:
+        n = 40000
+        hold = DeliveryHold(3600.0, lambda held: None)
+        for i in range(n):
+            hold.add(f"c{i}", i, message(i), 1, {})
+        began = time.perf_counter()
+        for i in range(n):  # each subscriber's PUBACK, in the order of the fan-out
+            hold.cancel((f"c{i}", i))
+        took = time.perf_counter() - began
+        assert took < 0.3, took
 
     asyncio.run(main())
