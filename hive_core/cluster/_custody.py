@@ -24,9 +24,10 @@ import anyio
 
 from hive_core.broker import NodeView, PeerDelivery, SessionHolder, SessionUnavailable
 from hive_core.cluster._claims import ConnectedClaims
+from hive_core.cluster._handed import Handed
 from hive_core.cluster._link import PeerLink
 from hive_core.cluster._parts import FrameHandler, Member, NodeContext
-from hive_core.cluster._replication import inflight_fields, inflight_of, message_fields
+from hive_core.cluster._replication import inflight_fields, message_fields
 from hive_core.cluster._session_frames import (
     Handover,
     SessionFetch,
@@ -34,7 +35,7 @@ from hive_core.cluster._session_frames import (
     session_parts,
 )
 from hive_core.cluster._wire import FrameKind, encode_frame
-from hive_ext_api import ClusterNodeAddress, StoredMessage
+from hive_ext_api import ClusterNodeAddress
 
 log = logging.getLogger("hive.cluster")
 
@@ -81,6 +82,7 @@ class Custody:
         # client id -> the last queue position its replica held when taken over here: a copy
         # of the session elsewhere (a split) had everything up to it too.
         self.adopted_marks: dict[str, int] = {}
+        self.handed = Handed(node, self.adopted_marks, self.owner_of)  # tails, merge queues
         # Copies here that lost a merge (waiting for the members' ROUTED, or for the keeper to
         # be linked again): client id -> keeper. Not served: a CONNECT gets the keeper's copy.
         self.yielding: dict[str, str] = {}
@@ -96,13 +98,12 @@ class Custody:
             FrameKind.SESSION: self._on_session,
             FrameKind.SESSION_TAKEN: self._on_taken,
             FrameKind.SESSION_DECLINED: self._on_declined,
-            FrameKind.SESSION_TAIL: self._on_tail,
             FrameKind.CLIENT_CONNECTED: self._on_client_connected,
             FrameKind.OWNED: self._on_owned,
             FrameKind.SESSION_GONE: self._on_gone,
             FrameKind.ROUTE_TO: self._on_route_to,
             FrameKind.ROUTED: lambda member, body: self.routed(member.node_id, int(body)),
-            FrameKind.MERGE_QUEUE: self._on_merge_queue,
+            **self.handed.frame_handlers(),
         }
 
     # ------------------------------------------------------------------ the directory
@@ -415,21 +416,28 @@ class Custody:
         """SESSION_TAKEN: the asking node has the session; what arrived here since follows."""
         client_id = str(body[1])
         self.handing.get(member.link, set()).discard(client_id)
+        # The directory names the new node before the copy here ends, with this copy's epoch
+        # (its own claim, which is newer, replaces it). The end then tells the members nothing:
+        # one that asks here is sent there. A SESSION_GONE would make a member that never hears
+        # the new node's CLIENT_CONNECTED (its link to it down just then) think the session is
+        # held nowhere, and start a new one for its client (simulation seed 80, --overlap).
+        before = self.owners.get(client_id)
+        self.owners[client_id] = (member.node_id, max(self.owned_since.get(client_id, 0),
+                                                      before[1] if before else 0))
         tail = self.holder.release_session(client_id, taken=True)
+        if self.holder.has_session(client_id):  # it stays here after all
+            if before is None:
+                del self.owners[client_id]
+            else:
+                self.owners[client_id] = before
         self.node.moved.moved_away(client_id, member.node_id)
-        identified = member.protocol >= 4
-        entries = [[*message_fields(m), *(mid or ("", 0))] if identified
-                   else message_fields(m) for m, mid in tail]
-        for part in in_parts(entries, lambda f: len(f[1])):
-            member.link.send(FrameKind.SESSION_TAIL, [client_id, part])
+        if tail:
+            self.handed.send_tail(member, client_id, tail)
 
     def _on_declined(self, member: Member, body: Any) -> None:
         client_id = str(body[1])
         self.handing.get(member.link, set()).discard(client_id)
         self.holder.release_session(client_id, taken=False)
-
-    def _on_tail(self, member: Member, body: Any) -> None:
-        self.holder.append_handed_over(str(body[0]), _tail_messages(body[1]))
 
     def link_lost(self, link: PeerLink) -> None:
         """Sessions handed over on ``link`` and not confirmed stay here; its fetches fail."""
@@ -638,63 +646,8 @@ class Custody:
         node.moved.drop_copy(client_id, keeper)
         self.merges += 1
 
-    def _on_merge_queue(self, member: Member, body: Any) -> None:
-        node = self.node
-        if member.identities:  # a data frame: counted, skipped if handled, acknowledged
-            if not node.forwarding.arrived(member.node_id):
-                return
-            node.acknowledge_soon(member.node_id)
-        self.merge_queue(body)
-        if len(body) > 3:  # the last part: what the client had is known here now
-            node.merge_wait.handed_over(member.node_id, [str(body[0])])
-
     def merge_queue(self, body: list[Any]) -> None:
-        """A MERGE_QUEUE's body: from a member, or rescued from a failed keeper's share."""
-        client_id = str(body[0])
-        _merge_queue(self.node, self.adopted_marks, client_id, int(body[1]), body[2],
-                     body[3] if len(body) > 3 else None,
-                     [int(pid) for pid in body[4]] if len(body) > 4 else None)
-        if len(body) > 5 and body[5]:
-            self.holder.merge_window(client_id, [inflight_of(f) for f in body[5]])
+        self.handed.merge_queue(body)
 
-
-def _tail_messages(entries: list[list[Any]]
-                   ) -> list[tuple[StoredMessage, tuple[str, int] | None]]:
-    """A SESSION_TAIL's messages, with their identities (from a node of protocol 4)."""
-    return [(StoredMessage(*fields[:7]),
-             (str(fields[7]), int(fields[8])) if len(fields) > 8 and fields[8] else None)
-            for fields in entries]
-
-
-def _merge_queue(node: NodeContext, marks: dict[str, int], client_id: str, mark: int,
-                 entries: list[list[Any]], taken: list[list[Any]] | None = None,
-                 inbound: list[int] | None = None) -> None:
-    """MERGE_QUEUE: the queue of a dropped copy, added here but for what this copy took
-    already (by identity; for messages without one, positions up to the marks were in
-    both copies: a replica's, delivered or queued here already). With the last part:
-    ``taken``, the identities that copy's client had, not sent again from here;
-    ``inbound``, its client's QoS 2 PUBLISHes routed there and not released."""
-    mark = max(mark, marks.get(client_id, 0))
-    new: list[tuple[StoredMessage, tuple[str, int] | None]] = []
-    handled = 0
-    for entry in entries:
-        seq, fields = entry[0], entry[1]
-        origin, serial = (str(entry[2]), int(entry[3])) if len(entry) > 3 else ("", 0)
-        # Positions count on the node that queued the message, so a mark says something
-        # only of a message without identity (from a node of protocol 3); one with an
-        # identity is taken once by it, whichever copy held it (-1: from the window).
-        if not serial and 0 <= seq <= mark:
-            continue
-        if len(entry) > 6 and entry[4] == node.node_id and origin and \
-                int(entry[6]) <= node.forwarding.handled_before(origin, int(entry[5])):
-            # Rescued from this node by a takeover while it was frozen, yet handled here
-            # before (its replica had not recorded it): delivered already.
-            handled += 1
-            continue
-        new.append((StoredMessage(*fields), (origin, serial) if serial else None))
-    if handled:
-        log.info("the copy of %r held elsewhere had %d messages this node had handled "
-                 "already: not added again", client_id, handled)
-    if new or taken or inbound:
-        node.broker.custody.merge_queue(
-            client_id, new, [(str(o), int(n)) for o, n in taken or ()], inbound)
+    def take_tail(self, body: list[Any]) -> None:
+        self.handed.take_tail(body)

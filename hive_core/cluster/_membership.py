@@ -67,6 +67,9 @@ class Membership:
         # The node protocol each node last spoke here, and whether it took arrival stamps.
         self.spoke: dict[str, tuple[int, bool]] = {}
         self.takes_kept: set[str] = set()  # nodes whose HELLO said kept_publish (last time)
+        # Nodes whose HELLO said counts_tails (last time): a SESSION_TAIL between this node and
+        # such a node is a data frame (counted, acknowledged, sent again, rescued).
+        self.counts_tails: set[str] = set()
         # This node's last two loads, taken at heartbeats: (Unix time, load), for its rates.
         self._own_loads: tuple[tuple[float, list[int]] | None,
                                tuple[float, list[int]] | None] = (None, None)
@@ -209,7 +212,7 @@ class Membership:
                 "host": node.address.host, "port": node.address.port,
                 "incarnation": node.incarnation, "arrival_stamps": 1, "session_seen": 1,
                 "identities": 1, "forward_on": 1, "taken_ops": 1, "kept_publish": 1,
-                "link_verdict": 1, "sent_ops": 1,
+                "link_verdict": 1, "sent_ops": 1, "counts_tails": 1,
                 **self._health_hello()}
 
     def _health_hello(self) -> dict[str, Any]:
@@ -288,10 +291,12 @@ class Membership:
         """What the peer's HELLO says it speaks; True when it takes arrival stamps."""
         stamps = bool(hello.get("arrival_stamps"))
         self.spoke[peer_id] = (protocol, stamps)
-        if hello.get("kept_publish"):
-            self.takes_kept.add(peer_id)
-        else:
-            self.takes_kept.discard(peer_id)
+        for flag, peers in (("kept_publish", self.takes_kept),
+                            ("counts_tails", self.counts_tails)):
+            if hello.get(flag):
+                peers.add(peer_id)
+            else:
+                peers.discard(peer_id)
         return stamps
 
     def establish(self, link: PeerLink, hello: dict[str, Any], answer: bool = False) -> None:
@@ -439,6 +444,7 @@ class Membership:
         del self.absent[peer_id]
         self.spoke.pop(peer_id, None)
         self.takes_kept.discard(peer_id)
+        self.counts_tails.discard(peer_id)
         self.absent_at.pop(peer_id, None)  # discovery finds it again if it comes back
         self.unheard.discard(peer_id)
         node.table.drop(peer_id)

@@ -149,6 +149,11 @@ class Moved:
         if moved is not None:
             self._forget(moved)
 
+    def went_to(self, client_id: str) -> str | None:
+        """The node the session went to from here, while this node remembers the move."""
+        moved = self.sessions.get(client_id)
+        return moved.node_id if moved is not None else None
+
     def _ask(self, member: Member, moved: MovedSession) -> None:
         """ROUTE_TO ``member``: route the session's filters to its node from now on."""
         node = self.node

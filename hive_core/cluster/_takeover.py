@@ -527,6 +527,8 @@ class Takeover:
                     self.node.custody.merge_queue(body)
                 elif kind is FrameKind.SESSION_PUBLISH:  # for sessions that moved there
                     self.node.moved.deliver(body, origin, among=adopted)
+                elif kind is FrameKind.SESSION_TAIL:  # a session's tail, handed to it there
+                    self.node.custody.take_tail(body)
                 elif kind is FrameKind.KEPT_PUBLISH:  # kept on disk, with its own identity
                     message = message_from(body[2])
                     if body[1]:

@@ -30,7 +30,10 @@ Within 4, a node whose HELLO says ``arrival_stamps`` gets PUBLISH frames that ma
 origin's routing time (flag 0x08, after the serial; hive_core/cluster/_latency.py); the others
 get them without it, so no version bump was needed. Likewise ``kept_publish``: such a node
 takes KEPT_PUBLISH frames (messages kept on disk for it, published again after a restart or a
-takeover, with their identity); the others get them as PUBLISH frames without an identity."""
+takeover, with their identity); the others get them as PUBLISH frames without an identity.
+Between two nodes whose HELLOs say ``counts_tails``, SESSION_TAIL is a data frame (counted,
+acknowledged, sent again, rescued) with a third field: how often it was sent on after its
+session (hive_core/cluster/_custody.py, ``Custody.take_tail``)."""
 MIN_PROTOCOL_VERSION = 2
 MAX_FRAME = 64 * 1024 * 1024
 

@@ -26,6 +26,8 @@ from hive_core import mqtt
 from hive_core.broker import ClientConnection, Message, snapshot_records
 from hive_core.broker._records import session_from
 from hive_core.cluster import _session_frames
+from hive_core.cluster._replication import message_fields
+from hive_core.cluster._wire import FrameKind, encode_frame
 from hive_core.persistence import MemorySessionStore, StoredMessage
 from hive_core.plugins import ExtensionManager, Extensions
 from hive_ext_api import AuthDecision, ConnectInfo, hookimpl
@@ -464,3 +466,101 @@ def test_what_waits_for_a_copys_hand_over_goes_with_the_session_that_node_fetche
 
     run_cluster(scenario)
 
+
+
+def _tail(payload: bytes, serial: int) -> list[Any]:
+    """One message of a SESSION_TAIL (with its identity: from n1)."""
+    return [*message_fields(StoredMessage("t/x", payload, 1), identified=False), "n1", serial]
+
+
+def test_a_tail_that_reaches_a_node_after_its_session_left_follows_the_session() -> None:
+    """The old node's tail (what it queued while handing the session over) may reach the new
+    node after that node's copy left it: a merge kept another node's copy (simulation seed 181
+    with ``--overlap``, 7 lost), or the client moved on. Its messages were acknowledged to
+    their publishers and the old node has forgotten them: they go on to the node holding the
+    session, and the old node keeps them until the new one has them durably."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, n3 = nodes
+        offline_subscriber(n3, "dev", "t/#")
+        await until(lambda: n2.cluster.owner_of("dev") == "n3", what="n2 knows the holder")
+        assert "dev" not in n2.broker.sessions
+        assert n1.cluster.custody.handed._send_tail("n2", "dev", [_tail(b"a", 7), _tail(b"b", 8)])
+        queue = lambda: [p.message.payload for p in  # noqa: E731
+                         n3.broker.sessions["dev"].queue]
+        await until(lambda: queue() == [b"a", b"b"], what="the tail on n3")
+        assert n2.cluster.custody.handed.tails_sent_on == 2
+        assert n2.broker.metrics.dropped.get("session-gone", 0) == 0
+        # Counted: n1 keeps it until n2 acknowledged it, n2 until n3 did.
+        for sender, peer in ((n1, "n2"), (n2, "n3")):
+            out = sender.cluster.forwarding.outgoing[peer]
+            await until(lambda out=out: out.acked == out.sent and not out.frames,
+                        what=f"{sender.name}'s tail acknowledged by {peer}")
+        # The same tail again (sent again after a reconnect, rescued): each message once.
+        n1.cluster.custody.handed._send_tail("n2", "dev", [_tail(b"a", 7)])
+        await until(lambda: n1.cluster.forwarding.outgoing["n2"].acked
+                    == n1.cluster.forwarding.outgoing["n2"].sent)
+        await settle()
+        assert queue() == [b"a", b"b"]
+        back = n3.client("dev", clean=False)
+        await until(lambda: back.payloads == [b"a", b"b"], what="delivered on n3")
+
+    run_cluster(scenario)
+
+
+def test_a_tail_for_a_session_held_nowhere_is_dropped_and_counted() -> None:
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, _n3 = nodes
+        assert n1.cluster.custody.handed._send_tail("n2", "gone", [_tail(b"x", 3)])
+        await until(lambda: n2.broker.metrics.dropped.get("session-gone", 0) == 1,
+                    what="the drop counted")
+        assert n2.cluster.custody.handed.tails_sent_on == 0
+        out = n1.cluster.forwarding.outgoing["n2"]
+        await until(lambda: out.acked == out.sent)
+
+    run_cluster(scenario)
+
+
+def test_a_tail_rescued_from_a_failed_node_reaches_the_session_on_its_taker() -> None:
+    """A tail the failed node had not acknowledged is rescued to the node taking it over (the
+    sender kept it): there it reaches the session it adopted."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        _n1, _n2, n3 = nodes
+        offline_subscriber(n3, "dev", "t/#")
+        await until(lambda: "dev" in n3.broker.sessions)
+        frame = encode_frame(FrameKind.SESSION_TAIL, ["dev", [_tail(b"r", 9)], 0])
+        n3.cluster.takeover.deliver_rescued("n2", [frame], "n1", 1, 1)
+        await settle()
+        assert [p.message.payload for p in n3.broker.sessions["dev"].queue] == [b"r"]
+
+    run_cluster(scenario)
+
+
+def test_a_member_that_misses_the_new_nodes_claim_is_sent_there_not_given_a_new_session(
+        ) -> None:
+    """When a session moves, the old node names the new one in its directory before its copy
+    ends, and tells the members nothing: a member whose link to the new node was down when
+    that node said the client connected there (simulation seed 80 with ``--overlap``) asks
+    the old node, and is sent on. Before, the old node's SESSION_GONE made that member think
+    the session was held nowhere, and its client got a new, empty session."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, n3 = nodes
+        await offline_subscriber_on_n1(n1, n3, "dev", "q")
+        await until(lambda: n3.cluster.owner_of("dev") == "n1", what="n3 knows the holder")
+        publish_qos1(n2.client("pub"), "q", b"kept")
+        await until(lambda: len(n1.broker.sessions["dev"].queue) == 1)
+        missed: list[Any] = []
+        n3.cluster._handlers[FrameKind.CLIENT_CONNECTED] = lambda member, body: missed.append(
+            body)
+        moved = n2.client("dev", clean=False)
+        await until(lambda: moved.payloads == [b"kept"], what="the session on n2")
+        moved.connection.connection_lost(None)
+        await until(lambda: bool(missed) and "dev" not in n1.broker.sessions)
+        await settle()
+        assert n1.cluster.owner_of("dev") == "n2"
+        assert n3.cluster.owner_of("dev") == "n1", "n3 still names the old node"
+        back = n3.client("dev", clean=False)
+        await until(lambda: connack(back) is not None, what="a CONNACK on n3")
+        assert connack(back).session_present  # type: ignore[union-attr]
+        assert "dev" in n3.broker.sessions and "dev" not in n2.broker.sessions
+
+    run_cluster(scenario)
