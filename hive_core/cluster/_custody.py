@@ -416,6 +416,11 @@ class Custody:
         """SESSION_TAKEN: the asking node has the session; what arrived here since follows."""
         client_id = str(body[1])
         self.handing.get(member.link, set()).discard(client_id)
+        if not self.holder.has_session(client_id):
+            # A second confirmation (two fetches were answered): the first moved the session.
+            # Nothing to release, and the move must stay remembered (Moved: what a node that
+            # has not confirmed its route sends here goes on there; simulation seed 89).
+            return
         # The directory names the new node before the copy here ends, with this copy's epoch
         # (its own claim, which is newer, replaces it). The end then tells the members nothing:
         # one that asks here is sent there. A SESSION_GONE would make a member that never hears

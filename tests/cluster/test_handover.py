@@ -564,3 +564,25 @@ def test_a_member_that_misses_the_new_nodes_claim_is_sent_there_not_given_a_new_
         assert "dev" in n3.broker.sessions and "dev" not in n2.broker.sessions
 
     run_cluster(scenario)
+
+
+def test_a_second_confirmation_of_a_move_leaves_the_move_remembered() -> None:
+    """Two fetches of one session can both be answered (a client that connected again while
+    its first CONNECT waited), and both confirmed. The second SESSION_TAKEN finds nothing to
+    release; it must not forget the move either: the old node sends on what a node that has
+    not confirmed its route yet still sends there (simulation seed 89 with ``--overlap``: 60
+    messages replayed after a split, for a session that had moved on, were dropped)."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, n3 = nodes
+        await offline_subscriber_on_n1(n1, n3, "dev", "q")
+        asked: list[Any] = []
+        n3.cluster._handlers[FrameKind.ROUTE_TO] = lambda member, body: asked.append(body)
+        moved = n2.client("dev", clean=False)
+        await until(lambda: connack(moved) is not None and "dev" not in n1.broker.sessions)
+        await until(lambda: bool(asked), what="n3 asked to route to n2")
+        assert "dev" in n1.cluster.moved.sessions
+        n1.cluster._handlers[FrameKind.SESSION_TAKEN](n1.cluster.members["n2"], [99, "dev"])
+        assert "dev" in n1.cluster.moved.sessions, "the move is still remembered"
+        assert n1.cluster.owner_of("dev") == "n2"
+
+    run_cluster(scenario)
