@@ -133,6 +133,9 @@ class ClusterStats:
     replication_ack_latency: dict[str, LatencySnapshot] = field(default_factory=dict)
 
 
+ACK_COMMITS = 16
+"""Commits for FORWARD_ACKs under way at once (see Cluster._acknowledger)."""
+
 DELIVERY_SAMPLE = 16
 """Messages from other nodes per timed one (its observation counts for all of them): the
 clock read and the histogram cost about a tenth of a message's way through a node."""
@@ -641,25 +644,48 @@ class Cluster:
 
     async def _acknowledger(self) -> None:
         """FORWARD_ACK to the peers whose frames were handled, once their deliveries are
-        durable here (one commit and one small frame per peer for a whole read)."""
+        durable here (one commit and one small frame per peer for a whole read).
+
+        Each read's commit begins at once, beside the ones under way: a commit may wait
+        milliseconds for deliveries held for their PUBACK (``<delivery-hold>``), and a read
+        waiting for the commit before it would wait twice. The acknowledgements go out in
+        the order of the reads (a count never falls back). At most ACK_COMMITS at once: past
+        that (a slow disk), the reads that come meanwhile share the next commit.
+        """
+        before: asyncio.Event | None = None
+        running = asyncio.Semaphore(ACK_COMMITS)
         while True:
             await self._ack_wanted.wait()
             self._ack_wanted.clear()
-            try:
-                while self._ack_due:
-                    await asyncio.sleep(0)  # the rest of this read first
-                    peers, self._ack_due = self._ack_due, set()
-                    handled = {peer: self.forwarding.handled(peer) for peer in peers}
-                    await self.broker.commit()
-                    if self._handed_over:
-                        break
-                    for peer, count in handled.items():
-                        member = self.members.get(peer)
-                        if member is not None:
-                            member.link.send(FrameKind.FORWARD_ACK, count)
-            except Exception:
-                log.exception("could not acknowledge messages from other nodes; they will be "
-                              "sent again after a reconnect")
+            while self._ack_due:
+                await asyncio.sleep(0)  # the rest of this read first
+                await running.acquire()
+                peers, self._ack_due = self._ack_due, set()
+                handled = {peer: self.forwarding.handled(peer) for peer in peers}
+                done = asyncio.Event()
+                tasks = self.tasks
+                if tasks is None:
+                    return
+                tasks.start_soon(self._acknowledge, handled, before, done, running)
+                before = done
+
+    async def _acknowledge(self, handled: dict[str, int], before: asyncio.Event | None,
+                           done: asyncio.Event, running: asyncio.Semaphore) -> None:
+        try:
+            await self.broker.commit()
+            if before is not None:
+                await before.wait()
+            if not self._handed_over:
+                for peer, count in handled.items():
+                    member = self.members.get(peer)
+                    if member is not None:
+                        member.link.send(FrameKind.FORWARD_ACK, count)
+        except Exception:
+            log.exception("could not acknowledge messages from other nodes; they will be "
+                          "sent again after a reconnect")
+        finally:
+            done.set()
+            running.release()
 
     # ------------------------------------------------------------------ retained messages
 

@@ -12,6 +12,7 @@ from collections import Counter
 
 from cluster.test_membership import Client, Node, full_mesh, run_cluster, settle, until
 from hive_core.cluster._forwarding import HeldForwards
+from hive_core.cluster._wire import FrameKind
 from hive_core.mqtt import PubAck, Publish, PubRec
 
 from ._memory_network import MemoryNetwork
@@ -267,3 +268,46 @@ def test_a_held_send_that_fails_does_not_hold_up_the_others_or_the_waits() -> No
 
     asyncio.run(main())
 
+
+def test_each_reads_acknowledgement_commit_begins_at_once_and_the_acks_go_in_order() -> None:
+    """A FORWARD_ACK waits for its read's commit, which may wait for deliveries held for
+    their PUBACK; a later read's commit does not wait for it to begin, and its acknowledgement
+    goes only after the earlier one (a count never falls back)."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, _n3 = nodes
+        far = subscriber(n2, "far", "t")
+        await until(lambda: n1.cluster.table.filters_of("n2") == {"t"})
+        first = asyncio.Event()
+        begun: list[int] = []
+        commit = n2.broker.commit
+
+        async def commit_gated() -> None:
+            begun.append(len(begun) + 1)
+            if len(begun) == 1:
+                await first.wait()  # the first read's commit waits, the second's does not
+            await commit()
+
+        n2.broker.commit = commit_gated  # type: ignore[method-assign]
+        acks: list[int] = []
+        link = n2.cluster.members["n1"].link
+        send = link.send
+
+        def recording(kind: object, body: object) -> None:
+            if kind == FrameKind.FORWARD_ACK:
+                acks.append(int(body))  # type: ignore[call-overload]
+            send(kind, body)  # type: ignore[arg-type]
+
+        link.send = recording  # type: ignore[method-assign]
+        tally = Tally(n1.client("pub"), [far])
+        tally.publish("t", b"1")
+        await until(lambda: begun == [1], what="the first read's commit")
+        tally.publish("t", b"2")
+        await until(lambda: begun == [1, 2], what="the second read's commit, at once")
+        await settle()
+        assert acks == [] and far.payloads == [b"1", b"2"]
+        first.set()
+        await until(lambda: len(acks) == 2, what="both acknowledgements")
+        assert acks[0] < acks[1]
+        await until(lambda: tally.acknowledged == {b"1", b"2"}, what="the PUBACKs")
+
+    run_cluster(scenario)
