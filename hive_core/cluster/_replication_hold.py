@@ -39,13 +39,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import hive_ext_api as api
+from hive_core.persistence import Acknowledging
 
 Watermarks = dict[str, list[int]]  # (as in _replication: peer id -> [incarnation, handled])
 
-HOLD_PAUSE = 1.0
-"""Seconds a session whose held delivery ran out of time gets none held (as the file store's
-``HOLD_PAUSE``): a subscriber slower than the hold costs its publishers one hold, not one per
-message."""
 
 
 @dataclass(slots=True)
@@ -86,9 +83,9 @@ class DeliveryHold:
         # ordered set): what is held of one session is found without a look at the others.
         self._of: dict[str, dict[int, None]] = {}
         # Per session, when a delivery was last sent to it or acknowledged by it: while that
-        # is recent, its client acknowledges, and what is queued for it is held too.
-        self._sending: dict[str, float] = {}
-        self._paused: dict[str, float] = {}  # per session, until when nothing is held for it
+        # is recent, its client acknowledges, and what is queued for it is held too; and
+        # until when nothing is held for it (HOLD_PAUSE, as in the file store).
+        self._acknowledging = Acknowledging()
         # Commits waiting, as a heap of (mark, number, future): the lowest mark ends first.
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._waits = 0
@@ -103,24 +100,16 @@ class DeliveryHold:
     def sending(self, client_id: str) -> bool:
         """``client_id`` acknowledges (a delivery went to it within the hold), and is not
         paused: what is queued for it is held."""
-        sent = self._sending.get(client_id)
+        sent = self._acknowledging.last_sent(client_id)
         return sent is not None and time.monotonic() - sent < self.hold
 
     def sent(self, client_id: str) -> bool:
         """A delivery is being sent to ``client_id``: False while holding is paused for it."""
-        now = time.monotonic()
-        paused = self._paused.get(client_id)
-        if paused is not None:
-            if now < paused:
-                return False
-            del self._paused[client_id]
-        self._sending[client_id] = now
-        return True
+        return self._acknowledging.sent(client_id, time.monotonic())
 
     def forget(self, client_id: str) -> None:
         """The session is gone (what was held of it was released first)."""
-        self._sending.pop(client_id, None)
-        self._paused.pop(client_id, None)
+        self._acknowledging.forget(client_id)
 
     def add(self, client_id: str, seq: int, message: api.StoredMessage, packet_id: int | None,
             watermarks: Watermarks) -> None:
@@ -151,8 +140,7 @@ class DeliveryHold:
         entry = held.pop(key)
         self._count_out(entry)
         self.stats.spared += 1
-        if entry.client_id not in self._paused:
-            self._sending[entry.client_id] = time.monotonic()
+        self._acknowledging.acknowledged(entry.client_id, time.monotonic())
         if oldest and self._waiters:  # only the oldest can keep a commit waiting
             self._settle()
         return True
@@ -227,8 +215,7 @@ class DeliveryHold:
         self.stats.late += len(late)
         try:
             for client_id in dict.fromkeys(late):  # (in order, once each)
-                if self._sending.pop(client_id, None) is not None:
-                    self._paused[client_id] = now + HOLD_PAUSE
+                if self._acknowledging.late(client_id, now):
                     self.stats.paused += 1
                 self.release_client(client_id)
         finally:

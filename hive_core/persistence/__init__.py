@@ -16,14 +16,17 @@ from hive_ext_api import (
     StoredSubscription,
 )
 
+from ._acknowledging import HOLD_PAUSE, Acknowledging
 from ._data_lock import DataFolderInUse, DataFolderLock
 from ._file_store import FileSessionStore, StoreStats
 from ._memory_store import MemorySessionStore
 from ._previous import PREVIOUS, keep_previous_data
 
 __all__ = [
+    "HOLD_PAUSE",
     "NEVER_EXPIRES",
     "PREVIOUS",
+    "Acknowledging",
     "DataFolderInUse",
     "DataFolderLock",
     "Direction",

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import itertools
 import logging
 import math
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +31,7 @@ from typing import Any
 import hive_ext_api as api
 
 from . import _sqlite_schema as schema
+from ._acknowledging import Acknowledging
 from ._batch import InflightKey, PendingBatch, QueueWrite
 
 log = logging.getLogger(__name__)
@@ -39,9 +40,6 @@ RETRY_DELAY = 1.0  # seconds before a failed batch is retried when no commit() a
 TAKEN_KEEP = 10_000
 """Identities kept per client (``remember_taken``): as many as a session remembers in memory
 (``SEEN_MAX`` in ``broker/_handover.py``); the oldest go first."""
-HOLD_PAUSE = 1.0
-"""Seconds a client whose held delivery ran out of time gets no more held: a client slower to
-acknowledge than the hold only gets its publishers' acknowledgements later, for nothing."""
 TAKEN_SLACK = 2_000
 """Rows a client may have over ``TAKEN_KEEP`` before the oldest are deleted (in one go, not
 one per commit)."""
@@ -104,16 +102,17 @@ class FileSessionStore:
         # Deliveries held out of the batches (send_queued), by (client, seq), in the order of
         # their numbers; and the lowest number of those that left for the pending batch or the
         # batch being written, which commits after them wait for too.
-        self._held: dict[tuple[str, int], _Held] = {}
-        self._held_count: dict[str, int] = {}  # per client that has some, how many
+        # An OrderedDict: taken from the front as their time runs out, and a dict walks over
+        # the slots of what it lost at the front until it is resized (quadratic).
+        self._held: OrderedDict[tuple[str, int], _Held] = OrderedDict()
+        self._held_of: dict[str, dict[int, None]] = {}  # per client that has some, their seqs
         self._atomic = 0  # depth of atomic() blocks the loop is in
         self._left_pending: int | None = None
         self._left_writing: int | None = None
         # Per client, when a delivery was last sent to it (send_queued): while that is recent,
-        # the client is connected and acknowledging, and what is queued for it is held too.
-        self._sending: dict[str, float] = {}
-        # Per client, until when nothing is held for it (a held delivery ran out of time).
-        self._paused: dict[str, float] = {}
+        # the client is connected and acknowledging, and what is queued for it is held too;
+        # and until when nothing is held for it (a held delivery ran out of time).
+        self._acknowledging = Acknowledging()
         self._retry_at = 0.0
         self._write_began: float | None = None  # when the batch being written began
         self._slowest_write = 0.0  # seconds, since slowest_write() was asked last
@@ -190,9 +189,8 @@ class FileSessionStore:
             self._pending.delete_session(client_id)
             # After this batch, only rows enqueued from now on can be on disk for this client.
             self._high_seq.pop(client_id, None)
-            self._sending.pop(client_id, None)
-            self._paused.pop(client_id, None)
-            if client_id in self._held_count:
+            self._acknowledging.forget(client_id)
+            if client_id in self._held_of:
                 # Its held deliveries go with it; commits after them wait for this batch.
                 for _seq, held in self._take_held_of(client_id):
                     self._left_at(held.number, writing=False)
@@ -205,8 +203,8 @@ class FileSessionStore:
             high = self._high_seq.get(client_id, -1)
             if seq > high:
                 self._high_seq[client_id] = seq
-                sent = self._sending.get(client_id)
-                held_before = self._held_count.get(client_id, 0)
+                sent = self._acknowledging.last_sent(client_id)
+                held_before = client_id in self._held_of
                 # (never a write of an atomic() block: it goes to the disk with the others)
                 if (sent is not None or held_before) and not self._atomic:
                     now = time.monotonic()
@@ -217,8 +215,8 @@ class FileSessionStore:
                         self._writes += 1
                         if not self._held:
                             self._wake.notify()  # the writer learns when it is due
-                        self._held[(client_id, seq)] = _Held(message, None, self._writes, now)
-                        self._held_count[client_id] = held_before + 1
+                        self._put_held((client_id, seq),
+                                       _Held(message, None, self._writes, now))
                         return
             elif self._held and (client_id, seq) in self._held:
                 self._leave_held((client_id, seq))  # written again: an ordinary write now
@@ -248,11 +246,7 @@ class FileSessionStore:
                 self._pending.dequeue(client_id, seq)
                 self._touch()
                 return
-            count = self._held_count[client_id] - 1
-            if count:
-                self._held_count[client_id] = count
-            else:
-                del self._held_count[client_id]
+            self._count_out((client_id, seq))
             if self._atomic:
                 # Moved, not acknowledged (a QoS 2 delivery to its in-flight row, written in
                 # this same transaction): what waits for it waits for the batch with the move.
@@ -262,8 +256,7 @@ class FileSessionStore:
             # Acknowledged while held: nothing of it is ever written. The client acknowledges,
             # so what is queued for it is held too, while it waits for room in its window.
             self.stats.spared += 1
-            if client_id not in self._paused:
-                self._sending[client_id] = time.monotonic()
+            self._acknowledging.acknowledged(client_id, time.monotonic())
             waiters = self._waiters
             # Only the lowest held number can hold the first commit back; check cheaply first.
             if waiters and held.number <= waiters[0][0] and (
@@ -274,16 +267,7 @@ class FileSessionStore:
     def _holds_for(self, client_id: str) -> bool:
         """A delivery is being sent to ``client_id``: hold its rows from now on, unless holding
         is off or paused for it."""
-        if self._delivery_hold <= 0:
-            return False
-        now = time.monotonic()
-        paused = self._paused.get(client_id)
-        if paused is not None:
-            if now < paused:
-                return False
-            del self._paused[client_id]
-        self._sending[client_id] = now
-        return True
+        return self._delivery_hold > 0 and self._acknowledging.sent(client_id, time.monotonic())
 
     def _hold(self, key: tuple[str, int], packet_id: int) -> bool:
         """Keep a row enqueued in the pending batch, and sent at once, out of the batches."""
@@ -300,21 +284,24 @@ class FileSessionStore:
             del self._pending.queues[client_id]
         if not self._held:
             self._wake.notify()  # the writer may sleep until the pending batch's time
-        self._held[key] = _Held(write.message, packet_id, write.number, time.monotonic())
-        self._held_count[client_id] = self._held_count.get(client_id, 0) + 1
+        self._put_held(key, _Held(write.message, packet_id, write.number, time.monotonic()))
         return True
 
-    def _count_out(self, client_id: str) -> None:
-        count = self._held_count[client_id] - 1
-        if count:
-            self._held_count[client_id] = count
-        else:
-            del self._held_count[client_id]
+    def _put_held(self, key: tuple[str, int], held: _Held) -> None:
+        self._held[key] = held
+        self._held_of.setdefault(key[0], {})[key[1]] = None
+
+    def _count_out(self, key: tuple[str, int]) -> None:
+        """``key`` left the hold: out of its client's index too."""
+        seqs = self._held_of[key[0]]
+        del seqs[key[1]]
+        if not seqs:
+            del self._held_of[key[0]]
 
     def _leave_held(self, key: tuple[str, int]) -> None:
         """A held delivery goes into the pending batch's hands (written, or purged)."""
         self._left_at(self._held.pop(key).number, writing=False)
-        self._count_out(key[0])
+        self._count_out(key)
 
     def _left_at(self, number: int, *, writing: bool) -> None:
         """A held delivery numbered ``number`` left for the pending batch (or the one being
@@ -327,10 +314,10 @@ class FileSessionStore:
 
     def _take_held_of(self, client_id: str) -> list[tuple[int, _Held]]:
         """Take every held delivery of ``client_id`` out of the hold, in order."""
-        if self._held_count.pop(client_id, None) is None:
+        seqs = self._held_of.pop(client_id, None)
+        if seqs is None:
             return []
-        keys = [key for key in self._held if key[0] == client_id]
-        return [(key[1], self._held.pop(key)) for key in keys]
+        return [(seq, self._held.pop((client_id, seq))) for seq in seqs]
 
     def save_inflight(self, inflight: api.StoredInflight) -> None:
         with self._lock:
@@ -601,23 +588,18 @@ class FileSessionStore:
             client_id, seq = key
             if not everything:
                 self.stats.late += 1
-                if client_id in self._sending:
-                    del self._sending[client_id]  # too slow to acknowledge: written as they come
-                    self._paused[client_id] = now + HOLD_PAUSE
-                    self.stats.paused += 1
+                if self._acknowledging.late(client_id, now):
+                    self.stats.paused += 1  # too slow to acknowledge: written as they come
                     paused.append(client_id)
             batch.queues.setdefault(client_id, {})[seq] = QueueWrite(
                 entry.message, packet_id=entry.packet_id)
             moved += 1
-        for key in list(itertools.islice(held, moved)):
-            del held[key]
-            self._count_out(key[0])
-        if paused:  # the rest of what is held for a paused client goes along, in order
-            clients = set(paused)
-            for key in [key for key in held if key[0] in clients]:
-                entry = held.pop(key)
-                self._count_out(key[0])
-                batch.queues.setdefault(key[0], {})[key[1]] = QueueWrite(
+        for _ in range(moved):
+            key, _entry = held.popitem(last=False)
+            self._count_out(key)
+        for client_id in paused:  # the rest of what is held for a paused client goes along
+            for seq, entry in self._take_held_of(client_id):
+                batch.queues.setdefault(client_id, {})[seq] = QueueWrite(
                     entry.message, packet_id=entry.packet_id)
                 self._left_at(entry.number, writing=True)
 

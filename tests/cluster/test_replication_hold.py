@@ -23,8 +23,9 @@ from hive_core.cluster._replication import (
     ReplicatingStore,
     Replicator,
 )
-from hive_core.cluster._replication_hold import HOLD_PAUSE, DeliveryHold
+from hive_core.cluster._replication_hold import DeliveryHold
 from hive_core.persistence import (
+    HOLD_PAUSE,
     FileSessionStore,
     MemorySessionStore,
     StoredMessage,
@@ -285,9 +286,9 @@ def test_a_qos1_delivery_inside_an_atomic_block_does_not_overtake_the_held_ones(
 
 
 def test_the_hold_forgets_clients_whose_sessions_are_gone() -> None:
-    """DeliveryHold._sending (and _paused) only ever shrink when a hold runs out: one entry
-    per client id that ever got a QoS 1 delivery, for the life of the process (the file
-    store drops them in delete_session)."""
+    """What DeliveryHold knew of clients acknowledging only shrank when a hold ran out: one
+    entry per client id that ever got a QoS 1 delivery, for the life of the process (the
+    file store drops them in delete_session)."""
     async def main() -> None:
         store, _replicator, _backups = replicated()
         for n in range(1000):
@@ -297,7 +298,7 @@ def test_the_hold_forgets_clients_whose_sessions_are_gone() -> None:
             store.dequeue(client, 100 + n)
             store.delete_session(client)
         assert store.hold is not None
-        assert len(store.hold._sending) < 1000, len(store.hold._sending)  # fails: 1000
+        assert len(store.hold._acknowledging) < 1000, len(store.hold._acknowledging)
 
     asyncio.run(main())
 
@@ -470,7 +471,7 @@ def test_releasing_or_acknowledging_a_burst_in_order_is_not_quadratic() -> None:
     entries from the front costs n**2/2 slot visits (release_all, _expire of many clients,
     a fan-out acknowledged in order). collections.OrderedDict finds its first in O(1)."""
     async def main() -> None:
-        n = 40000
+        n = 80000  # quadratic: about 5 s; linear: 0.2 to 0.7 s (a loaded machine)
         hold = DeliveryHold(3600.0, lambda held: None)
         for i in range(n):
             hold.add(f"c{i}", i, message(i), 1, {})
@@ -478,6 +479,6 @@ def test_releasing_or_acknowledging_a_burst_in_order_is_not_quadratic() -> None:
         for i in range(n):  # each subscriber's PUBACK, in the order of the fan-out
             hold.cancel((f"c{i}", i))
         took = time.perf_counter() - began
-        assert took < 0.3, took
+        assert took < 1.5, took
 
     asyncio.run(main())

@@ -13,7 +13,13 @@ import anyio
 import pytest
 
 import hive_ext_api as api
-from hive_core.persistence import FileSessionStore, MemorySessionStore, _file_store, _sqlite_schema
+from hive_core.persistence import (
+    FileSessionStore,
+    MemorySessionStore,
+    _acknowledging,
+    _file_store,
+    _sqlite_schema,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(20)]
 
@@ -664,7 +670,7 @@ async def test_a_client_too_slow_for_the_hold_gets_its_rows_written_at_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Once a held delivery ran out of time, its client's next ones are written as they come
     (for HOLD_PAUSE): holding them would only delay their publishers' acknowledgements."""
-    monkeypatch.setattr(_file_store, "HOLD_PAUSE", 30.0)
+    monkeypatch.setattr(_acknowledging, "HOLD_PAUSE", 30.0)
     store = FileSessionStore(tmp_path, sync=False, delivery_hold=0.5)
     await store.open()
     store.enqueue("slow", 1, message())
@@ -830,4 +836,46 @@ async def test_a_delivery_written_in_an_atomic_block_is_never_held(tmp_path: Pat
     assert [m.topic for _seq, m in loaded.queues["c1"]] == ["routed", "routed too"]
     assert loaded.sent == {"c1": {2: 2}}
     assert [i.packet_id for i in loaded.inflight["pub"]] == [3, 4]
+    await store.close()
+
+
+async def test_deleting_many_sessions_with_held_deliveries_is_not_quadratic(
+        tmp_path: Path) -> None:
+    """Each deleted session takes its held deliveries out of the hold: found by its client,
+    not by a walk over everything held (20,000 clean starts at once, each a walk over 20,000
+    held rows, stalled the node for seconds)."""
+    store = FileSessionStore(tmp_path, sync=False, delivery_hold=3600)
+    await store.open()
+    n = 20000
+    for i in range(n):
+        store.enqueue(f"c{i}", 1, message())
+        store.send_queued(f"c{i}", 1, 1)
+    assert len(store._held) > n // 2  # (the writer may take a few before they are sent)
+    began = time.perf_counter()
+    for i in range(n):
+        store.delete_session(f"c{i}")
+    took = time.perf_counter() - began
+    assert not store._held and took < 1.0, took
+    await store.close()
+
+
+async def test_acknowledging_a_burst_in_order_with_a_commit_waiting_is_not_quadratic(
+        tmp_path: Path) -> None:
+    """Each PUBACK with a commit waiting looks at the first held delivery: a plain dict walks
+    over the slots of the ones popped from its front until it is resized (n**2/2 visits)."""
+    store = FileSessionStore(tmp_path, sync=False, delivery_hold=3600)
+    await store.open()
+    n = 80000
+    async with anyio.create_task_group() as tg:
+        for i in range(n):
+            store.enqueue(f"c{i}", 1, message())
+            store.send_queued(f"c{i}", 1, 1)
+        done = await commit_in_background(store, tg)
+        began = time.perf_counter()
+        for i in range(n):  # each subscriber's PUBACK, in the order of the fan-out
+            store.dequeue(f"c{i}", 1)
+        took = time.perf_counter() - began
+        with anyio.fail_after(5):
+            await done.wait()
+    assert took < 1.5, took
     await store.close()
