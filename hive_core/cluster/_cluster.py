@@ -661,7 +661,8 @@ class Cluster:
                 await asyncio.sleep(0)  # the rest of this read first
                 await running.acquire()
                 peers, self._ack_due = self._ack_due, set()
-                handled = {peer: self.forwarding.handled(peer) for peer in peers}
+                handled = {peer: now for peer in peers
+                           if (now := self.forwarding.handled_now(peer)) is not None}
                 done = asyncio.Event()
                 tasks = self.tasks
                 if tasks is None:
@@ -669,16 +670,20 @@ class Cluster:
                 tasks.start_soon(self._acknowledge, handled, before, done, running)
                 before = done
 
-    async def _acknowledge(self, handled: dict[str, int], before: asyncio.Event | None,
-                           done: asyncio.Event, running: asyncio.Semaphore) -> None:
+    async def _acknowledge(self, handled: dict[str, tuple[int, int]],
+                           before: asyncio.Event | None, done: asyncio.Event,
+                           running: asyncio.Semaphore) -> None:
         try:
             await self.broker.commit()
             if before is not None:
                 await before.wait()
             if not self._handed_over:
-                for peer, count in handled.items():
+                for peer, (incarnation, count) in handled.items():
                     member = self.members.get(peer)
-                    if member is not None:
+                    # Not to a later incarnation (the peer restarted while this commit ran):
+                    # the count is of its predecessor's frames, and would acknowledge its own.
+                    now = self.forwarding.handled_now(peer)
+                    if member is not None and now is not None and now[0] == incarnation:
                         member.link.send(FrameKind.FORWARD_ACK, count)
         except Exception:
             log.exception("could not acknowledge messages from other nodes; they will be "

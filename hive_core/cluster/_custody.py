@@ -418,8 +418,10 @@ class Custody:
         self.handing.get(member.link, set()).discard(client_id)
         if not self.holder.has_session(client_id):
             # A second confirmation (two fetches were answered): the first moved the session.
-            # Nothing to release, and the move must stay remembered (Moved: what a node that
-            # has not confirmed its route sends here goes on there; simulation seed 89).
+            # The move must stay remembered (Moved: what a node that has not confirmed its
+            # route sends here goes on there; simulation seed 89). (The release only forgets
+            # an export of a session that ended meanwhile.)
+            self.holder.release_session(client_id, taken=True)
             return
         # The directory names the new node before the copy here ends, with this copy's epoch
         # (its own claim, which is newer, replaces it). The end then tells the members nothing:

@@ -309,6 +309,11 @@ class Forwarding:
         seen = self.incoming.get(peer)
         return seen.handled if seen is not None else 0
 
+    def handled_now(self, peer: str) -> tuple[int, int] | None:
+        """(the peer's incarnation, frames handled from it), or None before its first frame."""
+        seen = self.incoming.get(peer)
+        return (seen.incarnation, seen.handled) if seen is not None else None
+
 
 class HeldForwards:
     """The forwards of a QoS 2 message from a persistent session, held until the commit that

@@ -311,3 +311,45 @@ def test_each_reads_acknowledgement_commit_begins_at_once_and_the_acks_go_in_ord
         await until(lambda: tally.acknowledged == {b"1", b"2"}, what="the PUBACKs")
 
     run_cluster(scenario)
+
+
+def test_an_acknowledgement_counted_before_the_peer_restarted_is_not_sent_to_it() -> None:
+    """A FORWARD_ACK's count is taken before its commit, and counts the frames of one
+    incarnation of the peer. If the peer restarted while the commit ran (its REPLAY started
+    the count again), that count would acknowledge frames of the new incarnation that this
+    node has not handled: the new node would drop them and answer their publishers."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, _n3 = nodes
+        far = subscriber(n2, "far", "t")
+        await until(lambda: n1.cluster.table.filters_of("n2") == {"t"})
+        gate = asyncio.Event()
+        commit = n2.broker.commit
+
+        async def commit_gated() -> None:
+            await gate.wait()
+            await commit()
+
+        n2.broker.commit = commit_gated  # type: ignore[method-assign]
+        acks: list[int] = []
+        link = n2.cluster.members["n1"].link
+        send = link.send
+
+        def recording(kind: object, body: object) -> None:
+            if kind == FrameKind.FORWARD_ACK:
+                acks.append(int(body))  # type: ignore[call-overload]
+            send(kind, body)  # type: ignore[arg-type]
+
+        link.send = recording  # type: ignore[method-assign]
+        tally = Tally(n1.client("pub"), [far])
+        tally.publish("t", b"1")
+        await until(lambda: far.payloads == [b"1"], what="delivered on n2")
+        seen = n2.cluster.forwarding.incoming["n1"]
+        incarnation, handled = seen.incarnation, seen.handled
+        assert handled >= 1
+        # n1 restarted meanwhile: its REPLAY (first place 1) starts the count again.
+        n2.cluster.forwarding.replaying("n1", incarnation + 1, 1)
+        gate.set()
+        await settle()
+        assert handled not in acks, acks
+
+    run_cluster(scenario)
