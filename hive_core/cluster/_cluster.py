@@ -41,7 +41,7 @@ from hive_core.cluster._auth import PeerAuthentication
 from hive_core.cluster._client_queries import ClientQueries
 from hive_core.cluster._client_services import SERVICE_FRAMES, ClusterClients
 from hive_core.cluster._custody import Custody
-from hive_core.cluster._forwarding import Forwarding, HeldForwards
+from hive_core.cluster._forwarding import ForwardAcks, Forwarding, HeldForwards
 from hive_core.cluster._health import HealthCheck
 from hive_core.cluster._kept import KeptOnDisk
 from hive_core.cluster._latency import Latencies, LatencySnapshot
@@ -133,8 +133,6 @@ class ClusterStats:
     replication_ack_latency: dict[str, LatencySnapshot] = field(default_factory=dict)
 
 
-ACK_COMMITS = 16
-"""Commits for FORWARD_ACKs under way at once (see Cluster._acknowledger)."""
 
 DELIVERY_SAMPLE = 16
 """Messages from other nodes per timed one (its observation counts for all of them): the
@@ -179,8 +177,6 @@ class Cluster:
         self._delivery_countdown = 1  # the first message is timed, then one in DELIVERY_SAMPLE
         self._local_filters: Counter[str] = Counter()
         self._shared_turn: dict[SharedKey, int] = {}
-        self._ack_due: set[str] = set()  # peers whose data frames were handled, not acknowledged
-        self._ack_wanted = asyncio.Event()  # wakes _acknowledger, a task of the group below
         self.retained = RetainedVersions(broker)  # the version of each topic's set or clear
         self.transport = transport if transport is not None else (
             UdpTransport(settings.bind_host, settings.bind_port)
@@ -200,9 +196,9 @@ class Cluster:
         self._own_task: asyncio.Task[None] | None = None
         self.stopping = False
         self.leaving_since: float | None = None
-        self._handed_over = False  # leaving: forwarded messages are no longer acknowledged
         self.membership = Membership(self)
         self.members = self.membership.members  # the same dict: the hot path reads it
+        self.acks = ForwardAcks(self.forwarding, lambda: self.broker.commit(), self.members)
         self.peer_pressure = PeerPressure(self.members, self.forwarding)  # overload protection
         self.health = None if settings.health_check is None else HealthCheck(
             node_id, settings.health_check, self.membership.health_failed,
@@ -294,7 +290,7 @@ class Cluster:
                     self.tasks.start_soon(self.membership.discover)
                     self.tasks.start_soon(self.membership.heartbeat)
                     self.tasks.start_soon(self.membership.dialer, self.tasks)
-                    self.tasks.start_soon(self._acknowledger)
+                    self.tasks.start_soon(self.acks.run, self.tasks)
                     task_status.started()
                     if started is not None:
                         started.set()
@@ -317,7 +313,7 @@ class Cluster:
             replicated = False
             # From here on nothing forwarded to this node is acknowledged: the senders keep it
             # and hand it to the node that takes this one's sessions over (TAKEN_OVER).
-            self._handed_over = True
+            self.acks.handed_over = True
             with anyio.move_on_after(self.settings.connect_timeout):
                 self.replicator.store.release_held()  # its queues go whole to the backups
                 await self.replicator.replicated(self.replicator.ship())
@@ -417,7 +413,7 @@ class Cluster:
                 self._delivery_countdown = DELIVERY_SAMPLE
                 self.delivery_times.observe(member.node_id, time.time() - routed_at,
                                             DELIVERY_SAMPLE)
-        self._acknowledge_soon(member.node_id)
+        self.acks.soon(member.node_id)
         # mark_dirty flushes once after the whole read; a long read (thousands of
         # frames) is flushed in slices too, so the subscribers' side starts early.
         if not metrics.publishes_received % FLUSH_PUBLISHES:
@@ -427,7 +423,7 @@ class Cluster:
         if self.forwarding.arrived(member.node_id):
             self.metrics.publishes_received += 1
             self.broker.deliver_shared(body[0], body[1], message_from(body[2]))
-            self._acknowledge_soon(member.node_id)
+            self.acks.soon(member.node_id)
 
     def _on_kept_publish(self, member: Member, body: Any) -> None:
         if self.forwarding.arrived(member.node_id):
@@ -441,11 +437,11 @@ class Cluster:
                 self.broker.publish_from_peer(message)
             if self.moved.sessions:
                 self.moved.arrived(member.node_id, message)
-            self._acknowledge_soon(member.node_id)
+            self.acks.soon(member.node_id)
 
     def _on_replay(self, member: Member, body: Any) -> None:
         self.forwarding.replaying(member.node_id, int(body[0]), int(body[1]))
-        self._acknowledge_soon(member.node_id)  # what it holds and this node had handled
+        self.acks.soon(member.node_id)  # what it holds and this node had handled
 
     def _on_filters(self, member: Member, body: Any) -> None:
         member.filters_known = True
@@ -636,61 +632,7 @@ class Cluster:
 
     def acknowledge_soon(self, peer_id: str) -> None:
         """A data frame from ``peer_id`` was handled: FORWARD_ACK once it is durable here."""
-        self._acknowledge_soon(peer_id)
-
-    def _acknowledge_soon(self, peer_id: str) -> None:
-        self._ack_due.add(peer_id)
-        self._ack_wanted.set()
-
-    async def _acknowledger(self) -> None:
-        """FORWARD_ACK to the peers whose frames were handled, once their deliveries are
-        durable here (one commit and one small frame per peer for a whole read).
-
-        Each read's commit begins at once, beside the ones under way: a commit may wait
-        milliseconds for deliveries held for their PUBACK (``<delivery-hold>``), and a read
-        waiting for the commit before it would wait twice. The acknowledgements go out in
-        the order of the reads (a count never falls back). At most ACK_COMMITS at once: past
-        that (a slow disk), the reads that come meanwhile share the next commit.
-        """
-        before: asyncio.Event | None = None
-        running = asyncio.Semaphore(ACK_COMMITS)
-        while True:
-            await self._ack_wanted.wait()
-            self._ack_wanted.clear()
-            while self._ack_due:
-                await asyncio.sleep(0)  # the rest of this read first
-                await running.acquire()
-                peers, self._ack_due = self._ack_due, set()
-                handled = {peer: now for peer in peers
-                           if (now := self.forwarding.handled_now(peer)) is not None}
-                done = asyncio.Event()
-                tasks = self.tasks
-                if tasks is None:
-                    return
-                tasks.start_soon(self._acknowledge, handled, before, done, running)
-                before = done
-
-    async def _acknowledge(self, handled: dict[str, tuple[int, int]],
-                           before: asyncio.Event | None, done: asyncio.Event,
-                           running: asyncio.Semaphore) -> None:
-        try:
-            await self.broker.commit()
-            if before is not None:
-                await before.wait()
-            if not self._handed_over:
-                for peer, (incarnation, count) in handled.items():
-                    member = self.members.get(peer)
-                    # Not to a later incarnation (the peer restarted while this commit ran):
-                    # the count is of its predecessor's frames, and would acknowledge its own.
-                    now = self.forwarding.handled_now(peer)
-                    if member is not None and now is not None and now[0] == incarnation:
-                        member.link.send(FrameKind.FORWARD_ACK, count)
-        except Exception:
-            log.exception("could not acknowledge messages from other nodes; they will be "
-                          "sent again after a reconnect")
-        finally:
-            done.set()
-            running.release()
+        self.acks.soon(peer_id)
 
     # ------------------------------------------------------------------ retained messages
 

@@ -417,10 +417,9 @@ class Custody:
         client_id = str(body[1])
         self.handing.get(member.link, set()).discard(client_id)
         if not self.holder.has_session(client_id):
-            # A second confirmation (two fetches were answered): the first moved the session.
-            # The move must stay remembered (Moved: what a node that has not confirmed its
-            # route sends here goes on there; simulation seed 89). (The release only forgets
-            # an export of a session that ended meanwhile.)
+            # A second confirmation (two fetches were answered): the move stays remembered (what
+            # a node not routing there yet sends here goes on; seed 89). Released: an export of
+            # a session that ended meanwhile is forgotten.
             self.holder.release_session(client_id, taken=True)
             return
         # The directory names the new node before the copy here ends, with this copy's epoch

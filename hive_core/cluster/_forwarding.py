@@ -25,12 +25,16 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Container, Iterator
+from collections.abc import Awaitable, Callable, Container, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
+
+import anyio.abc
 
 from hive_core.cluster._kept import KeptOnDisk, OnDisk
 from hive_core.cluster._latency import Latencies, Probe
+from hive_core.cluster._wire import FrameKind
 from hive_core.plugins import WarningGate
 
 log = logging.getLogger("hive.cluster")
@@ -403,3 +407,69 @@ class HeldForwards:
             else:
                 waiting.append((target, future))
         self._waiters = waiting
+
+
+ACK_COMMITS = 16
+"""Commits for FORWARD_ACKs under way at once (see ForwardAcks.run)."""
+
+
+class ForwardAcks:
+    """FORWARD_ACK to the peers whose frames were handled, once their deliveries are durable
+    here (one commit and one small frame per peer for a whole read)."""
+
+    def __init__(self, forwarding: Forwarding, commit: Callable[[], Awaitable[None]],
+                 members: Mapping[str, Any]) -> None:
+        self.forwarding = forwarding
+        self.commit = commit  # the broker's: the store's group commit, and the backups'
+        self.members = members  # node id -> Member (its link)
+        self.handed_over = False  # leaving: forwarded messages are no longer acknowledged
+        self._due: set[str] = set()  # peers whose data frames were handled, not acknowledged
+        self._wanted = asyncio.Event()  # wakes run()
+
+    def soon(self, peer_id: str) -> None:
+        """A data frame from ``peer_id`` was handled: FORWARD_ACK once it is durable here."""
+        self._due.add(peer_id)
+        self._wanted.set()
+
+    async def run(self, tasks: anyio.abc.TaskGroup) -> None:
+        """Each read's commit begins at once, beside the ones under way: a commit may wait
+        milliseconds for deliveries held for their PUBACK (``<delivery-hold>``), and a read
+        waiting for the commit before it would wait twice. The acknowledgements go out in
+        the order of the reads (a count never falls back). At most ACK_COMMITS at once: past
+        that (a slow disk), the reads that come meanwhile share the next commit."""
+        before: asyncio.Event | None = None
+        running = asyncio.Semaphore(ACK_COMMITS)
+        while True:
+            await self._wanted.wait()
+            self._wanted.clear()
+            while self._due:
+                await asyncio.sleep(0)  # the rest of this read first
+                await running.acquire()
+                peers, self._due = self._due, set()
+                handled = {peer: now for peer in peers
+                           if (now := self.forwarding.handled_now(peer)) is not None}
+                done = asyncio.Event()
+                tasks.start_soon(self._acknowledge, handled, before, done, running)
+                before = done
+
+    async def _acknowledge(self, handled: dict[str, tuple[int, int]],
+                           before: asyncio.Event | None, done: asyncio.Event,
+                           running: asyncio.Semaphore) -> None:
+        try:
+            await self.commit()
+            if before is not None:
+                await before.wait()
+            if not self.handed_over:
+                for peer, (incarnation, count) in handled.items():
+                    member = self.members.get(peer)
+                    # Not to a later incarnation (the peer restarted while this commit ran):
+                    # the count is of its predecessor's frames, and would acknowledge its own.
+                    now = self.forwarding.handled_now(peer)
+                    if member is not None and now is not None and now[0] == incarnation:
+                        member.link.send(FrameKind.FORWARD_ACK, count)
+        except Exception:
+            log.exception("could not acknowledge messages from other nodes; they will be "
+                          "sent again after a reconnect")
+        finally:
+            done.set()
+            running.release()

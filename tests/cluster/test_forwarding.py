@@ -97,13 +97,13 @@ def test_frames_handled_before_a_reconnect_are_not_handled_twice() -> None:
         far = subscriber(n2, "far", "t")
         await until(lambda: n1.cluster.table.filters_of("n2") == {"t"})
         tally = Tally(n1.client("pub"), [far])
-        acks_to_n1 = n2.cluster._acknowledge_soon
-        n2.cluster._acknowledge_soon = lambda peer: None  # type: ignore[method-assign]
+        acks_to_n1 = n2.cluster.acks.soon
+        n2.cluster.acks.soon = lambda peer: None  # type: ignore[method-assign]
         for i in range(30):
             tally.publish("t", b"%d" % i)
         await until(lambda: len(far.payloads) == 30, what="the deliveries")
         assert not tally.acknowledged  # n2 has not acknowledged: n1 keeps them, no PUBACK
-        n2.cluster._acknowledge_soon = acks_to_n1  # type: ignore[method-assign]
+        n2.cluster.acks.soon = acks_to_n1  # type: ignore[method-assign]
         n1.cluster.members["n2"].link.close()  # a reset: both ends reconnect
         kept = n1.cluster.forwarding.outgoing["n2"].frames
         await until(lambda: n2.cluster.forwarding.duplicates == 30 and not kept,
