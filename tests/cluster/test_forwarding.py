@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
+from collections.abc import Awaitable, Callable
 
 from cluster.test_membership import Client, Node, full_mesh, run_cluster, settle, until
 from hive_core.cluster._forwarding import HeldForwards
@@ -269,6 +270,32 @@ def test_a_held_send_that_fails_does_not_hold_up_the_others_or_the_waits() -> No
     asyncio.run(main())
 
 
+def gated_commits_and_recorded_acks(n2: Node, gate: Callable[[int], Awaitable[None]]
+                                    ) -> tuple[list[int], list[int]]:
+    """n2's commits wait for ``gate(their number)``; returns (the commits begun, by number;
+    the FORWARD_ACK counts n2 sends n1)."""
+    begun: list[int] = []
+    commit = n2.broker.commit
+
+    async def commit_gated() -> None:
+        begun.append(len(begun) + 1)
+        await gate(len(begun))
+        await commit()
+
+    n2.broker.commit = commit_gated  # type: ignore[method-assign]
+    acks: list[int] = []
+    link = n2.cluster.members["n1"].link
+    send = link.send
+
+    def recording(kind: object, body: object) -> None:
+        if kind == FrameKind.FORWARD_ACK:
+            acks.append(int(body))  # type: ignore[call-overload]
+        send(kind, body)  # type: ignore[arg-type]
+
+    link.send = recording  # type: ignore[method-assign]
+    return begun, acks
+
+
 def test_each_reads_acknowledgement_commit_begins_at_once_and_the_acks_go_in_order() -> None:
     """A FORWARD_ACK waits for its read's commit, which may wait for deliveries held for
     their PUBACK; a later read's commit does not wait for it to begin, and its acknowledgement
@@ -278,26 +305,12 @@ def test_each_reads_acknowledgement_commit_begins_at_once_and_the_acks_go_in_ord
         far = subscriber(n2, "far", "t")
         await until(lambda: n1.cluster.table.filters_of("n2") == {"t"})
         first = asyncio.Event()
-        begun: list[int] = []
-        commit = n2.broker.commit
 
-        async def commit_gated() -> None:
-            begun.append(len(begun) + 1)
-            if len(begun) == 1:
+        async def gate(number: int) -> None:
+            if number == 1:
                 await first.wait()  # the first read's commit waits, the second's does not
-            await commit()
 
-        n2.broker.commit = commit_gated  # type: ignore[method-assign]
-        acks: list[int] = []
-        link = n2.cluster.members["n1"].link
-        send = link.send
-
-        def recording(kind: object, body: object) -> None:
-            if kind == FrameKind.FORWARD_ACK:
-                acks.append(int(body))  # type: ignore[call-overload]
-            send(kind, body)  # type: ignore[arg-type]
-
-        link.send = recording  # type: ignore[method-assign]
+        begun, acks = gated_commits_and_recorded_acks(n2, gate)
         tally = Tally(n1.client("pub"), [far])
         tally.publish("t", b"1")
         await until(lambda: begun == [1], what="the first read's commit")
@@ -323,23 +336,11 @@ def test_an_acknowledgement_counted_before_the_peer_restarted_is_not_sent_to_it(
         far = subscriber(n2, "far", "t")
         await until(lambda: n1.cluster.table.filters_of("n2") == {"t"})
         gate = asyncio.Event()
-        commit = n2.broker.commit
 
-        async def commit_gated() -> None:
+        async def wait(number: int) -> None:
             await gate.wait()
-            await commit()
 
-        n2.broker.commit = commit_gated  # type: ignore[method-assign]
-        acks: list[int] = []
-        link = n2.cluster.members["n1"].link
-        send = link.send
-
-        def recording(kind: object, body: object) -> None:
-            if kind == FrameKind.FORWARD_ACK:
-                acks.append(int(body))  # type: ignore[call-overload]
-            send(kind, body)  # type: ignore[arg-type]
-
-        link.send = recording  # type: ignore[method-assign]
+        _begun, acks = gated_commits_and_recorded_acks(n2, wait)
         tally = Tally(n1.client("pub"), [far])
         tally.publish("t", b"1")
         await until(lambda: far.payloads == [b"1"], what="delivered on n2")
