@@ -615,6 +615,15 @@ def agree(nodes: Sequence[Node], count: int) -> bool:
     return all(len(view) == count and view == seen[0] for view in seen)
 
 
+def _wait_showing_log(node: Node, check: Callable[[], bool], what: str) -> None:
+    """:func:`wait_for` (20 s), failing with the end of the node's log."""
+    try:
+        wait_for(check, 20, what)
+    except AssertionError as exc:
+        tail = "\n".join(node.log.splitlines()[-30:])
+        raise AssertionError(f"{exc}; the node's log ends:\n{tail}") from None
+
+
 BACK = re.compile(r"docker-discovery: answering again after [\d.]+ s and (\d+) failed calls")
 
 
@@ -625,17 +634,23 @@ def ride_out_an_outage(nodes: Sequence[Node], stop: Callable[[], None],
 
     Meanwhile the cluster stays whole, every node logs the outage once (not once a reload) and
     counts it in its metrics (REST); back, every node says so with the failed queries' count.
+    ``failed`` matches the outage's first line whatever kind of failure began it: a daemon on
+    its way down may first answer late or with an error. ``error_metric`` counts the kind of
+    failure the source gone for good gives.
     """
     stop()
     try:
         for node in nodes:
-            wait_for(lambda n=node: bool(failed.search(n.log)), 20,  # type: ignore[misc]
-                     "the node logs that its discovery source is gone")
-        time.sleep(3)  # a few more reloads against nothing
+            _wait_showing_log(node, lambda n=node: bool(failed.search(n.log)),  # type: ignore[misc]
+                              "the node logs that its discovery source is gone")
+        for node in nodes:
+            def counted(n: Node = node) -> bool:
+                return n.extension_metric(error_metric) >= min_failed
+            _wait_showing_log(node, counted,
+                              f"the node counts {min_failed} failed queries ({error_metric})")
         assert agree(nodes, len(nodes)), views(nodes)
         for node in nodes:
             assert len(failed.findall(node.log)) == 1, node.log
-            assert node.extension_metric(error_metric) >= min_failed, node.log
     finally:
         start()
     for node in nodes:

@@ -32,7 +32,8 @@ from hive_ext_docker import EngineSettings, EngineSource, Label
 pytestmark = pytest.mark.operator
 
 SOCKET_DIR = "/run/hive-docker"  # where the containers see the daemon's socket folder
-FAILED = re.compile(r"docker-discovery: cannot query Docker Engine API .*: unreachable: ")
+FAILED = re.compile(r"docker-discovery: cannot query Docker Engine API .*: "
+                    r"(unreachable|timeout|refused): ")
 
 
 def test_labelled_containers_form_a_cluster_and_ride_out_an_engine_outage(
