@@ -234,6 +234,8 @@ def garbage_daemon(answers: dict[str, bytes]) -> Iterator[str]:
      "refused"),
     ({"/version": _http(b'{"message": "client version too old"}', "400 Bad Request")},
      "refused"),
+    # a daemon on its way down closes the connection without an answer: gone, not garbled
+    ({"/containers/json": b""}, "unreachable"),
 ])
 def test_garbage_from_the_daemon_is_classified(answers: dict[str, bytes], kind: str) -> None:
     with garbage_daemon(answers) as url:

@@ -152,6 +152,10 @@ def classify(exc: BaseException) -> SourceError:
     chain = list(_chain(exc))
     if any(isinstance(e, requests.exceptions.Timeout | TimeoutError) for e in chain):
         return SourceError("timeout", str(exc))
+    if any(isinstance(e, ConnectionError) for e in chain):
+        # before the garbled answers: http.client's RemoteDisconnected (the daemon closed the
+        # connection without an answer, as one shutting down does) is both
+        return SourceError("unreachable", str(exc))
     if any(isinstance(e, requests.exceptions.JSONDecodeError | json.JSONDecodeError
                       | http.client.HTTPException | requests.exceptions.ChunkedEncodingError
                       | requests.exceptions.ContentDecodingError) for e in chain):

@@ -9,8 +9,9 @@ from hive_ext_api import ClusterNodeAddress
 
 ErrorKind = Literal["unreachable", "timeout", "refused", "malformed"]
 ERROR_KINDS: tuple[ErrorKind, ...] = ("unreachable", "timeout", "refused", "malformed")
-"""unreachable: no connection; timeout: no answer in time; refused: an error answer (HTTP error
-status, DNS SERVFAIL / REFUSED / NXDOMAIN); malformed: an answer that makes no sense."""
+"""unreachable: no connection, or one closed without an answer; timeout: no answer in time;
+refused: an error answer (HTTP error status, DNS SERVFAIL / REFUSED / NXDOMAIN); malformed: an
+answer that makes no sense."""
 
 
 class SourceError(Exception):
