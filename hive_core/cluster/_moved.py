@@ -11,10 +11,14 @@ So a session that moved away is remembered (its filters, the node it went to) un
 other node has confirmed that it routes those filters there: ROUTE_TO, answered by ROUTED once
 in effect. Links are FIFO, so what a node routed here before its ROUTED arrives here before
 it. A node not linked now is asked when it is linked again, after the frames it kept for this
-node (its REPLAY comes first). Until a node has answered, a data frame from it is matched
-against those filters too, and what matches goes on to the session's node (SESSION_PUBLISH,
-a data frame: kept until acknowledged, sent again after a reconnect, rescued if that node
-fails). The session takes each message once by its identity, whichever way it came.
+node (its REPLAY comes first). A node that restarted knows only the nodes linked since: for
+ABSENT_KEEP after its start, a node that links here for the first time after a move is asked
+too (one cut off from its last run may have kept frames for it). The session's node is asked
+as well: what it kept for this node while they were apart comes back to it. Until a node has
+answered, a data frame from it is matched against those filters too, and what matches goes
+on to the session's node (SESSION_PUBLISH, a data frame: kept until acknowledged, sent again
+after a reconnect, rescued if that node fails). The session takes each message once by its
+identity, whichever way it came.
 
 The tokens of these ROUTE_TOs are negative: a merge's barriers (Custody) count up from 1, and
 both share the ROUTED frame.
@@ -51,6 +55,12 @@ class MovedSession:
     token: int
     waiting: set[str]  # the nodes that have not confirmed they route its filters there
     since: float  # monotonic time it moved
+    # Until then, a node that links here for the first time since the move is asked too: this
+    # node started lately, and does not know every node that kept frames for its last run.
+    open_until: float = 0.0
+
+    def done(self, now: float) -> bool:
+        return not self.waiting and now >= self.open_until
 
 
 class Moved:
@@ -69,6 +79,7 @@ class Moved:
         # Sessions taken over from a node that has not been linked here since, by that node.
         self._taken_from: dict[str, set[str]] = {}
         self._token = 0
+        self.started = time.monotonic()  # this run of the node (see MovedSession.open_until)
         self.forwarded = 0  # messages sent on to a moved session's node
         self.unplaced = 0  # a SESSION_PUBLISH for a session not held here, nor known moved
         self._warnings = WarningGate(log)
@@ -105,18 +116,24 @@ class Moved:
         if not filters or self.holder.has_session(client_id):
             return
         # Every node that may have kept frames for this node: members, absent nodes, and nodes
-        # taken over (a node cut off is taken over, and replays what it kept when it is back).
-        # Not a node this copy was taken over from and that has not been linked here since:
-        # while apart it holds a copy of its own, and routes nothing here for this session.
+        # taken over (a node cut off is taken over, and replays what it kept when it is back);
+        # the session's new node too (what it kept for this node while they were apart comes
+        # back to it, and it takes each message once). Not a node this copy was taken over
+        # from and that has not been linked here since: while apart it holds a copy of its
+        # own, and routes nothing here for this session.
         waiting = {peer for peer, (protocol, _stamps) in node.membership.spoke.items()
-                   if protocol >= 4 and peer not in (node_id, node.node_id)
+                   if protocol >= 4 and peer != node.node_id
                    and client_id not in self._taken_from.get(peer, ())}
-        self._prune(time.monotonic())
-        if not waiting:
+        now = time.monotonic()
+        self._prune(now)
+        # A node that started within ABSENT_KEEP knows only the nodes linked since: one that
+        # kept frames for its last run may link after this move and replay them here.
+        open_until = self.started + ABSENT_KEEP
+        if not waiting and now >= open_until:
             return
         self._token -= 1
-        moved = MovedSession(client_id, node_id, filters, self._token, waiting,
-                             time.monotonic())
+        moved = MovedSession(client_id, node_id, filters, self._token, waiting, now,
+                             open_until)
         self.sessions[client_id] = self._by_token[moved.token] = moved
         self._waited.update(waiting)
         for topic_filter in filters:
@@ -138,9 +155,11 @@ class Moved:
         members = self.node.members
         for moved in list(self.sessions.values()):
             if now - moved.since < ABSENT_KEEP:
-                break  # oldest first
+                break  # oldest first (its open window is over too: it began before the move)
             for peer in [p for p in moved.waiting if p not in members]:
                 self.routed(peer, moved.token)
+            if moved.client_id in self.sessions and moved.done(now):
+                self._forget(moved)
 
     def came_back(self, client_id: str) -> None:
         """The session is held here again (or ended): nothing to send on for it."""
@@ -183,8 +202,14 @@ class Moved:
     def member_joined(self, member: Member) -> None:
         """Linked (again): asked for every session it has not confirmed, after its REPLAY."""
         self._taken_from.pop(member.node_id, None)  # the merge with it decides the copies
+        now = time.monotonic()
+        peer_id = member.node_id
         for moved in list(self.sessions.values()):
-            if member.node_id in moved.waiting:
+            if peer_id not in moved.waiting and now < moved.open_until \
+                    and member.protocol >= 4:
+                moved.waiting.add(peer_id)  # before its REPLAY: what it kept is matched
+                self._waited[peer_id] += 1
+            if peer_id in moved.waiting:
                 self._ask(member, moved)
 
     def routed(self, peer_id: str, token: int) -> bool:
@@ -196,7 +221,7 @@ class Moved:
         if peer_id in moved.waiting:
             moved.waiting.discard(peer_id)
             self._waited[peer_id] -= 1
-        if not moved.waiting:
+        if moved.done(time.monotonic()):
             self._forget(moved)
         return True
 

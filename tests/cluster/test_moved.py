@@ -10,6 +10,7 @@ from typing import Any
 
 from hive_core.broker import Message
 from hive_core.cluster._forwarding import Forwarding
+from hive_core.cluster._membership import ABSENT_KEEP
 from hive_core.cluster._merge_wait import MergeWait
 from hive_core.cluster._moved import Moved
 from hive_core.cluster._parts import Member
@@ -92,36 +93,43 @@ def test_a_node_not_told_yet_has_what_it_routes_here_sent_on_until_it_confirms()
     a = Node("a", ["b", "d"])
     a.spoke["c"] = (4, True)
     moved = Moved(a)  # type: ignore[arg-type]
+    moved.started -= ABSENT_KEEP  # up for a while: it knows every node that kept frames for it
     moved.exported("sub", ["t/+", "$share/g/t/1"])
     moved.moved_away("sub", "b")
-    assert moved.sessions["sub"].waiting == {"c", "d"}
+    # b too: what it kept for a while they were apart comes here, and goes back to it
+    assert moved.sessions["sub"].waiting == {"b", "c", "d"}
     # A session this node took over from e, which has not been back since: e holds a copy of
     # its own while apart, and routes nothing here for it.
     a.spoke["e"] = (4, True)
     moved.taken_over("e", ["sub2"])
     moved.exported("sub2", ["u/1"])
     moved.moved_away("sub2", "b")
-    assert moved.sessions["sub2"].waiting == {"c", "d"}
+    assert moved.sessions["sub2"].waiting == {"b", "c", "d"}
     moved.came_back("sub2")
     ask = sent(a, "d", FrameKind.ROUTE_TO)[0]
     assert ask[1] == "b" and ask[5] == ["t/+"] and ask[0] < 0  # plain filters, its own tokens
+    # b answers after what it sent here before (links are FIFO): that went back to it.
+    moved.arrived("b", message(0))
+    [back] = sent(a, "b", FrameKind.SESSION_PUBLISH)
+    assert back[0] == ["sub"] and back[1:3] == ["c", 0]
+    assert moved.routed("b", sent(a, "b", FrameKind.ROUTE_TO)[0][0])
     # d answers at once: its messages go to b from now on, none is sent on for it.
     assert moved.routed("d", ask[0])
     moved.arrived("d", message(1))
-    assert not sent(a, "b", FrameKind.SESSION_PUBLISH)
+    assert len(sent(a, "b", FrameKind.SESSION_PUBLISH)) == 1
     # c is back: asked after its REPLAY; what it kept for a goes on to b until it answers.
     a.members["c"] = member("c")
     moved.member_joined(a.members["c"])
     [ask_c] = sent(a, "c", FrameKind.ROUTE_TO)
     moved.arrived("c", message(2))
     moved.arrived("c", message(3, "other/topic"))
-    [on] = sent(a, "b", FrameKind.SESSION_PUBLISH)
+    on = sent(a, "b", FrameKind.SESSION_PUBLISH)[-1]
     assert on[0] == ["sub"] and on[1:3] == ["c", 2]
-    assert a.forwarding.outgoing["b"].sent == 1  # a data frame: kept until acknowledged
+    assert a.forwarding.outgoing["b"].sent == 2  # data frames: kept until acknowledged
     assert moved.routed("c", ask_c[0])
     assert not moved.sessions
     moved.arrived("c", message(4))
-    assert len(sent(a, "b", FrameKind.SESSION_PUBLISH)) == 1
+    assert len(sent(a, "b", FrameKind.SESSION_PUBLISH)) == 2
     assert not moved.routed("c", 7)  # a merge's barrier token: not this part's
 
 
@@ -152,6 +160,41 @@ async def _the_new_node_delivers() -> None:
     assert ("kept", ("c", 10)) not in b.broker.delivered
     b.merge_wait.handed_over("a", ["kept"])
     assert b.broker.delivered[-1] == ("kept", ("c", 10))
+
+
+def test_a_node_that_restarted_asks_the_nodes_that_link_after_the_move() -> None:
+    """Cut-fault seed 69: a restarted node (a) linked to b first, and a merge kept b's copy of
+    sub; c, which had kept for a's last run what it routed to a while they were apart, linked
+    only then and replayed it. a had known no node to wait for, and those messages matched
+    nothing here."""
+    a = Node("a", ["b"])
+    moved = Moved(a)  # type: ignore[arg-type]
+    moved.exported("sub", ["t/+"])
+    moved.moved_away("sub", "b")
+    assert moved.sessions["sub"].waiting == {"b"}  # the only node it knows
+    a.members["c"] = member("c")
+    a.spoke["c"] = (4, True)
+    moved.member_joined(a.members["c"])  # before its REPLAY
+    [ask] = sent(a, "c", FrameKind.ROUTE_TO)
+    assert ask[1] == "b" and ask[5] == ["t/+"]
+    moved.arrived("c", message(1))
+    [on] = sent(a, "b", FrameKind.SESSION_PUBLISH)
+    assert on[0] == ["sub"] and on[1:3] == ["c", 1]
+    # Both confirm: nothing more goes on; the record stays for the nodes still to link,
+    # until ABSENT_KEEP after the start (they have dropped what they kept for a by then).
+    assert moved.routed("c", ask[0])
+    assert moved.routed("b", sent(a, "b", FrameKind.ROUTE_TO)[0][0])
+    moved.arrived("c", message(2))
+    assert len(sent(a, "b", FrameKind.SESSION_PUBLISH)) == 1
+    assert "sub" in moved.sessions
+    # After the window, a record every node has confirmed goes (at the next move).
+    moved.started -= ABSENT_KEEP  # as if ABSENT_KEEP had passed
+    record = moved.sessions["sub"]
+    record.since, record.open_until = record.since - ABSENT_KEEP, record.open_until - ABSENT_KEEP
+    moved.exported("sub2", ["u/1"])
+    moved.moved_away("sub2", "c")
+    assert "sub2" in moved.sessions and moved.sessions["sub2"].waiting == {"b", "c"}
+    assert "sub" not in moved.sessions
 
 
 def test_a_session_back_here_is_not_sent_on() -> None:

@@ -114,8 +114,9 @@ class SimNode:
             self.name, settings, broker, Extensions(manager),
             world.net.transport(self.name, self.context), store=replicating,
             replica_shelf=self.shelf)
-        if cluster.kept is not None:  # what it kept on disk for silent nodes before a kill
-            cluster.kept.restore(snapshot)
+        # What it sends on again after the join, as node.py has it: messages kept on disk for
+        # silent nodes, and QoS 2 messages whose forwards were not confirmed before a kill.
+        cluster.restore(snapshot)
         await cluster.start()
         self.up = True
 
