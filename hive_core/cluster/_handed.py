@@ -4,6 +4,9 @@
   SESSION_TAKEN, ``Custody._on_taken``). A tail that reaches a node the session has left
   meanwhile (handed on, or a merge kept another node's copy) follows it on.
 - MERGE_QUEUE: the queue of a copy dropped in a merge (``Custody._drop_copy``), for the keeper.
+  One that reaches the keeper after the session left it (its client connected elsewhere
+  during the merge) follows it on too, whole: what the dropped copy's client had and sent
+  goes with it.
 
 Between nodes that say so in their HELLO (``counts_tails``, ``identities``) both are data
 frames, as a forwarded PUBLISH (``_forwarding.py``): kept by the sender until the receiver has
@@ -41,6 +44,7 @@ class Handed:
         self.adopted_marks = adopted_marks  # Custody's: a replica's last position, per client
         self._owner_of = owner_of  # the directory's holder of a session (another node)
         self.tails_sent_on = 0  # messages of tails that reached this node after their session
+        self.merge_queues_sent_on = 0  # parts of merge queues that did
 
     def frame_handlers(self) -> dict[FrameKind, FrameHandler]:
         return {FrameKind.SESSION_TAIL: self._on_tail,
@@ -112,18 +116,42 @@ class Handed:
             if not node.forwarding.arrived(member.node_id):
                 return
             node.acknowledge_soon(member.node_id)
-        self.merge_queue(body)
+        self.merge_queue(body, member.node_id)
         if len(body) > 3:  # the last part: what the client had is known here now
             node.merge_wait.handed_over(member.node_id, [str(body[0])])
 
-    def merge_queue(self, body: list[Any]) -> None:
-        """A MERGE_QUEUE's body: from a member, or rescued from a failed keeper's share."""
+    def merge_queue(self, body: list[Any], sender: str | None = None) -> None:
+        """A MERGE_QUEUE's body: from a member (``sender``), or rescued from a failed keeper's
+        share. If the session left this node meanwhile, the body goes on to the node holding
+        it now, as it is."""
         client_id = str(body[0])
+        if not self.holder.has_session(client_id) and self._send_merge_queue_on(
+                client_id, body, sender):
+            return
         _merge_queue(self.node, self.adopted_marks, client_id, int(body[1]), body[2],
                      body[3] if len(body) > 3 else None,
                      [int(pid) for pid in body[4]] if len(body) > 4 else None)
         if len(body) > 5 and body[5]:
             self.holder.merge_window(client_id, [inflight_of(f) for f in body[5]])
+
+
+    def _send_merge_queue_on(self, client_id: str, body: list[Any], sender: str | None) -> bool:
+        """To the node the session went to from here, else the directory's holder: a linked
+        node that takes merge queues as data frames (kept here until it has them durably, and
+        sent again after a reconnect; in memory only), never back to where it came from."""
+        node = self.node
+        holder = node.moved.went_to(client_id) or self._owner_of(client_id)
+        member = node.members.get(holder) if holder is not None else None
+        if member is None or holder in (node.node_id, sender) or not member.identities:
+            return False
+        frame = encode_frame(FrameKind.MERGE_QUEUE, body)
+        member.link.send_encoded(frame)
+        node.forwarding.sent(member.node_id, frame)
+        self.merge_queues_sent_on += 1
+        log.info("the session of %r is on node %s now: the queue of a copy dropped in a merge, "
+                 "which reached this node after the session left, sent on there (%d messages)",
+                 client_id, member.node_id, len(body[2]))
+        return True
 
 
 def _tail_messages(entries: list[list[Any]]

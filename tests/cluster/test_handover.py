@@ -507,6 +507,33 @@ def test_a_tail_that_reaches_a_node_after_its_session_left_follows_the_session()
     run_cluster(scenario)
 
 
+def test_a_merge_queue_that_reaches_the_keeper_after_its_session_left_follows_it() -> None:
+    """A copy dropped in a merge hands its queue to the keeper (MERGE_QUEUE); the keeper's
+    client may connect elsewhere meanwhile, and the session leaves before the queue arrives
+    (chaos seed 38, 157 lost as `session-gone`). The queue goes on to the session, whole."""
+    async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
+        n1, n2, n3 = nodes
+        offline_subscriber(n3, "dev", "t/#")
+        await until(lambda: n2.cluster.owner_of("dev") == "n3", what="n2 knows the holder")
+        assert "dev" not in n2.broker.sessions
+        entries = [[seq, message_fields(StoredMessage("t/x", payload, 1)), "n1", serial]
+                   for seq, payload, serial in ((1, b"a", 17), (2, b"b", 18))]
+        frame = encode_frame(FrameKind.MERGE_QUEUE, ["dev", 0, entries, [], [], []])
+        n1.cluster.members["n2"].link.send_encoded(frame)
+        n1.cluster.forwarding.sent("n2", frame)
+        queue = lambda: [p.message.payload for p in  # noqa: E731
+                         n3.broker.sessions["dev"].queue]
+        await until(lambda: queue() == [b"a", b"b"], what="the dropped copy's queue on n3")
+        assert n2.cluster.custody.handed.merge_queues_sent_on == 1
+        assert n2.broker.metrics.dropped.get("session-gone", 0) == 0
+        for sender, peer in ((n1, "n2"), (n2, "n3")):  # each keeps it until acknowledged
+            out = sender.cluster.forwarding.outgoing[peer]
+            await until(lambda out=out: out.acked == out.sent and not out.frames,
+                        what=f"{sender.name}'s frame acknowledged by {peer}")
+
+    run_cluster(scenario)
+
+
 def test_a_tail_for_a_session_held_nowhere_is_dropped_and_counted() -> None:
     async def scenario(network: MemoryNetwork, nodes: list[Node]) -> None:
         n1, n2, _n3 = nodes
