@@ -283,8 +283,8 @@ class Custody:
             node.beside.start(later, f"handing {client_id!r} over after the rescue")
             return
         keeper = self.yielding.get(client_id)
-        if link.peer_id and keeper is None:  # its copy comes folded in, not as MERGE_QUEUE:
-            node.merge_wait.handed_over(link.peer_id, [client_id])  # what waited goes first
+        if keeper is None:  # what waits for a hand-over goes in first, and with the session
+            node.merge_wait.release(client_id)
         records = self.holder.export_session(client_id) if keeper is None else None
         self.delivery.flush()  # the client's connection here closes now, with its reason
         asking = node.members.get(link.peer_id) if link.peer_id else None

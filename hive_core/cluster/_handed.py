@@ -117,7 +117,7 @@ class Handed:
                 return
             node.acknowledge_soon(member.node_id)
         self.merge_queue(body, member.node_id)
-        if len(body) > 3:  # the last part: what the client had is known here now
+        if len(body) > 3 and body[3] is not None:  # the last part: what the client had
             node.merge_wait.handed_over(member.node_id, [str(body[0])])
 
     def merge_queue(self, body: list[Any], sender: str | None = None) -> None:
@@ -130,7 +130,7 @@ class Handed:
             return
         _merge_queue(self.node, self.adopted_marks, client_id, int(body[1]), body[2],
                      body[3] if len(body) > 3 else None,
-                     [int(pid) for pid in body[4]] if len(body) > 4 else None)
+                     [int(pid) for pid in body[4]] if len(body) > 4 and body[4] else None)
         if len(body) > 5 and body[5]:
             self.holder.merge_window(client_id, [inflight_of(f) for f in body[5]])
 
@@ -138,13 +138,24 @@ class Handed:
     def _send_merge_queue_on(self, client_id: str, body: list[Any], sender: str | None) -> bool:
         """To the node the session went to from here, else the directory's holder: a linked
         node that takes merge queues as data frames (kept here until it has them durably, and
-        sent again after a reconnect; in memory only), never back to where it came from."""
+        sent again after a reconnect; in memory only), never back to where it came from, and
+        through at most TAIL_HOPS nodes (``body[6]``; a part before the last has None where
+        the last has what the client had and sent)."""
         node = self.node
-        holder = node.moved.went_to(client_id) or self._owner_of(client_id)
-        member = node.members.get(holder) if holder is not None else None
-        if member is None or holder in (node.node_id, sender) or not member.identities:
+        hops = int(body[6]) if len(body) > 6 else 0
+        if hops >= TAIL_HOPS:
             return False
-        frame = encode_frame(FrameKind.MERGE_QUEUE, body)
+        member = None
+        for holder in (node.moved.went_to(client_id), self._owner_of(client_id)):
+            member = node.members.get(holder) if holder not in (None, node.node_id, sender) \
+                else None
+            if member is not None and member.identities:
+                break
+        else:
+            return False
+        assert member is not None
+        last = body[3:6] if len(body) > 3 and body[3] is not None else [None, None, None]
+        frame = encode_frame(FrameKind.MERGE_QUEUE, [*body[:3], *last, hops + 1])
         member.link.send_encoded(frame)
         node.forwarding.sent(member.node_id, frame)
         self.merge_queues_sent_on += 1

@@ -76,5 +76,12 @@ class MergeWait:
             if ids - done:
                 self._held.append((message, ids - done))
 
+    def release(self, client_id: str) -> None:
+        """The session leaves this node (fetched by another node): what is held for it goes
+        in now, whichever hand-overs are due, and leaves with it (a hand-over that comes
+        later follows the session, and takes out there what its client had)."""
+        for node_id in [n for n, ids in self.waiting.items() if client_id in ids]:
+            self.handed_over(node_id, [client_id])
+
     def left(self, node_id: str) -> None:
         self.handed_over(node_id, set(self.waiting.get(node_id, ())))

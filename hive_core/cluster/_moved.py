@@ -30,7 +30,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hive_core.broker import Message, PeerDelivery, SessionHolder
@@ -58,6 +58,10 @@ class MovedSession:
     # Until then, a node that links here for the first time since the move is asked too: this
     # node started lately, and does not know every node that kept frames for its last run.
     open_until: float = 0.0
+    asked: set[str] = field(default_factory=set)  # every node it ever waited for
+    # Whether the session's node may send back here what it kept for this node (a copy
+    # dropped in a merge): only what has an identity goes back to it, and is taken once.
+    holder_replays: bool = False
 
     def done(self, now: float) -> bool:
         return not self.waiting and now >= self.open_until
@@ -106,23 +110,25 @@ class Moved:
         filters = self.holder.filters_of(client_id)
         self.holder.taken_over_elsewhere(client_id)
         self.exported(client_id, filters)
-        self.moved_away(client_id, node_id)
+        self.moved_away(client_id, node_id, kept_apart=True)
 
-    def moved_away(self, client_id: str, node_id: str) -> None:
-        """The session exported to ``node_id`` is there now (SESSION_TAKEN)."""
+    def moved_away(self, client_id: str, node_id: str, kept_apart: bool = False) -> None:
+        """The session exported to ``node_id`` is there now (SESSION_TAKEN); ``kept_apart``:
+        a merge kept the copy ``node_id`` held apart from this one."""
         filters = self._exported.get(client_id)
         self.came_back(client_id)
         node = self.node
         if not filters or self.holder.has_session(client_id):
             return
         # Every node that may have kept frames for this node: members, absent nodes, and nodes
-        # taken over (a node cut off is taken over, and replays what it kept when it is back);
-        # the session's new node too (what it kept for this node while they were apart comes
-        # back to it, and it takes each message once). Not a node this copy was taken over
-        # from and that has not been linked here since: while apart it holds a copy of its
-        # own, and routes nothing here for this session.
+        # taken over (a node cut off is taken over, and replays what it kept when it is back).
+        # After a merge, the keeper too: what it kept for this node while they were apart
+        # comes back to it (a fetch's node sent everything before its fetch, links being
+        # FIFO). Not a node this copy was taken over from and that has not been linked here
+        # since: while apart it holds a copy of its own, and routes nothing here for it.
         waiting = {peer for peer, (protocol, _stamps) in node.membership.spoke.items()
                    if protocol >= 4 and peer != node.node_id
+                   and (peer != node_id or kept_apart)
                    and client_id not in self._taken_from.get(peer, ())}
         now = time.monotonic()
         self._prune(now)
@@ -133,12 +139,12 @@ class Moved:
             return
         self._token -= 1
         moved = MovedSession(client_id, node_id, filters, self._token, waiting, now,
-                             open_until)
+                             open_until, set(waiting), kept_apart)
         self.sessions[client_id] = self._by_token[moved.token] = moved
         self._waited.update(waiting)
         for topic_filter in filters:
             self._table.add(client_id, topic_filter)
-        for peer in waiting:
+        for peer in list(waiting):  # (_ask may count a peer as answered)
             member = node.members.get(peer)
             if member is not None:
                 self._ask(member, moved)
@@ -181,8 +187,9 @@ class Moved:
             address, incarnation = holder.address, holder.incarnation
         else:
             away = node.membership.absent_at.get(moved.node_id)
-            if away is None:
-                return  # its node is gone: the member asks it nothing more
+            if away is None:  # its node is gone: nothing to route there, nor to wait for
+                self.routed(member.node_id, moved.token)
+                return
             address, incarnation = away
         member.link.send(FrameKind.ROUTE_TO, [moved.token, moved.node_id, address.host,
                                               address.port, incarnation, moved.filters])
@@ -203,10 +210,12 @@ class Moved:
         """Linked (again): asked for every session it has not confirmed, after its REPLAY."""
         self._taken_from.pop(member.node_id, None)  # the merge with it decides the copies
         now = time.monotonic()
+        self._prune(now)
         peer_id = member.node_id
         for moved in list(self.sessions.values()):
-            if peer_id not in moved.waiting and now < moved.open_until \
-                    and member.protocol >= 4:
+            if peer_id not in moved.asked and now < moved.open_until and member.protocol >= 4 \
+                    and (peer_id != moved.node_id or moved.holder_replays):
+                moved.asked.add(peer_id)  # a node first linked since: it may replay here
                 moved.waiting.add(peer_id)  # before its REPLAY: what it kept is matched
                 self._waited[peer_id] += 1
             if peer_id in moved.waiting:
@@ -238,7 +247,10 @@ class Moved:
         if self._waited[peer_id] <= 0:
             return  # that node routes every moved session's filters to its node already
         ids, _groups = self._table.match(message.topic)
-        self._send_on_by_holder([c for c in ids if peer_id in self.sessions[c].waiting],
+        # Back to the session's own node only what it can take once (by its identity).
+        back = message.qos > 0 and message.mid is not None
+        self._send_on_by_holder([c for c in ids if peer_id in self.sessions[c].waiting
+                                 and (back or peer_id != self.sessions[c].node_id)],
                                 message)
 
     def _send_on_by_holder(self, client_ids: list[str], message: Message) -> None:

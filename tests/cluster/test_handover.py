@@ -26,6 +26,7 @@ from hive_core import mqtt
 from hive_core.broker import ClientConnection, Message, snapshot_records
 from hive_core.broker._records import session_from
 from hive_core.cluster import _session_frames
+from hive_core.cluster._handed import TAIL_HOPS
 from hive_core.cluster._replication import message_fields
 from hive_core.cluster._wire import FrameKind, encode_frame
 from hive_core.persistence import MemorySessionStore, StoredMessage
@@ -530,6 +531,15 @@ def test_a_merge_queue_that_reaches_the_keeper_after_its_session_left_follows_it
             out = sender.cluster.forwarding.outgoing[peer]
             await until(lambda out=out: out.acked == out.sent and not out.frames,
                         what=f"{sender.name}'s frame acknowledged by {peer}")
+        # One that went through TAIL_HOPS nodes already goes no further (directories that
+        # disagree must not pass it round): dropped here, and counted.
+        frame = encode_frame(FrameKind.MERGE_QUEUE, ["dev", 0, entries[:1], None, None, None,
+                                                     TAIL_HOPS])
+        n1.cluster.members["n2"].link.send_encoded(frame)
+        n1.cluster.forwarding.sent("n2", frame)
+        await until(lambda: n2.broker.metrics.dropped.get("session-gone", 0) == 1,
+                    what="the drop counted")
+        assert n2.cluster.custody.handed.merge_queues_sent_on == 1
 
     run_cluster(scenario)
 
