@@ -13,8 +13,9 @@ in effect. Links are FIFO, so what a node routed here before its ROUTED arrives 
 it. A node not linked now is asked when it is linked again, after the frames it kept for this
 node (its REPLAY comes first). A node that restarted knows only the nodes linked since: for
 ABSENT_KEEP after its start, a node that links here for the first time after a move is asked
-too (one cut off from its last run may have kept frames for it). The session's node is asked
-as well: what it kept for this node while they were apart comes back to it. Until a node has
+too (one cut off from its last run may have kept frames for it). After a merge, the keeper is
+asked as well: what it kept for this node while they were apart comes back to it (only what
+has an identity, which its copy takes once). Until a node has
 answered, a data frame from it is matched against those filters too, and what matches goes
 on to the session's node (SESSION_PUBLISH, a data frame: kept until acknowledged, sent again
 after a reconnect, rescued if that node fails). The session takes each message once by its
