@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from growth import LINEAR_AT_MOST, growth_async
+
 from hive_core.broker import SessionRecords
 from hive_core.broker._records import Records, session_from
 from hive_core.cluster._replication import (
@@ -470,15 +472,14 @@ def test_releasing_or_acknowledging_a_burst_in_order_is_not_quadratic() -> None:
     slots of popped entries until it is resized, and iteration walks over them: popping n
     entries from the front costs n**2/2 slot visits (release_all, _expire of many clients,
     a fan-out acknowledged in order). collections.OrderedDict finds its first in O(1)."""
-    async def main() -> None:
-        n = 80000  # quadratic: about 5 s; linear: 0.2 to 0.7 s (a loaded machine)
+    async def timed(n: int) -> float:
         hold = DeliveryHold(3600.0, lambda held: None)
         for i in range(n):
             hold.add(f"c{i}", i, message(i), 1, {})
         began = time.perf_counter()
         for i in range(n):  # each subscriber's PUBACK, in the order of the fan-out
             hold.cancel((f"c{i}", i))
-        took = time.perf_counter() - began
-        assert took < 1.5, took
+        return time.perf_counter() - began
 
-    asyncio.run(main())
+    ratio = asyncio.run(growth_async(timed, 10000))
+    assert ratio < LINEAR_AT_MOST, ratio
